@@ -1,0 +1,78 @@
+use std::path::{Path, PathBuf};
+
+use clap::Subcommand;
+
+use crate::model::LlamaConfig;
+use crate::model::random_checkpoint::{StorageDtype, write_random_weights};
+
+/// Files copied next to a random checkpoint so that it is a complete model folder.
+const COMPANION_FILES: [&str; 4] = [
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+];
+
+#[derive(Debug, Subcommand)]
+pub enum DevCommand {
+    /// Write a checkpoint with random weights for a config.json (tokenizer files beside the
+    /// config are copied too).
+    RandomCheckpoint {
+        /// The config.json to build the checkpoint for.
+        #[arg(long)]
+        config: PathBuf,
+        /// The folder to write; created if missing.
+        #[arg(long)]
+        out: PathBuf,
+        /// Storage precision; defaults to the config's torch_dtype.
+        #[arg(long, value_enum)]
+        dtype: Option<StorageDtype>,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+pub fn run(command: DevCommand) -> Result<(), String> {
+    match command {
+        DevCommand::RandomCheckpoint {
+            config,
+            out,
+            dtype,
+            seed,
+        } => random_checkpoint(&config, &out, dtype, seed),
+    }
+}
+
+fn random_checkpoint(
+    config_path: &Path,
+    out: &Path,
+    dtype: Option<StorageDtype>,
+    seed: u64,
+) -> Result<(), String> {
+    let config = LlamaConfig::from_file(config_path).map_err(|err| err.to_string())?;
+    std::fs::create_dir_all(out)
+        .map_err(|err| format!("cannot create {}: {err}", out.display()))?;
+    let source_dir = config_path.parent().unwrap_or(Path::new("."));
+    for name in std::iter::once("config.json").chain(COMPANION_FILES) {
+        let source = if name == "config.json" {
+            config_path.to_path_buf()
+        } else {
+            source_dir.join(name)
+        };
+        if source.is_file() {
+            let target = out.join(name);
+            std::fs::copy(&source, &target).map_err(|err| {
+                format!(
+                    "cannot copy {} to {}: {err}",
+                    source.display(),
+                    target.display()
+                )
+            })?;
+        }
+    }
+    let dtype =
+        dtype.unwrap_or_else(|| StorageDtype::from_torch_dtype(config.torch_dtype.as_deref()));
+    write_random_weights(&config, dtype, seed, out).map_err(|err| err.to_string())?;
+    println!("wrote a random {dtype:?} checkpoint to {}", out.display());
+    Ok(())
+}

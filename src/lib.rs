@@ -1,0 +1,10 @@
+//! smolchat: a local chat app for small Llama-architecture language models, built on Burn.
+
+pub mod backend;
+pub mod cli;
+pub mod engine;
+pub mod generation;
+pub mod hub;
+pub mod model;
+pub mod stats;
+pub mod text;

@@ -1,0 +1,84 @@
+use burn::module::Module;
+use burn::tensor::Tensor;
+use burn::tensor::activation::softmax;
+
+use super::kv_cache::KvCache;
+use super::linear::Linear;
+use super::rope::RotaryEmbedding;
+
+/// Grouped-query self-attention: `num_heads` query heads share `num_kv_heads` key/value heads
+/// (equal counts is MHA, one KV head is MQA).
+///
+/// Query heads are grouped under the KV head they share and the group is laid out along the
+/// token axis, so one batched matmul per KV head serves every query head of its group without
+/// copying keys and values `group` times.
+#[derive(Module, Debug)]
+pub struct Attention {
+    qkv: Linear,
+    output: Linear,
+    num_heads: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+}
+
+impl Attention {
+    pub fn new(
+        qkv: Linear,
+        output: Linear,
+        num_heads: usize,
+        num_kv_heads: usize,
+        head_dim: usize,
+    ) -> Self {
+        Self {
+            qkv,
+            output,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+        }
+    }
+
+    /// `x`: `[tokens, hidden]` at positions `cache.len()..`; `mask`: additive causal mask
+    /// `[1, group · tokens, cached + tokens]`, `None` for a single token (it sees everything).
+    pub fn forward(
+        &self,
+        x: Tensor<2>,
+        layer: usize,
+        rope: &RotaryEmbedding,
+        cache: &mut KvCache,
+        mask: Option<&Tensor<3>>,
+    ) -> Tensor<2> {
+        let [tokens, _] = x.dims();
+        let (heads, kv_heads, head_dim) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let group = heads / kv_heads;
+        let start = cache.len();
+
+        let qkv = self.qkv.forward(x);
+        let split = |offset: usize, count: usize| {
+            qkv.clone()
+                .narrow(1, offset * head_dim, count * head_dim)
+                .reshape([tokens, count, head_dim])
+                .swap_dims(0, 1)
+        };
+        let q = rope.forward(split(0, heads), start);
+        let k = rope.forward(split(heads, kv_heads), start);
+        let v = split(heads + kv_heads, kv_heads);
+        let (keys, values) = cache.append(layer, k, v);
+
+        let q = q.mul_scalar(1.0 / (head_dim as f64).sqrt()).reshape([
+            kv_heads,
+            group * tokens,
+            head_dim,
+        ]);
+        let mut scores = q.matmul(keys.swap_dims(1, 2));
+        if let Some(mask) = mask {
+            scores = scores + mask.clone();
+        }
+        let context = softmax(scores, 2)
+            .matmul(values)
+            .reshape([heads, tokens, head_dim])
+            .swap_dims(0, 1)
+            .reshape([tokens, heads * head_dim]);
+        self.output.forward(context)
+    }
+}

@@ -1,0 +1,328 @@
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::error::{ModelError, Result};
+
+/// The hyper-parameters of a Llama-architecture checkpoint, read from its `config.json`.
+///
+/// Every number the model needs comes from here; nothing about SmolLM2 is hard-coded, so any
+/// Llama checkpoint with the same file layout loads.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct LlamaConfig {
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    pub hidden_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    /// Absent in older configs, which then mean plain multi-head attention.
+    pub num_key_value_heads: Option<usize>,
+    /// Absent in most configs, which then mean `hidden_size / num_attention_heads`.
+    pub head_dim: Option<usize>,
+    pub intermediate_size: usize,
+    pub vocab_size: usize,
+    #[serde(default = "default_rope_theta")]
+    pub rope_theta: f64,
+    #[serde(default = "default_rms_norm_eps")]
+    pub rms_norm_eps: f64,
+    pub max_position_embeddings: usize,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    pub torch_dtype: Option<String>,
+    pub bos_token_id: Option<TokenIds>,
+    pub eos_token_id: Option<TokenIds>,
+    #[serde(default)]
+    pub rope_scaling: Option<serde_json::Value>,
+    #[serde(default)]
+    pub hidden_act: Option<String>,
+    /// The standard deviation of freshly initialised weights; used for random checkpoints.
+    #[serde(default)]
+    pub initializer_range: Option<f64>,
+    #[serde(default)]
+    pub attention_bias: bool,
+    #[serde(default)]
+    pub mlp_bias: bool,
+}
+
+/// Hugging Face configs give special token ids either as one integer or as a list.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum TokenIds {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+impl TokenIds {
+    pub fn to_vec(&self) -> Vec<u32> {
+        match self {
+            TokenIds::One(id) => vec![*id],
+            TokenIds::Many(ids) => ids.clone(),
+        }
+    }
+}
+
+fn default_rope_theta() -> f64 {
+    10_000.0
+}
+
+fn default_rms_norm_eps() -> f64 {
+    1e-6
+}
+
+impl LlamaConfig {
+    /// Reads and validates `config.json`; the error names the file and the offending field.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_json(&text).map_err(|err| match err {
+            ModelError::ConfigJson { source, .. } => ModelError::ConfigJson {
+                path: path.to_path_buf(),
+                source,
+            },
+            other => other,
+        })
+    }
+
+    pub fn from_json(text: &str) -> Result<Self> {
+        let config: Self = serde_json::from_str(text).map_err(|source| ModelError::ConfigJson {
+            path: "config.json".into(),
+            source,
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn num_kv_heads(&self) -> usize {
+        self.num_key_value_heads.unwrap_or(self.num_attention_heads)
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
+    }
+
+    /// Query heads that share one key/value head (1 = MHA, all heads = MQA).
+    pub fn group_size(&self) -> usize {
+        self.num_attention_heads / self.num_kv_heads()
+    }
+
+    pub fn eos_token_ids(&self) -> Vec<u32> {
+        self.eos_token_id
+            .as_ref()
+            .map(TokenIds::to_vec)
+            .unwrap_or_default()
+    }
+
+    /// Rejects what the forward pass does not implement, instead of producing wrong logits.
+    pub fn validate(&self) -> Result<()> {
+        fn unsupported(
+            field: &'static str,
+            value: impl ToString,
+            reason: &'static str,
+        ) -> ModelError {
+            ModelError::UnsupportedConfig {
+                field,
+                value: value.to_string(),
+                reason,
+            }
+        }
+        if let Some(arch) = self
+            .architectures
+            .iter()
+            .find(|arch| arch.as_str() != "LlamaForCausalLM")
+        {
+            return Err(unsupported(
+                "architectures",
+                arch,
+                "only LlamaForCausalLM is supported",
+            ));
+        }
+        if self.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
+            return Err(unsupported(
+                "rope_scaling",
+                self.rope_scaling
+                    .as_ref()
+                    .map_or_else(String::new, |v| v.to_string()),
+                "scaled RoPE variants are not supported",
+            ));
+        }
+        if let Some(act) = self.hidden_act.as_deref().filter(|act| *act != "silu") {
+            return Err(unsupported(
+                "hidden_act",
+                act,
+                "only silu (SwiGLU) is supported",
+            ));
+        }
+        if self.attention_bias {
+            return Err(unsupported(
+                "attention_bias",
+                true,
+                "biased projections are not supported",
+            ));
+        }
+        if self.mlp_bias {
+            return Err(unsupported(
+                "mlp_bias",
+                true,
+                "biased projections are not supported",
+            ));
+        }
+        for (field, value) in [
+            ("hidden_size", self.hidden_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_kv_heads()),
+            ("intermediate_size", self.intermediate_size),
+            ("vocab_size", self.vocab_size),
+            ("max_position_embeddings", self.max_position_embeddings),
+        ] {
+            if value == 0 {
+                return Err(unsupported(field, 0, "must be positive"));
+            }
+        }
+        if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(self.num_attention_heads) {
+            return Err(unsupported(
+                "hidden_size",
+                self.hidden_size,
+                "must be divisible by num_attention_heads",
+            ));
+        }
+        if self.head_dim() == 0 || !self.head_dim().is_multiple_of(2) {
+            return Err(unsupported(
+                "head_dim",
+                self.head_dim(),
+                "must be a positive even number",
+            ));
+        }
+        if !self.num_attention_heads.is_multiple_of(self.num_kv_heads()) {
+            return Err(unsupported(
+                "num_key_value_heads",
+                self.num_kv_heads(),
+                "must divide num_attention_heads",
+            ));
+        }
+        if !(self.rope_theta.is_finite() && self.rope_theta > 0.0) {
+            return Err(unsupported(
+                "rope_theta",
+                self.rope_theta,
+                "must be a positive number",
+            ));
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
+            return Err(unsupported(
+                "rms_norm_eps",
+                self.rms_norm_eps,
+                "must be a non-negative number",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SMOLLM2: &str = include_str!("../../tests/fixtures/smollm2-135m-instruct/config.json");
+
+    fn with(field: &str, value: serde_json::Value) -> String {
+        let mut json: serde_json::Value = serde_json::from_str(SMOLLM2).expect("fixture is JSON");
+        json[field] = value;
+        json.to_string()
+    }
+
+    fn rejected_field(json: &str) -> &'static str {
+        match LlamaConfig::from_json(json) {
+            Err(ModelError::UnsupportedConfig { field, .. }) => field,
+            other => panic!("expected an unsupported-config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn reads_smollm2_config() {
+        let config = LlamaConfig::from_json(SMOLLM2).expect("valid config");
+        assert_eq!(config.hidden_size, 576);
+        assert_eq!(config.num_hidden_layers, 30);
+        assert_eq!(config.num_attention_heads, 9);
+        assert_eq!(config.num_kv_heads(), 3);
+        assert_eq!(config.head_dim(), 64);
+        assert_eq!(config.group_size(), 3);
+        assert_eq!(config.intermediate_size, 1536);
+        assert_eq!(config.vocab_size, 49152);
+        assert_eq!(config.max_position_embeddings, 8192);
+        assert_eq!(config.rope_theta, 100_000.0);
+        assert_eq!(config.rms_norm_eps, 1e-5);
+        assert!(config.tie_word_embeddings);
+        assert_eq!(config.torch_dtype.as_deref(), Some("bfloat16"));
+        assert_eq!(config.eos_token_ids(), vec![2]);
+    }
+
+    #[test]
+    fn explicit_head_dim_and_missing_kv_heads() {
+        let mut json: serde_json::Value = serde_json::from_str(SMOLLM2).expect("fixture is JSON");
+        json["head_dim"] = 32.into();
+        json.as_object_mut()
+            .expect("object")
+            .remove("num_key_value_heads");
+        let config = LlamaConfig::from_json(&json.to_string()).expect("valid config");
+        assert_eq!(config.head_dim(), 32);
+        assert_eq!(config.num_kv_heads(), 9);
+        assert_eq!(config.group_size(), 1);
+    }
+
+    #[test]
+    fn rejects_other_architectures() {
+        let json = with("architectures", serde_json::json!(["MistralForCausalLM"]));
+        assert_eq!(rejected_field(&json), "architectures");
+        let message = LlamaConfig::from_json(&json).unwrap_err().to_string();
+        assert!(message.contains("MistralForCausalLM"), "{message}");
+    }
+
+    #[test]
+    fn rejects_rope_scaling() {
+        let json = with(
+            "rope_scaling",
+            serde_json::json!({"type": "linear", "factor": 2.0}),
+        );
+        assert_eq!(rejected_field(&json), "rope_scaling");
+    }
+
+    #[test]
+    fn rejects_hidden_not_divisible_by_heads() {
+        assert_eq!(
+            rejected_field(&with("num_attention_heads", 7.into())),
+            "hidden_size"
+        );
+    }
+
+    #[test]
+    fn rejects_heads_not_divisible_by_kv_heads() {
+        let message = LlamaConfig::from_json(&with("num_key_value_heads", 2.into()))
+            .unwrap_err()
+            .to_string();
+        assert!(message.contains("num_key_value_heads = 2"), "{message}");
+    }
+
+    #[test]
+    fn rejects_biases_and_other_activations() {
+        assert_eq!(
+            rejected_field(&with("attention_bias", true.into())),
+            "attention_bias"
+        );
+        assert_eq!(
+            rejected_field(&with("hidden_act", "gelu".into())),
+            "hidden_act"
+        );
+    }
+
+    #[test]
+    fn malformed_json_names_the_file() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("config.json");
+        std::fs::write(&path, "{ not json").expect("write");
+        let message = LlamaConfig::from_file(&path).unwrap_err().to_string();
+        assert!(message.contains(&path.display().to_string()), "{message}");
+    }
+}

@@ -1,0 +1,19 @@
+//! The Llama-architecture language model: config, weights, layers and the KV cache.
+
+mod attention;
+mod checkpoint;
+mod config;
+mod error;
+mod kv_cache;
+mod linear;
+mod llama;
+mod mlp;
+pub mod random_checkpoint;
+mod rms_norm;
+mod rope;
+
+pub use checkpoint::Checkpoint;
+pub use config::{LlamaConfig, TokenIds};
+pub use error::{ModelError, Result};
+pub use kv_cache::KvCache;
+pub use llama::{Llama, Logits, logits_to_vec};

@@ -1,0 +1,133 @@
+//! Writes a checkpoint with random weights for any config, so that benchmarks and tests can
+//! run a full-size model without downloading one.
+
+use std::path::Path;
+
+use half::{bf16, f16};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use safetensors::tensor::{Dtype, TensorView};
+
+use super::config::LlamaConfig;
+use super::error::{ModelError, Result};
+
+/// How the random weights are stored on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StorageDtype {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl StorageDtype {
+    /// The precision a config's `torch_dtype` names; bf16 when absent or unknown.
+    pub fn from_torch_dtype(name: Option<&str>) -> Self {
+        match name {
+            Some("float32") => StorageDtype::F32,
+            Some("float16") => StorageDtype::F16,
+            _ => StorageDtype::Bf16,
+        }
+    }
+
+    fn encode(self, values: &[f32]) -> Vec<u8> {
+        match self {
+            StorageDtype::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            StorageDtype::F16 => values
+                .iter()
+                .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+                .collect(),
+            StorageDtype::Bf16 => values
+                .iter()
+                .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+                .collect(),
+        }
+    }
+
+    fn safetensors(self) -> Dtype {
+        match self {
+            StorageDtype::F32 => Dtype::F32,
+            StorageDtype::F16 => Dtype::F16,
+            StorageDtype::Bf16 => Dtype::BF16,
+        }
+    }
+}
+
+/// Every tensor a Llama checkpoint of `config` holds, with its Hugging Face name and shape.
+pub fn tensor_shapes(config: &LlamaConfig) -> Vec<(String, Vec<usize>)> {
+    let hidden = config.hidden_size;
+    let q = config.num_attention_heads * config.head_dim();
+    let kv = config.num_kv_heads() * config.head_dim();
+    let inter = config.intermediate_size;
+    let mut shapes = vec![(
+        "model.embed_tokens.weight".to_string(),
+        vec![config.vocab_size, hidden],
+    )];
+    for i in 0..config.num_hidden_layers {
+        let p = format!("model.layers.{i}");
+        shapes.extend([
+            (format!("{p}.input_layernorm.weight"), vec![hidden]),
+            (format!("{p}.self_attn.q_proj.weight"), vec![q, hidden]),
+            (format!("{p}.self_attn.k_proj.weight"), vec![kv, hidden]),
+            (format!("{p}.self_attn.v_proj.weight"), vec![kv, hidden]),
+            (format!("{p}.self_attn.o_proj.weight"), vec![hidden, q]),
+            (format!("{p}.post_attention_layernorm.weight"), vec![hidden]),
+            (format!("{p}.mlp.gate_proj.weight"), vec![inter, hidden]),
+            (format!("{p}.mlp.up_proj.weight"), vec![inter, hidden]),
+            (format!("{p}.mlp.down_proj.weight"), vec![hidden, inter]),
+        ]);
+    }
+    shapes.push(("model.norm.weight".to_string(), vec![hidden]));
+    if !config.tie_word_embeddings {
+        shapes.push((
+            "lm_head.weight".to_string(),
+            vec![config.vocab_size, hidden],
+        ));
+    }
+    shapes
+}
+
+/// Writes `model.safetensors` with random weights for `config` into `dir`.
+///
+/// Matrices are uniform with the standard deviation of the config's `initializer_range`
+/// (0.02 when absent), norm weights near one: the statistics of a freshly initialised model,
+/// so activations stay in a realistic range.
+pub fn write_random_weights(
+    config: &LlamaConfig,
+    dtype: StorageDtype,
+    seed: u64,
+    dir: &Path,
+) -> Result<()> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let half_width = config.initializer_range.unwrap_or(0.02) as f32 * 3f32.sqrt();
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = tensor_shapes(config)
+        .into_iter()
+        .map(|(name, shape)| {
+            let count = shape.iter().product();
+            let values: Vec<f32> = if shape.len() == 1 {
+                (0..count)
+                    .map(|_| 1.0 + rng.random_range(-0.1..0.1))
+                    .collect()
+            } else {
+                (0..count)
+                    .map(|_| rng.random_range(-half_width..half_width))
+                    .collect()
+            };
+            let bytes = dtype.encode(&values);
+            (name, shape, bytes)
+        })
+        .collect();
+    let views = tensors
+        .iter()
+        .map(|(name, shape, bytes)| {
+            TensorView::new(dtype.safetensors(), shape.clone(), bytes)
+                .map(|view| (name.as_str(), view))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|err| ModelError::Backend(err.to_string()))?;
+    let path = dir.join("model.safetensors");
+    let metadata = Some([("format".to_string(), "pt".to_string())].into());
+    safetensors::serialize_to_file(views, metadata, &path).map_err(|err| ModelError::WriteFailed {
+        path,
+        reason: err.to_string(),
+    })
+}

@@ -1,0 +1,53 @@
+//! Process memory: what users of local LLM apps ask about first after speed.
+
+/// Resident memory of this process now, in bytes.
+pub fn resident_bytes() -> Option<u64> {
+    memory_stats::memory_stats().map(|stats| stats.physical_mem as u64)
+}
+
+/// The highest resident memory since start or since [`reset_peak`], in bytes.
+///
+/// On Linux the kernel tracks it (`VmHWM`), so short spikes between our samples count too.
+/// Elsewhere the current value is the best we have.
+pub fn peak_resident_bytes() -> Option<u64> {
+    linux_status_kib("VmHWM:")
+        .map(|kib| kib * 1024)
+        .or_else(resident_bytes)
+}
+
+/// Starts a new peak measurement, so that loading and generating can be measured apart.
+/// Returns false where the platform cannot reset the peak.
+pub fn reset_peak() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+fn linux_status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+}
+
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peak_is_at_least_current_and_grows_with_allocation() {
+        let before = peak_resident_bytes().expect("peak memory is readable here");
+        let block = vec![1u8; 64 << 20];
+        std::hint::black_box(&block);
+        let current = resident_bytes().expect("resident memory is readable here");
+        let after = peak_resident_bytes().expect("peak memory is readable here");
+        assert!(after >= current, "peak {after} below current {current}");
+        assert!(
+            after >= before + (32 << 20),
+            "peak did not grow: {before} -> {after}"
+        );
+    }
+}

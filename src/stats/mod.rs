@@ -1,0 +1,4 @@
+//! Measurements shown to the user and printed by `smolchat bench`.
+
+pub mod memory;
+pub mod summary;

@@ -1,0 +1,190 @@
+//! The model against logits computed by Hugging Face transformers (float32) for the tiny
+//! SmolLM-shaped checkpoint, on every CPU backend.
+
+mod common;
+
+use burn::tensor::DType;
+use common::{Golden, argmax, assert_close, logsumexp, tiny_model_dir};
+use smolchat::backend::BackendKind;
+use smolchat::model::{Llama, Logits, logits_to_vec};
+
+const TOLERANCE: f64 = 1e-3;
+const BACKENDS: [BackendKind; 2] = [BackendKind::Flex, BackendKind::Ndarray];
+
+fn load(backend: BackendKind) -> Llama {
+    Llama::load(&tiny_model_dir(), &backend.device(), DType::F32).expect("tiny fixture loads")
+}
+
+/// Checks rows of logits against the stored head columns, argmax and logsumexp.
+fn check_rows(
+    backend: BackendKind,
+    what: &str,
+    logits: &[f32],
+    vocab: usize,
+    head: (&[usize], &[f64]),
+    lse: &[f64],
+    argmaxes: Option<&[u32]>,
+) {
+    let columns = head.0[1];
+    for (row, expected_head) in head.1.chunks(columns).enumerate() {
+        let actual = &logits[row * vocab..(row + 1) * vocab];
+        assert_close(
+            &actual[..columns],
+            expected_head,
+            TOLERANCE,
+            &format!("{backend} {what} row {row}"),
+        );
+        let lse_diff = (logsumexp(actual) - lse[row]).abs();
+        assert!(
+            lse_diff <= TOLERANCE,
+            "{backend} {what} row {row}: logsumexp off by {lse_diff:e}"
+        );
+        if let Some(argmaxes) = argmaxes {
+            assert_eq!(
+                argmax(actual) as u32,
+                argmaxes[row],
+                "{backend} {what} row {row}: argmax"
+            );
+        }
+    }
+}
+
+#[test]
+fn prompt_logits_match_transformers() {
+    let golden = Golden::load();
+    let prompt = golden.ids("prompt_ids");
+    let argmaxes = golden.ids("prompt_argmax");
+    for backend in BACKENDS {
+        let model = load(backend);
+        let vocab = model.config().vocab_size;
+        let mut cache = model.new_cache();
+        let logits = logits_to_vec(
+            model
+                .forward(&prompt, &mut cache, Logits::All)
+                .expect("forward"),
+        )
+        .expect("read");
+        assert_eq!(logits.len(), prompt.len() * vocab);
+        check_rows(
+            backend,
+            "prompt",
+            &logits,
+            vocab,
+            golden.floats("prompt_logits_head"),
+            golden.floats("prompt_logsumexp").1,
+            Some(&argmaxes),
+        );
+    }
+}
+
+/// Row 0 is the prediction after the prompt; row `k` the one after also feeding the first
+/// `k` greedy tokens one at a time through the KV cache.
+#[test]
+fn decode_steps_after_prefill_match_transformers() {
+    let golden = Golden::load();
+    let prompt = golden.ids("prompt_ids");
+    let greedy = golden.ids("greedy_ids");
+    let (head_shape, head) = golden.floats("step_logits_head");
+    let lse = golden.floats("step_logsumexp").1;
+    for backend in BACKENDS {
+        let model = load(backend);
+        let vocab = model.config().vocab_size;
+        let mut cache = model.new_cache();
+        let mut logits = logits_to_vec(
+            model
+                .forward(&prompt, &mut cache, Logits::Last)
+                .expect("prefill"),
+        )
+        .expect("read");
+        for step in 0..head_shape[0] {
+            if step > 0 {
+                logits = logits_to_vec(
+                    model
+                        .forward(&greedy[step - 1..step], &mut cache, Logits::Last)
+                        .expect("decode"),
+                )
+                .expect("read");
+            }
+            let row = &head[step * head_shape[1]..(step + 1) * head_shape[1]];
+            check_rows(
+                backend,
+                &format!("decode step {step}"),
+                &logits,
+                vocab,
+                (&[1, head_shape[1]], row),
+                &lse[step..=step],
+                None,
+            );
+        }
+        assert_eq!(cache.len(), prompt.len() + head_shape[0] - 1);
+    }
+}
+
+#[test]
+fn long_context_last_row_matches_transformers() {
+    let golden = Golden::load();
+    let ids = golden.ids("long_ids");
+    let (_, expected) = golden.floats("long_last_logits");
+    for backend in BACKENDS {
+        let model = load(backend);
+        let mut cache = model.new_cache();
+        let logits = logits_to_vec(
+            model
+                .forward(&ids, &mut cache, Logits::Last)
+                .expect("forward"),
+        )
+        .expect("read");
+        assert_close(
+            &logits,
+            expected,
+            TOLERANCE,
+            &format!("{backend} 700-token last row"),
+        );
+    }
+}
+
+#[test]
+fn greedy_generation_with_kv_cache_matches_transformers() {
+    let golden = Golden::load();
+    let prompt = golden.ids("prompt_ids");
+    let expected = golden.ids("greedy_ids");
+    for backend in BACKENDS {
+        let model = load(backend);
+        let mut cache = model.new_cache();
+        let mut logits = logits_to_vec(
+            model
+                .forward(&prompt, &mut cache, Logits::Last)
+                .expect("prefill"),
+        )
+        .expect("read");
+        let mut generated = Vec::new();
+        while generated.len() < expected.len() {
+            let next = argmax(&logits) as u32;
+            generated.push(next);
+            logits = logits_to_vec(
+                model
+                    .forward(&[next], &mut cache, Logits::Last)
+                    .expect("decode"),
+            )
+            .expect("read");
+        }
+        assert_eq!(generated, expected, "{backend} greedy ids");
+    }
+}
+
+#[test]
+fn naive_reference_matches_transformers() {
+    let golden = Golden::load();
+    let prompt = golden.ids("prompt_ids");
+    let (shape, head) = golden.floats("prompt_logits_head");
+    let reference = common::reference::ReferenceLlama::load(&tiny_model_dir());
+    for (row, logits) in reference.logits(&prompt).iter().enumerate() {
+        let logits: Vec<f32> = logits.iter().map(|&v| v as f32).collect();
+        assert_close(
+            &logits[..shape[1]],
+            &head[row * shape[1]..(row + 1) * shape[1]],
+            TOLERANCE,
+            &format!("reference row {row}"),
+        );
+    }
+}

@@ -1,0 +1,230 @@
+//! Head layouts, untied heads, storage precisions and RoPE/eps values the golden fixture does
+//! not cover, checked against the naive f64 reference; and the KV cache checked against full
+//! forward passes.
+
+mod common;
+
+use burn::tensor::DType;
+use common::reference::ReferenceLlama;
+use common::{assert_close, random_model, small_config};
+use serde_json::json;
+use smolchat::backend::BackendKind;
+use smolchat::model::random_checkpoint::StorageDtype;
+use smolchat::model::{Llama, Logits, logits_to_vec};
+
+const BACKENDS: [BackendKind; 2] = [BackendKind::Flex, BackendKind::Ndarray];
+
+fn tokens(count: usize, vocab: u32) -> Vec<u32> {
+    (0..count as u32).map(|i| (i * 37 + 11) % vocab).collect()
+}
+
+fn variant(overrides: serde_json::Value, dtype: StorageDtype) {
+    let mut config = small_config();
+    for (key, value) in overrides.as_object().expect("object") {
+        config[key] = value.clone();
+    }
+    let dir = random_model(config.clone(), dtype, 7);
+    let vocab = config["vocab_size"].as_u64().expect("vocab") as u32;
+    let input = tokens(40, vocab);
+    let expected: Vec<f64> = ReferenceLlama::load(dir.path()).logits(&input).concat();
+    for backend in BACKENDS {
+        let model = Llama::load(dir.path(), &backend.device(), DType::F32).expect("variant loads");
+        let mut cache = model.new_cache();
+        let logits = logits_to_vec(
+            model
+                .forward(&input, &mut cache, Logits::All)
+                .expect("forward"),
+        )
+        .expect("read");
+        assert_close(&logits, &expected, 1e-3, &format!("{backend} {overrides}"));
+    }
+}
+
+#[test]
+fn multi_head_attention_with_untied_head_in_f32() {
+    variant(
+        json!({"num_key_value_heads": 4, "tie_word_embeddings": false, "rms_norm_eps": 1e-6, "rope_theta": 10000.0}),
+        StorageDtype::F32,
+    );
+}
+
+#[test]
+fn multi_query_attention_in_f16() {
+    variant(
+        json!({"num_key_value_heads": 1, "rope_theta": 500000.0}),
+        StorageDtype::F16,
+    );
+}
+
+#[test]
+fn explicit_head_dim_wider_than_hidden_in_bf16() {
+    variant(
+        json!({"hidden_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-4}),
+        StorageDtype::Bf16,
+    );
+}
+
+fn full_forward(model: &Llama, input: &[u32]) -> Vec<f32> {
+    let mut cache = model.new_cache();
+    logits_to_vec(
+        model
+            .forward(input, &mut cache, Logits::All)
+            .expect("forward"),
+    )
+    .expect("read")
+}
+
+#[test]
+fn prefill_chunks_and_decode_steps_equal_one_full_pass() {
+    let dir = random_model(small_config(), StorageDtype::Bf16, 3);
+    let input = tokens(30, 320);
+    for backend in BACKENDS {
+        let model = Llama::load(dir.path(), &backend.device(), DType::F32).expect("loads");
+        let expected: Vec<f64> = full_forward(&model, &input)
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        let mut cache = model.new_cache();
+        let mut rows = Vec::new();
+        for chunk in [&input[..17], &input[17..22]] {
+            rows.extend(
+                logits_to_vec(
+                    model
+                        .forward(chunk, &mut cache, Logits::All)
+                        .expect("chunk"),
+                )
+                .expect("read"),
+            );
+        }
+        for token in &input[22..] {
+            rows.extend(
+                logits_to_vec(
+                    model
+                        .forward(&[*token], &mut cache, Logits::Last)
+                        .expect("step"),
+                )
+                .expect("read"),
+            );
+        }
+        assert_eq!(cache.len(), input.len());
+        assert_close(&rows, &expected, 1e-4, &format!("{backend} cached vs full"));
+    }
+}
+
+#[test]
+fn truncated_cache_recomputes_a_diverging_suffix() {
+    let dir = random_model(small_config(), StorageDtype::Bf16, 4);
+    let model = Llama::load(dir.path(), &BackendKind::Flex.device(), DType::F32).expect("loads");
+    let original = tokens(20, 320);
+    let mut edited = original.clone();
+    edited[12..].iter_mut().for_each(|t| *t = (*t + 5) % 320);
+    let expected: Vec<f64> = full_forward(&model, &edited)[12 * 320..]
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
+
+    let mut cache = model.new_cache();
+    model
+        .forward(&original, &mut cache, Logits::Last)
+        .expect("first pass");
+    cache.truncate(12);
+    assert_eq!(cache.len(), 12);
+    let suffix = logits_to_vec(
+        model
+            .forward(&edited[12..], &mut cache, Logits::All)
+            .expect("suffix"),
+    )
+    .expect("read");
+    assert_close(&suffix, &expected, 1e-4, "suffix after truncate");
+}
+
+#[test]
+fn cache_grows_past_its_first_block_and_stays_bounded() {
+    let mut config = small_config();
+    config["max_position_embeddings"] = 300.into();
+    let dir = random_model(config, StorageDtype::Bf16, 5);
+    let model = Llama::load(dir.path(), &BackendKind::Flex.device(), DType::F32).expect("loads");
+    let input = tokens(300, 320);
+    let expected: Vec<f64> = full_forward(&model, &input)[299 * 320..]
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
+
+    let mut cache = model.new_cache();
+    model
+        .forward(&input[..250], &mut cache, Logits::Last)
+        .expect("prefill");
+    assert_eq!(cache.capacity(), 256);
+    let mut last = Vec::new();
+    for token in &input[250..] {
+        last = logits_to_vec(
+            model
+                .forward(&[*token], &mut cache, Logits::Last)
+                .expect("step"),
+        )
+        .expect("read");
+    }
+    assert_eq!(
+        cache.capacity(),
+        300,
+        "capacity is capped at the context length"
+    );
+    assert_close(&last, &expected, 1e-4, "last row after growth");
+    let overflow = model
+        .forward(&[1], &mut cache, Logits::Last)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        overflow.contains("301") && overflow.contains("300"),
+        "{overflow}"
+    );
+    assert_eq!(
+        cache.len(),
+        300,
+        "a refused token leaves the cache as it was"
+    );
+}
+
+#[test]
+fn sharded_checkpoint_loads_like_a_single_file() {
+    let dir = random_model(small_config(), StorageDtype::Bf16, 6);
+    let single = Llama::load(dir.path(), &BackendKind::Flex.device(), DType::F32).expect("loads");
+    let input = tokens(10, 320);
+    let expected: Vec<f64> = full_forward(&single, &input)
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
+
+    let bytes = std::fs::read(dir.path().join("model.safetensors")).expect("read");
+    let file = safetensors::SafeTensors::deserialize(&bytes).expect("parse");
+    let mut names = file.names();
+    names.sort();
+    let mut weight_map = serde_json::Map::new();
+    for (shard, part) in names.chunks(names.len() / 2 + 1).enumerate() {
+        let shard_name = format!("model-{:05}-of-00002.safetensors", shard + 1);
+        let views: Vec<_> = part
+            .iter()
+            .map(|name| (*name, file.tensor(name).expect("tensor")))
+            .collect();
+        safetensors::serialize_to_file(views, None, &dir.path().join(&shard_name))
+            .expect("write shard");
+        for name in part {
+            weight_map.insert(name.to_string(), shard_name.clone().into());
+        }
+    }
+    std::fs::remove_file(dir.path().join("model.safetensors")).expect("remove single file");
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        json!({"metadata": {}, "weight_map": weight_map}).to_string(),
+    )
+    .expect("write index");
+
+    let sharded =
+        Llama::load(dir.path(), &BackendKind::Flex.device(), DType::F32).expect("sharded loads");
+    assert_close(
+        &full_forward(&sharded, &input),
+        &expected,
+        0.0,
+        "sharded vs single",
+    );
+}
