@@ -1,0 +1,252 @@
+//! Turning a conversation into the exact prompt text the model was fine-tuned on,
+//! using the Jinja chat template shipped with the model (as transformers does).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use minijinja::{Environment, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+
+use super::config::{read_optional_json, special_token};
+use super::error::{Result, TextError};
+use super::template_env::python_like_environment;
+
+pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
+/// Newer transformers versions save the template on its own; it wins over the
+/// copy in `tokenizer_config.json`, matching transformers' loading order.
+pub const CHAT_TEMPLATE_JINJA_FILE: &str = "chat_template.jinja";
+pub const CHAT_TEMPLATE_JSON_FILE: &str = "chat_template.json";
+
+/// The ChatML layout SmolLM2 and many other instruct models use; the best guess
+/// when a model folder has no template of its own.
+const CHATML_TEMPLATE: &str = "{% for message in messages %}\
+{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}\
+{% endfor %}\
+{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+const TEMPLATE_NAME: &str = "chat_template";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+        }
+    }
+
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new(Role::System, content)
+    }
+
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new(Role::User, content)
+    }
+
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new(Role::Assistant, content)
+    }
+}
+
+/// Where the template came from, so the UI/CLI can warn when it is only a guess.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TemplateSource {
+    File(PathBuf),
+    /// Given as text, e.g. a user override from the settings.
+    Inline,
+    FallbackChatMl,
+}
+
+impl fmt::Display for TemplateSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::File(path) => write!(f, "{}", path.display()),
+            Self::Inline => f.write_str("the custom template"),
+            Self::FallbackChatMl => f.write_str("the built-in ChatML fallback"),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    source: TemplateSource,
+    /// `bos_token`, `eos_token`, ... as transformers passes them to the template.
+    special_tokens: BTreeMap<&'static str, String>,
+}
+
+impl ChatTemplate {
+    /// Loads the template and special tokens from a model folder, falling back to
+    /// ChatML when none of the usual files carries a template.
+    pub fn from_dir(dir: &Path) -> Result<Self> {
+        let config_path = dir.join(TOKENIZER_CONFIG_FILE);
+        let config = read_optional_json(&config_path)?;
+
+        let mut special_tokens = BTreeMap::new();
+        if let Some(config) = &config {
+            for field in ["bos_token", "eos_token", "unk_token", "pad_token"] {
+                if let Some(token) = special_token(config, field, &config_path)? {
+                    special_tokens.insert(field, token);
+                }
+            }
+        }
+
+        let (template, source) = match find_template(dir, config.as_ref(), &config_path)? {
+            Some((template, path)) => (template, TemplateSource::File(path)),
+            None => (CHATML_TEMPLATE.to_owned(), TemplateSource::FallbackChatMl),
+        };
+        Self::from_source(template, source, special_tokens)
+    }
+
+    /// Builds a template from text, e.g. a user override from the settings.
+    pub fn from_template_text(
+        template: &str,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<Self> {
+        let mut special_tokens = BTreeMap::new();
+        if let Some(token) = bos_token {
+            special_tokens.insert("bos_token", token.to_owned());
+        }
+        if let Some(token) = eos_token {
+            special_tokens.insert("eos_token", token.to_owned());
+        }
+        Self::from_source(template.to_owned(), TemplateSource::Inline, special_tokens)
+    }
+
+    fn from_source(
+        template: String,
+        source: TemplateSource,
+        special_tokens: BTreeMap<&'static str, String>,
+    ) -> Result<Self> {
+        let mut env = python_like_environment();
+        env.add_template_owned(TEMPLATE_NAME, template)
+            .map_err(|err| TextError::TemplateSyntax {
+                origin: source.to_string(),
+                source: err,
+            })?;
+        Ok(Self {
+            env,
+            source,
+            special_tokens,
+        })
+    }
+
+    pub fn source(&self) -> &TemplateSource {
+        &self.source
+    }
+
+    /// True when the model folder had no template and ChatML is being assumed.
+    pub fn is_fallback(&self) -> bool {
+        self.source == TemplateSource::FallbackChatMl
+    }
+
+    pub fn bos_token(&self) -> Option<&str> {
+        self.special_tokens.get("bos_token").map(String::as_str)
+    }
+
+    pub fn eos_token(&self) -> Option<&str> {
+        self.special_tokens.get("eos_token").map(String::as_str)
+    }
+
+    /// Renders the prompt text. With `add_generation_prompt` the text ends with the
+    /// assistant header, so the model's next tokens are the reply.
+    pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        let mut context: BTreeMap<&str, Value> = self
+            .special_tokens
+            .iter()
+            .map(|(name, token)| (*name, Value::from(token.as_str())))
+            .collect();
+        context.insert("messages", Value::from_serialize(messages));
+        context.insert("add_generation_prompt", Value::from(add_generation_prompt));
+
+        let render_error = |err| TextError::TemplateRender {
+            origin: self.source.to_string(),
+            source: err,
+        };
+        self.env
+            .get_template(TEMPLATE_NAME)
+            .and_then(|template| template.render(&context))
+            .map_err(render_error)
+    }
+}
+
+/// Looks for a template in transformers' order of precedence.
+fn find_template(
+    dir: &Path,
+    config: Option<&Json>,
+    config_path: &Path,
+) -> Result<Option<(String, PathBuf)>> {
+    let jinja_path = dir.join(CHAT_TEMPLATE_JINJA_FILE);
+    match std::fs::read_to_string(&jinja_path) {
+        Ok(template) => return Ok(Some((template, jinja_path))),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(source) => {
+            return Err(TextError::Io {
+                path: jinja_path,
+                source,
+            });
+        }
+    }
+
+    let json_path = dir.join(CHAT_TEMPLATE_JSON_FILE);
+    if let Some(json) = read_optional_json(&json_path)?
+        && let Some(template) = template_field(&json, &json_path)?
+    {
+        return Ok(Some((template, json_path)));
+    }
+
+    match config {
+        Some(config) => {
+            Ok(template_field(config, config_path)?
+                .map(|template| (template, config_path.to_owned())))
+        }
+        None => Ok(None),
+    }
+}
+
+/// `chat_template` is either one template or a list of named ones (`default`,
+/// `tool_use`, ...); a chat app wants the default.
+fn template_field(config: &Json, path: &Path) -> Result<Option<String>> {
+    let invalid = |reason: String| TextError::InvalidConfig {
+        path: path.to_owned(),
+        field: "chat_template",
+        reason,
+    };
+    match config.get("chat_template") {
+        None | Some(Json::Null) => Ok(None),
+        Some(Json::String(template)) => Ok(Some(template.clone())),
+        Some(Json::Array(named)) => {
+            let default = named
+                .iter()
+                .find(|entry| entry.get("name").and_then(Json::as_str) == Some("default"))
+                .ok_or_else(|| {
+                    invalid("a list of templates without one named \"default\"".into())
+                })?;
+            match default.get("template") {
+                Some(Json::String(template)) => Ok(Some(template.clone())),
+                _ => Err(invalid(
+                    "the \"default\" entry has no string `template`".into(),
+                )),
+            }
+        }
+        Some(other) => Err(invalid(format!(
+            "expected a string or a list of named templates, found {other}"
+        ))),
+    }
+}

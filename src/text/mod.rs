@@ -1,0 +1,22 @@
+//! Everything between the user's words and the model's token ids: tokenizing,
+//! chat templates, stop tokens, sampling, streaming detokenization and fitting
+//! the conversation into the context window. No model code lives here.
+
+mod config;
+mod template_env;
+
+pub mod chat_template;
+pub mod context_window;
+pub mod detokenizer;
+pub mod error;
+pub mod sampler;
+pub mod stop;
+pub mod tokenizer;
+
+pub use chat_template::{ChatMessage, ChatTemplate, Role, TemplateSource};
+pub use context_window::{ContextWindow, FittedPrompt, OverflowPolicy};
+pub use detokenizer::StreamDecoder;
+pub use error::TextError;
+pub use sampler::{SampledToken, Sampler, SamplingError, SamplingParams};
+pub use stop::StopTokens;
+pub use tokenizer::TextTokenizer;

@@ -1,0 +1,95 @@
+//! A minijinja environment that behaves like the Jinja2 sandbox transformers
+//! renders chat templates in. Templates on the Hub are written against Python
+//! Jinja2, so every difference here would silently change the prompt the model sees.
+
+use std::io;
+
+use minijinja::value::Kwargs;
+use minijinja::{Environment, Error, ErrorKind, Value};
+use serde::Serialize;
+use serde_json::ser::{Formatter, PrettyFormatter, Serializer};
+
+/// Builds the environment with transformers' settings: `trim_blocks` and
+/// `lstrip_blocks` on, trailing newline of the template dropped, loop controls,
+/// Python string/dict methods, `raise_exception` and a Python-compatible `tojson`.
+pub(crate) fn python_like_environment() -> Environment<'static> {
+    let mut env = Environment::new();
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    env.set_keep_trailing_newline(false);
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", raise_exception);
+    env.add_filter("tojson", tojson);
+    env
+}
+
+/// Templates call this to reject conversations they cannot format (e.g. roles out
+/// of order); the message is the template author's explanation, so keep it intact.
+fn raise_exception(message: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// transformers' `tojson` is `json.dumps(value, ensure_ascii=False, indent=indent)`:
+/// `", "` and `": "` separators, non-ASCII kept, no HTML escaping. minijinja's
+/// built-in filter escapes `<`, `>` and `&`, which would change tool prompts.
+fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let written = match indent {
+        Some(width) => {
+            let spaces = vec![b' '; width];
+            value.serialize(&mut Serializer::with_formatter(
+                &mut out,
+                PrettyFormatter::with_indent(&spaces),
+            ))
+        }
+        None => value.serialize(&mut Serializer::with_formatter(&mut out, PythonCompact)),
+    };
+    written.map_err(|err| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson could not serialize the value: {err}"),
+        )
+    })?;
+    let text = String::from_utf8(out).map_err(|err| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("tojson produced invalid UTF-8: {err}"),
+        )
+    })?;
+    Ok(Value::from_safe_string(text))
+}
+
+/// Python's default single-line JSON layout.
+struct PythonCompact;
+
+impl Formatter for PythonCompact {
+    fn begin_array_value<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + io::Write>(&mut self, writer: &mut W) -> io::Result<()> {
+        writer.write_all(b": ")
+    }
+}

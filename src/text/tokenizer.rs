@@ -1,0 +1,84 @@
+//! The model's tokenizer, loaded from `tokenizer.json` with the Hugging Face
+//! `tokenizers` crate so ids match what the model was trained on byte for byte.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use tokenizers::Tokenizer;
+
+use super::error::{Result, TextError, preview, preview_ids};
+
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
+
+pub struct TextTokenizer {
+    inner: Tokenizer,
+    path: PathBuf,
+}
+
+/// Shows where the tokenizer came from rather than dumping its whole vocabulary.
+impl fmt::Debug for TextTokenizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TextTokenizer")
+            .field("path", &self.path)
+            .field("vocab_size", &self.vocab_size())
+            .finish()
+    }
+}
+
+impl TextTokenizer {
+    /// Loads `tokenizer.json` from a model folder.
+    pub fn load(dir: &Path) -> Result<Self> {
+        let path = dir.join(TOKENIZER_FILE);
+        // Read the bytes ourselves so a missing file reports as an I/O error naming
+        // the path, rather than as an opaque tokenizer error.
+        let bytes = std::fs::read(&path).map_err(|source| TextError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let inner = Tokenizer::from_bytes(&bytes).map_err(|source| TextError::TokenizerLoad {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(Self { inner, path })
+    }
+
+    /// Where the tokenizer was loaded from, for messages shown to the user.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Prompts are built by the chat template, which already writes the special
+    /// tokens, so callers normally pass `add_special_tokens = false`. Special tokens
+    /// spelled out in `text` (such as `<|im_start|>`) still map to their single ids,
+    /// exactly as transformers does.
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let encoding = self
+            .inner
+            .encode(text, add_special_tokens)
+            .map_err(|source| TextError::Encode {
+                text: preview(text),
+                source,
+            })?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|source| TextError::Decode {
+                ids: preview_ids(ids),
+                source,
+            })
+    }
+
+    /// The id of a token spelled exactly as in the vocabulary, e.g. `<|im_end|>`.
+    pub fn token_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+
+    /// Number of ids the tokenizer can produce, added tokens included, so it can be
+    /// checked against the model's embedding size.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+}
