@@ -1,0 +1,171 @@
+use std::time::{Duration, Instant};
+
+use burn::tensor::DType;
+use clap::Args;
+
+use super::model_source;
+use crate::backend::BackendKind;
+use crate::model::{Llama, Logits, ModelError, logits_to_vec};
+use crate::stats::memory;
+use crate::stats::summary::Summary;
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// A model folder (e.g. one written by `smolchat dev random-checkpoint`) or a hub id.
+    #[arg(long)]
+    model: String,
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    #[arg(long, default_value_t = 128)]
+    gen_tokens: usize,
+    #[arg(long, default_value_t = 5)]
+    runs: usize,
+    #[arg(long, value_enum, default_value_t)]
+    backend: BackendKind,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, serde::Serialize)]
+struct BenchReport {
+    model: String,
+    backend: BackendKind,
+    dtype: String,
+    threads: usize,
+    prompt_tokens: usize,
+    gen_tokens: usize,
+    runs: usize,
+    load_s: f64,
+    prefill_tok_s: Summary,
+    decode_tok_s: Summary,
+    decode_ms_per_token: Summary,
+    ttft_ms: Summary,
+    peak_rss_load_mb: Option<f64>,
+    peak_rss_generate_mb: Option<f64>,
+}
+
+/// One run: a fresh cache, a prompt prefilled in one pass, then greedy decoding of exactly
+/// `generated` tokens (no stop token ends a benchmark early).
+struct RunTimes {
+    prefill: Duration,
+    first_token: Duration,
+    decode: Duration,
+}
+
+fn run_once(model: &Llama, prompt: &[u32], generated: usize) -> Result<RunTimes, ModelError> {
+    let mut cache = model.new_cache();
+    let started = Instant::now();
+    let mut logits = logits_to_vec(model.forward(prompt, &mut cache, Logits::Last)?)?;
+    let prefill = started.elapsed();
+    let mut next = argmax(&logits);
+    let first_token = started.elapsed();
+    let decode_started = Instant::now();
+    for _ in 1..generated {
+        logits = logits_to_vec(model.forward(&[next], &mut cache, Logits::Last)?)?;
+        next = argmax(&logits);
+    }
+    Ok(RunTimes {
+        prefill,
+        first_token,
+        decode: decode_started.elapsed(),
+    })
+}
+
+fn argmax(logits: &[f32]) -> u32 {
+    logits
+        .iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
+            if v > best.1 { (i, v) } else { best }
+        })
+        .0 as u32
+}
+
+pub fn run(args: BenchArgs) -> Result<(), String> {
+    if args.runs == 0 || args.prompt_tokens == 0 || args.gen_tokens < 2 {
+        return Err(
+            "--runs and --prompt-tokens must be at least 1, --gen-tokens at least 2".into(),
+        );
+    }
+    let dir = model_source::resolve(&args.model)?;
+    let dtype = DType::F32;
+    memory::reset_peak();
+    let started = Instant::now();
+    let model = Llama::load(&dir, &args.backend.device(), dtype).map_err(|err| err.to_string())?;
+    let load_s = started.elapsed().as_secs_f64();
+    let peak_rss_load_mb = memory::peak_resident_bytes().map(memory::mib);
+    let config = model.config();
+    if args.prompt_tokens + args.gen_tokens > config.max_position_embeddings {
+        return Err(format!(
+            "--prompt-tokens + --gen-tokens = {} exceeds the model's context of {}",
+            args.prompt_tokens + args.gen_tokens,
+            config.max_position_embeddings
+        ));
+    }
+    let vocab = config.vocab_size as u32;
+    // Ordinary-looking ids spread over the vocabulary, the same on every run.
+    let prompt: Vec<u32> = (0..args.prompt_tokens as u32)
+        .map(|i| 100 + (i * 7919) % (vocab - 100))
+        .collect();
+
+    memory::reset_peak();
+    run_once(&model, &prompt, 2).map_err(|err| err.to_string())?;
+    let mut times = Vec::with_capacity(args.runs);
+    for _ in 0..args.runs {
+        times.push(run_once(&model, &prompt, args.gen_tokens).map_err(|err| err.to_string())?);
+    }
+    let peak_rss_generate_mb = memory::peak_resident_bytes().map(memory::mib);
+
+    let summary = |f: &dyn Fn(&RunTimes) -> f64| {
+        Summary::of(&times.iter().map(f).collect::<Vec<_>>()).ok_or("no runs measured")
+    };
+    let decoded = (args.gen_tokens - 1) as f64;
+    let report = BenchReport {
+        model: dir.display().to_string(),
+        backend: args.backend,
+        dtype: format!("{dtype:?}"),
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        prompt_tokens: args.prompt_tokens,
+        gen_tokens: args.gen_tokens,
+        runs: args.runs,
+        load_s,
+        prefill_tok_s: summary(&|t| args.prompt_tokens as f64 / t.prefill.as_secs_f64())?,
+        decode_tok_s: summary(&|t| decoded / t.decode.as_secs_f64())?,
+        decode_ms_per_token: summary(&|t| t.decode.as_secs_f64() * 1000.0 / decoded)?,
+        ttft_ms: summary(&|t| t.first_token.as_secs_f64() * 1000.0)?,
+        peak_rss_load_mb,
+        peak_rss_generate_mb,
+    };
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string(&report).map_err(|err| err.to_string())?
+        );
+    } else {
+        print_table(&report);
+    }
+    Ok(())
+}
+
+fn print_table(r: &BenchReport) {
+    let row = |name: &str, s: &Summary| {
+        println!(
+            "{name:<22} {:>10.1} {:>10.1} {:>10.1}",
+            s.median, s.min, s.max
+        )
+    };
+    println!(
+        "{} on {} ({}, {} threads): {} prompt + {} generated tokens, {} runs",
+        r.model, r.backend, r.dtype, r.threads, r.prompt_tokens, r.gen_tokens, r.runs
+    );
+    println!("{:<22} {:>10} {:>10} {:>10}", "", "median", "min", "max");
+    row("prefill tok/s", &r.prefill_tok_s);
+    row("decode tok/s", &r.decode_tok_s);
+    row("decode ms/token", &r.decode_ms_per_token);
+    row("time to first token ms", &r.ttft_ms);
+    println!("load time              {:>10.2} s", r.load_s);
+    let mb = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.0} MiB"));
+    println!("peak RSS loading       {:>10}", mb(r.peak_rss_load_mb));
+    println!("peak RSS generating    {:>10}", mb(r.peak_rss_generate_mb));
+}

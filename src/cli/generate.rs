@@ -1,0 +1,127 @@
+use std::io::Write;
+
+use clap::Args;
+
+use super::model_source;
+use super::sampling_args::SamplingArgs;
+use crate::backend::BackendKind;
+use crate::generation::{FinishReason, GenerationSession, LoadedModel, ModelOptions, Step};
+use crate::stats::memory;
+use crate::text::{ChatMessage, ContextWindow, OverflowPolicy};
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// A model folder, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct.
+    #[arg(long)]
+    model: String,
+    /// Feed the prompt as plain text, without the chat template.
+    #[arg(long)]
+    raw: bool,
+    #[arg(long)]
+    prompt: String,
+    /// A system prompt (chat mode only).
+    #[arg(long, conflicts_with = "raw")]
+    system: Option<String>,
+    #[arg(long, default_value_t = 256)]
+    max_tokens: usize,
+    #[command(flatten)]
+    sampling: SamplingArgs,
+    #[arg(long, value_enum, default_value_t)]
+    backend: BackendKind,
+    /// Print one JSON object with the text, token ids and speed figures instead of streaming.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(serde::Serialize)]
+struct JsonReport {
+    text: String,
+    token_ids: Vec<u32>,
+    prompt_tokens: usize,
+    finish_reason: FinishReason,
+    ttft_ms: f64,
+    prefill_tok_s: Option<f64>,
+    decode_tok_s: Option<f64>,
+    peak_rss_mb: Option<f64>,
+}
+
+pub fn run(args: GenerateArgs) -> Result<(), String> {
+    let params = args.sampling.params().map_err(|err| err.to_string())?;
+    let dir = model_source::resolve(&args.model)?;
+    let options = ModelOptions {
+        backend: args.backend,
+        ..ModelOptions::default()
+    };
+    let loaded = LoadedModel::load(&dir, options).map_err(|err| err.to_string())?;
+    let prompt = if args.raw {
+        loaded
+            .tokenizer
+            .encode(&args.prompt, false)
+            .map_err(|err| err.to_string())?
+    } else {
+        if loaded.template.is_fallback() {
+            eprintln!("note: {} has no chat template; using ChatML", dir.display());
+        }
+        let mut messages = Vec::new();
+        if let Some(system) = &args.system {
+            messages.push(ChatMessage::system(system.clone()));
+        }
+        messages.push(ChatMessage::user(args.prompt.clone()));
+        let window = ContextWindow {
+            limit: loaded.model.config().max_position_embeddings,
+            reserve_for_reply: 1,
+            policy: OverflowPolicy::Stop,
+        };
+        window
+            .fit(&messages, &loaded.template, &loaded.tokenizer)
+            .map_err(|err| err.to_string())?
+            .ids
+    };
+
+    let mut cache = loaded.model.new_cache();
+    let mut session =
+        GenerationSession::start(&loaded, &mut cache, &prompt, &params, args.max_tokens)
+            .map_err(|err| err.to_string())?;
+    let mut text = String::new();
+    let mut token_ids = Vec::new();
+    let mut stdout = std::io::stdout().lock();
+    let reason = loop {
+        let (piece, finished) = match session.step().map_err(|err| err.to_string())? {
+            Step::Token(token) => {
+                token_ids.push(token.id);
+                (token.text, None)
+            }
+            Step::Finished { reason, text } => (text, Some(reason)),
+        };
+        if !args.json {
+            write!(stdout, "{piece}")
+                .and_then(|()| stdout.flush())
+                .map_err(|err| err.to_string())?;
+        }
+        text.push_str(&piece);
+        if let Some(reason) = finished {
+            break reason;
+        }
+    };
+    let stats = session.stats().clone();
+    if args.json {
+        let report = JsonReport {
+            text,
+            token_ids,
+            prompt_tokens: stats.prompt_tokens,
+            finish_reason: reason,
+            ttft_ms: stats.time_to_first_token.as_secs_f64() * 1000.0,
+            prefill_tok_s: stats.prefill_tokens_per_second(),
+            decode_tok_s: stats.decode_tokens_per_second(),
+            peak_rss_mb: memory::peak_resident_bytes().map(memory::mib),
+        };
+        let json = serde_json::to_string(&report).map_err(|err| err.to_string())?;
+        writeln!(stdout, "{json}").map_err(|err| err.to_string())?;
+    } else {
+        writeln!(stdout).map_err(|err| err.to_string())?;
+        if reason == FinishReason::ContextFull {
+            eprintln!("note: the context window is full; the reply was cut there");
+        }
+    }
+    Ok(())
+}

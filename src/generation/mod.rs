@@ -1,0 +1,12 @@
+//! Turning a prompt into a stream of tokens: the one generation loop that the GUI worker, the
+//! command line and the benchmarks all run.
+
+mod error;
+mod loaded_model;
+mod session;
+mod stats;
+
+pub use error::GenerationError;
+pub use loaded_model::{LoadedModel, ModelOptions};
+pub use session::{FinishReason, GenerationSession, Step, TokenEvent};
+pub use stats::GenerationStats;

@@ -1,0 +1,190 @@
+use std::time::Instant;
+
+use super::error::GenerationError;
+use super::loaded_model::LoadedModel;
+use super::stats::GenerationStats;
+use crate::model::{KvCache, Logits, logits_to_vec};
+use crate::text::{Sampler, SamplingParams, StreamDecoder};
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// The model produced one of its end-of-reply tokens.
+    StopToken,
+    /// The requested number of new tokens was reached.
+    MaxTokens,
+    /// The context window is full; nothing more fits.
+    ContextFull,
+    /// The user pressed Stop.
+    Stopped,
+}
+
+/// One generated token, as the chat view and the token-probability view need it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenEvent {
+    pub id: u32,
+    /// New text this token completes; empty while a multi-byte character is still partial.
+    pub text: String,
+    /// Probability of this token under the model (temperature 1, before truncation).
+    pub probability: f32,
+    /// The most likely tokens at this position, with their text and probability.
+    pub alternatives: Vec<(u32, String, f32)>,
+}
+
+/// What one call to [`GenerationSession::step`] produced.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    Token(TokenEvent),
+    /// Generation is over; `text` is whatever the detokenizer still held back.
+    Finished {
+        reason: FinishReason,
+        text: String,
+    },
+}
+
+/// A generation in progress: the prompt is prefilled, then each [`step`](Self::step) samples
+/// one token and runs it through the model.
+///
+/// Nothing runs between steps, so a caller cancels by simply not calling `step` again (and
+/// reporting [`FinishReason::Stopped`]). The KV cache is borrowed, not owned: it outlives the
+/// session, so the next turn of a conversation prefills only its new tokens.
+pub struct GenerationSession<'a> {
+    loaded: &'a LoadedModel,
+    cache: &'a mut KvCache,
+    sampler: Sampler,
+    decoder: StreamDecoder<'a>,
+    /// Logits for the position after the last cached token.
+    logits: Vec<f32>,
+    max_new_tokens: usize,
+    stats: GenerationStats,
+    started: Instant,
+    first_token_at: Option<Instant>,
+    finished: Option<FinishReason>,
+}
+
+impl<'a> GenerationSession<'a> {
+    /// Prefills `prompt`, reusing the longest prefix already in `cache`.
+    pub fn start(
+        loaded: &'a LoadedModel,
+        cache: &'a mut KvCache,
+        prompt: &[u32],
+        params: &SamplingParams,
+        max_new_tokens: usize,
+    ) -> Result<Self, GenerationError> {
+        let started = Instant::now();
+        let limit = cache.max_len();
+        if prompt.is_empty() {
+            return Err(GenerationError::EmptyPrompt);
+        }
+        if prompt.len() >= limit {
+            return Err(GenerationError::PromptTooLong {
+                prompt: prompt.len(),
+                limit,
+            });
+        }
+        // At least the last prompt token is run again: its logits are the first prediction.
+        let reused = cache.common_prefix(prompt).min(prompt.len() - 1);
+        cache.truncate(reused);
+        let logits = loaded
+            .model
+            .forward(&prompt[reused..], cache, Logits::Last)?;
+        let logits = logits_to_vec(logits)?;
+        let prefill_time = started.elapsed();
+        let stats = GenerationStats {
+            prompt_tokens: prompt.len(),
+            reused_tokens: reused,
+            prefilled_tokens: prompt.len() - reused,
+            prefill_time,
+            context_used: cache.len(),
+            context_limit: limit,
+            kv_cache_bytes: cache.bytes(),
+            ..GenerationStats::default()
+        };
+        Ok(Self {
+            loaded,
+            sampler: Sampler::new(params.clone())?,
+            decoder: StreamDecoder::new(&loaded.tokenizer, true),
+            cache,
+            logits,
+            max_new_tokens,
+            stats,
+            started,
+            first_token_at: None,
+            finished: None,
+        })
+    }
+
+    pub fn stats(&self) -> &GenerationStats {
+        &self.stats
+    }
+
+    /// Samples the next token, feeds it to the model and returns it; or says why it is over.
+    pub fn step(&mut self) -> Result<Step, GenerationError> {
+        if let Some(reason) = self.finished {
+            return Ok(Step::Finished {
+                reason,
+                text: String::new(),
+            });
+        }
+        if self.stats.generated_tokens >= self.max_new_tokens {
+            return Ok(self.finish(FinishReason::MaxTokens));
+        }
+        if self.cache.len() >= self.cache.max_len() {
+            return Ok(self.finish(FinishReason::ContextFull));
+        }
+        let sampled = self.sampler.sample(&self.logits, self.cache.tokens())?;
+        let now = Instant::now();
+        match self.first_token_at {
+            None => {
+                self.first_token_at = Some(now);
+                self.stats.time_to_first_token = now - self.started;
+            }
+            Some(first) => self.stats.decode_time = now - first,
+        }
+        if self.loaded.stop_tokens.contains(sampled.id) {
+            return Ok(self.finish(FinishReason::StopToken));
+        }
+        self.stats.generated_tokens += 1;
+        let text = self.decoder.push(sampled.id)?.unwrap_or_default();
+        let alternatives = sampled
+            .alternatives
+            .iter()
+            .map(|&(id, probability)| {
+                let piece = self
+                    .loaded
+                    .tokenizer
+                    .decode(&[id], false)
+                    .unwrap_or_default();
+                (id, piece, probability)
+            })
+            .collect();
+        let event = TokenEvent {
+            id: sampled.id,
+            text,
+            probability: sampled.probability,
+            alternatives,
+        };
+        let logits = self
+            .loaded
+            .model
+            .forward(&[sampled.id], self.cache, Logits::Last)?;
+        self.logits = logits_to_vec(logits)?;
+        self.stats.context_used = self.cache.len();
+        self.stats.kv_cache_bytes = self.cache.bytes();
+        Ok(Step::Token(event))
+    }
+
+    /// Ends the generation early (Stop pressed), flushing held-back text.
+    pub fn stop(&mut self) -> Step {
+        self.finish(FinishReason::Stopped)
+    }
+
+    fn finish(&mut self, reason: FinishReason) -> Step {
+        self.finished = Some(reason);
+        // A partial character at the very end cannot be completed any more; what the decoder
+        // would make of it is at worst a replacement character, never an error worth more.
+        let text = self.decoder.finish().ok().flatten().unwrap_or_default();
+        Step::Finished { reason, text }
+    }
+}
