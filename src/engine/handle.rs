@@ -1,0 +1,96 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use crossbeam_channel::{Receiver, Sender, unbounded};
+
+use super::protocol::{Command, Event, GenerateRequest, ModelSpec, RequestId};
+use super::worker::Worker;
+use crate::generation::ModelOptions;
+use crate::text::{ChatMessage, OverflowPolicy, SamplingParams};
+
+/// The caller's side of the engine: commands in, events out, and the Stop flag.
+///
+/// Dropping the handle stops any generation, shuts the thread down and joins it.
+pub struct EngineHandle {
+    commands: Sender<Command>,
+    events: Receiver<Event>,
+    stop: Arc<AtomicBool>,
+    next_request: RequestId,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EngineHandle {
+    /// Starts the inference thread. `notify` runs after every event, on the engine thread;
+    /// the GUI passes `egui::Context::request_repaint` so it redraws only when there is news.
+    pub fn spawn(notify: impl Fn() + Send + 'static) -> std::io::Result<Self> {
+        let (command_tx, command_rx) = unbounded();
+        let (event_tx, event_rx) = unbounded();
+        let stop = Arc::new(AtomicBool::new(false));
+        let worker = Worker::new(command_rx, event_tx, Box::new(notify), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("smolchat-inference".into())
+            .spawn(move || worker.run())?;
+        Ok(Self {
+            commands: command_tx,
+            events: event_rx,
+            stop,
+            next_request: 1,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn events(&self) -> &Receiver<Event> {
+        &self.events
+    }
+
+    /// Sends a command; false when the engine thread is gone.
+    pub fn send(&self, command: Command) -> bool {
+        self.commands.send(command).is_ok()
+    }
+
+    pub fn load_model(&self, spec: ModelSpec, options: ModelOptions) -> bool {
+        self.send(Command::LoadModel { spec, options })
+    }
+
+    /// Starts a generation for `messages`, ending with the user's turn. Returns its id.
+    pub fn generate(
+        &mut self,
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_new_tokens: usize,
+        overflow: OverflowPolicy,
+    ) -> RequestId {
+        let id = self.next_request;
+        self.next_request += 1;
+        self.stop.store(false, Ordering::SeqCst);
+        self.send(Command::Generate(GenerateRequest {
+            id,
+            messages,
+            sampling,
+            max_new_tokens,
+            overflow,
+        }));
+        id
+    }
+
+    /// Stops the running generation (or download) before its next token: a flag, not a
+    /// queued command, so it never waits behind the work it is meant to stop.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+
+    pub fn reset_conversation(&self) -> bool {
+        self.send(Command::ResetConversation)
+    }
+}
+
+impl Drop for EngineHandle {
+    fn drop(&mut self) {
+        self.stop();
+        self.send(Command::Shutdown);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! The inference engine: one background thread that owns the model and its KV cache, driven
+//! over channels so that the GUI thread never waits on the model.
+
+mod handle;
+mod protocol;
+mod worker;
+
+pub use handle::EngineHandle;
+pub use protocol::{Command, Event, GenerateRequest, LiveStats, ModelInfo, ModelSpec, RequestId};
