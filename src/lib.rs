@@ -7,4 +7,6 @@ pub mod generation;
 pub mod hub;
 pub mod model;
 pub mod stats;
+pub mod store;
 pub mod text;
+pub mod ui;

@@ -1,6 +1,7 @@
 //! The command line: the same engine as the app, scriptable and measurable.
 
 mod bench;
+mod desktop;
 mod dev;
 mod download;
 mod generate;
@@ -30,6 +31,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Download a model from the Hugging Face hub into the shared cache.
     Download(download::DownloadArgs),
+    /// Add smolchat to the desktop's application menu (XDG .desktop file and icon).
+    InstallDesktopEntry(desktop::InstallArgs),
     /// Developer tools (random checkpoints for benchmarks and tests).
     #[command(subcommand, hide = true)]
     Dev(dev::DevCommand),
@@ -41,11 +44,13 @@ pub fn main() -> ExitCode {
         Some(Command::Generate(args)) => generate::run(args),
         Some(Command::Bench(args)) => bench::run(args),
         Some(Command::Download(args)) => download::run(args),
+        Some(Command::InstallDesktopEntry(args)) => desktop::run(args),
         Some(Command::Dev(command)) => dev::run(command),
-        None => {
-            use clap::CommandFactory;
-            Cli::command().print_help().map_err(|err| err.to_string())
-        }
+        None => crate::store::Paths::from_env()
+            .ok_or_else(|| {
+                "cannot find a home folder for settings and conversations; set SMOLCHAT_DATA_DIR and SMOLCHAT_CONFIG_DIR".to_string()
+            })
+            .and_then(crate::ui::run),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

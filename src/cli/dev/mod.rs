@@ -2,6 +2,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 
+mod chat;
+
 use crate::model::LlamaConfig;
 use crate::model::random_checkpoint::{StorageDtype, write_random_weights};
 
@@ -30,6 +32,9 @@ pub enum DevCommand {
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
+    /// Send one message through the app's own state, engine and store, saving the streaming
+    /// reply as the window does (used to test that a kill -9 never corrupts a conversation).
+    Chat(chat::ChatArgs),
 }
 
 pub fn run(command: DevCommand) -> Result<(), String> {
@@ -40,6 +45,7 @@ pub fn run(command: DevCommand) -> Result<(), String> {
             dtype,
             seed,
         } => random_checkpoint(&config, &out, dtype, seed),
+        DevCommand::Chat(args) => chat::run(args),
     }
 }
 

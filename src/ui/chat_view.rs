@@ -1,0 +1,179 @@
+//! The conversation: messages as Markdown, the streaming reply growing at the bottom, and
+//! per-message actions (copy, regenerate, edit and resend).
+
+use egui::{Color32, RichText, ScrollArea};
+use egui_commonmark::CommonMarkViewer;
+
+use super::commands::UiCommand;
+use super::state::AppState;
+use super::token_view;
+use super::view_state::ViewState;
+use crate::generation::FinishReason;
+use crate::store::{GenerationRecord, MessageStats};
+use crate::text::Role;
+
+enum Action {
+    EditAndResend(usize, String),
+}
+
+pub fn show(
+    ui: &mut egui::Ui,
+    state: &mut AppState,
+    view: &mut ViewState,
+    commands: &mut Vec<UiCommand>,
+) {
+    let streaming = state.streaming_message();
+    let generating = state.is_generating();
+    let show_tokens = state.settings.show_token_probabilities;
+    let conversation = &state.conversations[state.current];
+    let last = conversation.messages.len().saturating_sub(1);
+    let mut action = None;
+    if conversation.messages.is_empty() {
+        ui.centered_and_justified(|ui| {
+            ui.label(RichText::new("Say hello to start the conversation.").weak());
+        });
+        return;
+    }
+    ScrollArea::vertical()
+        .id_salt("chat")
+        .stick_to_bottom(true)
+        .auto_shrink([false, false])
+        .show(ui, |ui| {
+            for (index, message) in conversation.messages.iter().enumerate() {
+                let is_streaming = streaming == Some(index);
+                message_frame(ui, message.role).show(ui, |ui| {
+                    ui.set_width(ui.available_width());
+                    ui.label(RichText::new(role_name(message.role)).strong());
+                    if let Some((editing, draft)) = &mut view.editing
+                        && *editing == index
+                    {
+                        let label = ui.label("Edit message");
+                        ui.add(egui::TextEdit::multiline(draft).desired_width(f32::INFINITY))
+                            .labelled_by(label.id);
+                        ui.horizontal(|ui| {
+                            if ui.button("Resend").clicked() {
+                                action = Some(Action::EditAndResend(index, draft.clone()));
+                            }
+                            if ui.button("Cancel").clicked() {
+                                view.editing = None;
+                            }
+                        });
+                        return;
+                    }
+                    let tokens = message.generation.as_ref().map(|g| g.tokens.as_slice());
+                    match tokens {
+                        Some(tokens) if show_tokens && !tokens.is_empty() => {
+                            token_view::show(ui, tokens)
+                        }
+                        _ if message.role == Role::Assistant => {
+                            CommonMarkViewer::new().show(ui, &mut view.markdown, &message.content);
+                        }
+                        _ => {
+                            ui.label(&message.content);
+                        }
+                    }
+                    if is_streaming {
+                        ui.horizontal(|ui| {
+                            ui.spinner();
+                            ui.label(RichText::new("writing\u{2026}").weak());
+                        });
+                        return;
+                    }
+                    ui.horizontal(|ui| {
+                        if ui
+                            .small_button("Copy")
+                            .on_hover_text("Copy this message")
+                            .clicked()
+                        {
+                            ui.ctx().copy_text(message.content.clone());
+                        }
+                        if message.role == Role::User
+                            && !generating
+                            && ui
+                                .small_button("Edit")
+                                .on_hover_text("Edit this message and send it again")
+                                .clicked()
+                        {
+                            view.editing = Some((index, message.content.clone()));
+                        }
+                        if message.role == Role::Assistant
+                            && index == last
+                            && !generating
+                            && ui
+                                .small_button("Regenerate")
+                                .on_hover_text(UiCommand::RegenerateLast.description(ui.ctx()))
+                                .clicked()
+                        {
+                            commands.push(UiCommand::RegenerateLast);
+                        }
+                        if let Some(record) = &message.generation {
+                            generation_summary(ui, record);
+                        }
+                    });
+                });
+                ui.add_space(4.0);
+            }
+        });
+    if let Some(Action::EditAndResend(index, text)) = action
+        && state.edit_and_resend(index, &text)
+    {
+        view.editing = None;
+    }
+}
+
+fn message_frame(ui: &egui::Ui, role: Role) -> egui::Frame {
+    let visuals = ui.visuals();
+    let fill = match role {
+        Role::User => visuals.faint_bg_color,
+        _ => Color32::TRANSPARENT,
+    };
+    egui::Frame::group(ui.style()).fill(fill).corner_radius(6.0)
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::System => "System",
+        Role::User => "You",
+        Role::Assistant => "Assistant",
+    }
+}
+
+/// The reply's own figures, kept after the status bar moves on.
+fn generation_summary(ui: &mut egui::Ui, record: &GenerationRecord) {
+    let reason = match record.finish_reason {
+        Some(FinishReason::StopToken) => "complete",
+        Some(FinishReason::MaxTokens) => "max tokens reached",
+        Some(FinishReason::ContextFull) => "context full",
+        Some(FinishReason::Stopped) => "stopped",
+        None => "interrupted",
+    };
+    let mut text = format!("{reason} \u{b7} seed {}", record.sampling.seed);
+    if let Some(stats) = &record.stats {
+        text.push_str(" \u{b7} ");
+        text.push_str(&stats_line(stats));
+    }
+    ui.label(RichText::new(text).small().weak())
+        .on_hover_text(format!(
+            "{} on {}; temperature {}, top-p {}, top-k {}, min-p {}, repetition penalty {}",
+            record.model,
+            record.backend,
+            record.sampling.temperature,
+            record.sampling.top_p,
+            record.sampling.top_k,
+            record.sampling.min_p,
+            record.sampling.repetition_penalty
+        ));
+}
+
+pub fn stats_line(stats: &MessageStats) -> String {
+    let rate = |value: Option<f64>| value.map_or("\u{2013}".to_string(), |v| format!("{v:.1}"));
+    format!(
+        "TTFT {:.0} ms \u{b7} prefill {} tok/s \u{b7} decode {} tok/s \u{b7} {} tokens \u{b7} context {}/{}",
+        stats.time_to_first_token_ms,
+        rate(stats.prefill_tokens_per_second),
+        rate(stats.decode_tokens_per_second),
+        stats.generated_tokens,
+        stats.context_used,
+        stats.context_limit
+    )
+}

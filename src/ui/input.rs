@@ -1,0 +1,52 @@
+//! The message box: Enter sends, Shift+Enter starts a new line; Send turns into Stop while a
+//! reply is being written.
+
+use egui::{Key, Modifiers};
+
+use super::commands::UiCommand;
+use super::labels;
+use super::state::AppState;
+use super::view_state::ViewState;
+
+pub fn show(
+    ui: &mut egui::Ui,
+    state: &mut AppState,
+    view: &mut ViewState,
+    commands: &mut Vec<UiCommand>,
+) {
+    let id = egui::Id::new("message_input");
+    // Enter must be taken before the text box sees it, or it would insert a newline.
+    let had_focus = ui.memory(|memory| memory.has_focus(id));
+    let enter_pressed =
+        had_focus && ui.input_mut(|input| input.consume_key(Modifiers::NONE, Key::Enter));
+    ui.horizontal(|ui| {
+        let label = ui.label(labels::MESSAGE_INPUT);
+        let button_width = 80.0;
+        let edit = egui::TextEdit::multiline(&mut view.input)
+            .id(id)
+            .hint_text("Type a message; Enter sends, Shift+Enter adds a line")
+            .desired_rows(2)
+            .desired_width(ui.available_width() - button_width);
+        let response = ui.add(edit).labelled_by(label.id);
+        if view.focus_input {
+            response.request_focus();
+            view.focus_input = false;
+        }
+        if state.is_generating() {
+            let stop = ui
+                .button(labels::STOP)
+                .on_hover_text(UiCommand::StopGeneration.description(ui.ctx()));
+            if stop.clicked() {
+                commands.push(UiCommand::StopGeneration);
+            }
+        } else {
+            let send = ui
+                .add_enabled(state.model_ready(), egui::Button::new(labels::SEND))
+                .on_hover_text("Send (Enter)");
+            if (send.clicked() || enter_pressed) && state.send(&view.input) {
+                view.input.clear();
+                view.focus_input = true;
+            }
+        }
+    });
+}

@@ -1,0 +1,32 @@
+//! The desktop window: state and actions in [`state`], one module per part of the screen.
+
+mod app;
+mod chat_view;
+pub mod commands;
+mod conversation_list;
+mod first_run;
+mod input;
+mod settings_panel;
+pub mod state;
+mod stats_plot;
+mod status_bar;
+mod token_view;
+mod view_state;
+
+pub use app::{SmolchatApp, run};
+pub use commands::UiCommand;
+pub use state::{AppState, ModelStatus};
+
+/// Accessible names for widgets that tests and screen readers look up.
+pub mod labels {
+    pub const MESSAGE_INPUT: &str = "Message";
+    pub const SEND: &str = "Send";
+    pub const STOP: &str = "Stop";
+    pub const TEMPERATURE: &str = "Temperature";
+    pub const TOP_P: &str = "Top-p";
+    pub const MAX_NEW_TOKENS: &str = "Max new tokens";
+    pub const DOWNLOAD_DEFAULT: &str = "Download SmolLM2-135M-Instruct";
+    pub const MODEL_FOLDER: &str = "Model folder";
+    pub const USE_FOLDER: &str = "Use this folder";
+    pub const NO_MODEL_HEADING: &str = "No model yet";
+}

@@ -1,0 +1,150 @@
+//! Sampling, context and model choices. Every change is saved at once and used by the next
+//! reply; changing the backend or the model folder reloads the model.
+
+use super::first_run::use_folder;
+use super::labels;
+use super::state::AppState;
+use super::stats_plot;
+use super::view_state::ViewState;
+use crate::backend::BackendKind;
+use crate::store::SeedMode;
+use crate::text::OverflowPolicy;
+
+/// The backends offered, with what a user needs to know to choose; a new backend is one
+/// more line here.
+const BACKENDS: [(BackendKind, &str); 2] = [
+    (BackendKind::Flex, "CPU (flex, fastest)"),
+    (BackendKind::Ndarray, "CPU (ndarray)"),
+];
+
+pub fn show(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) {
+    egui::ScrollArea::vertical()
+        .id_salt("settings")
+        .show(ui, |ui| {
+            ui.heading("Settings");
+            let mut changed = sampling(ui, state);
+            changed |= context_and_prompt(ui, state);
+            if model(ui, state, view) {
+                changed = true;
+            }
+            if changed {
+                state.save_settings();
+            }
+            ui.separator();
+            stats_plot::show(ui, state);
+        });
+}
+
+fn sampling(ui: &mut egui::Ui, state: &mut AppState) -> bool {
+    let s = &mut state.settings;
+    let mut changed = false;
+    ui.label("Sampling");
+    changed |= ui
+        .add(egui::Slider::new(&mut s.sampling.temperature, 0.0..=2.0).text(labels::TEMPERATURE))
+        .on_hover_text("0 always picks the likeliest token; higher is more varied")
+        .changed();
+    changed |= ui
+        .add(egui::Slider::new(&mut s.sampling.top_p, 0.01..=1.0).text(labels::TOP_P))
+        .on_hover_text("Keep the likeliest tokens holding this much probability; 1 = off")
+        .changed();
+    changed |= ui
+        .add(egui::Slider::new(&mut s.sampling.top_k, 0..=200).text("Top-k"))
+        .on_hover_text("Keep only this many likeliest tokens; 0 = off")
+        .changed();
+    changed |= ui
+        .add(egui::Slider::new(&mut s.sampling.min_p, 0.0..=0.5).text("Min-p"))
+        .on_hover_text("Drop tokens less likely than this times the likeliest; 0 = off")
+        .changed();
+    changed |= ui
+        .add(
+            egui::Slider::new(&mut s.sampling.repetition_penalty, 0.5..=2.0)
+                .text("Repetition penalty"),
+        )
+        .on_hover_text("Discourage repeating tokens; 1 = off")
+        .changed();
+    ui.horizontal(|ui| {
+        changed |= ui
+            .radio_value(&mut s.seed_mode, SeedMode::Random, "Random seed")
+            .changed();
+        changed |= ui
+            .radio_value(&mut s.seed_mode, SeedMode::Fixed, "Fixed seed")
+            .changed();
+    });
+    if s.seed_mode == SeedMode::Fixed {
+        ui.horizontal(|ui| {
+            let label = ui.label("Seed");
+            changed |= ui
+                .add(egui::DragValue::new(&mut s.sampling.seed))
+                .labelled_by(label.id)
+                .changed();
+        });
+    }
+    changed
+}
+
+fn context_and_prompt(ui: &mut egui::Ui, state: &mut AppState) -> bool {
+    let s = &mut state.settings;
+    let mut changed = false;
+    ui.separator();
+    changed |= ui
+        .add(
+            egui::Slider::new(&mut s.max_new_tokens, 1..=2048)
+                .logarithmic(true)
+                .text(labels::MAX_NEW_TOKENS),
+        )
+        .changed();
+    egui::ComboBox::from_label("When the context is full")
+        .selected_text(overflow_name(s.overflow))
+        .show_ui(ui, |ui| {
+            for policy in [OverflowPolicy::DropOldestTurns, OverflowPolicy::Stop] {
+                changed |= ui
+                    .selectable_value(&mut s.overflow, policy, overflow_name(policy))
+                    .changed();
+            }
+        });
+    let label = ui.label("System prompt");
+    changed |= ui
+        .add(
+            egui::TextEdit::multiline(&mut s.system_prompt)
+                .hint_text("e.g. You are a concise assistant.")
+                .desired_rows(3),
+        )
+        .labelled_by(label.id)
+        .changed();
+    changed
+}
+
+fn overflow_name(policy: OverflowPolicy) -> &'static str {
+    match policy {
+        OverflowPolicy::DropOldestTurns => "Leave out the oldest turns",
+        OverflowPolicy::Stop => "Stop and say so",
+    }
+}
+
+fn model(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) -> bool {
+    ui.separator();
+    ui.label("Model");
+    let before = state.settings.backend;
+    let selected = BACKENDS
+        .iter()
+        .find(|(kind, _)| *kind == before)
+        .map_or("?", |(_, name)| *name);
+    egui::ComboBox::from_label("Backend")
+        .selected_text(selected)
+        .show_ui(ui, |ui| {
+            for (kind, name) in BACKENDS {
+                ui.selectable_value(&mut state.settings.backend, kind, name);
+            }
+        });
+    let backend_changed = state.settings.backend != before;
+    if backend_changed {
+        state.reload_model();
+    }
+    let label = ui.label("Current model folder");
+    ui.add(egui::TextEdit::singleline(&mut view.model_path).desired_width(f32::INFINITY))
+        .labelled_by(label.id);
+    if ui.button("Load folder").clicked() {
+        use_folder(state, &view.model_path);
+    }
+    backend_changed
+}

@@ -1,0 +1,53 @@
+//! One line at the bottom: model and backend, the live figures of the running (or last)
+//! reply, and passing notices.
+
+use egui::RichText;
+
+use super::state::{AppState, ModelStatus};
+use crate::store::MessageStats;
+
+pub fn show(ui: &mut egui::Ui, state: &mut AppState) {
+    ui.horizontal_wrapped(|ui| {
+        match &state.model {
+            ModelStatus::Ready(info) => {
+                ui.label(format!(
+                    "{} \u{b7} {}",
+                    info.description, info.options.backend
+                ))
+                .on_hover_text(info.dir.display().to_string());
+            }
+            ModelStatus::Loading(dir) => {
+                ui.spinner();
+                ui.label(format!("Loading {}\u{2026}", dir.display()));
+            }
+            ModelStatus::Downloading(_) => {
+                ui.label("Downloading the model\u{2026}");
+            }
+            ModelStatus::NotConfigured | ModelStatus::Failed(_) => {
+                ui.label("No model loaded");
+            }
+        }
+        if let Some(live) = &state.live {
+            ui.separator();
+            let stats = MessageStats::from_generation(&live.generation, live.resident_bytes);
+            ui.label(super::chat_view::stats_line(&stats));
+            if let Some(bytes) = live.resident_bytes {
+                ui.label(format!(
+                    "\u{b7} memory {:.0} MiB",
+                    bytes as f64 / (1024.0 * 1024.0)
+                ));
+            }
+        }
+        if let Some(notice) = &state.notice {
+            ui.separator();
+            ui.label(RichText::new(notice).italics());
+            if ui
+                .small_button("OK")
+                .on_hover_text("Dismiss this notice")
+                .clicked()
+            {
+                state.notice = None;
+            }
+        }
+    });
+}

@@ -1,0 +1,18 @@
+//! What only the window cares about (text being typed, which message is being edited), kept
+//! apart from [`super::state::AppState`] so that the logic stays drawable-free.
+
+use egui_commonmark::CommonMarkCache;
+
+#[derive(Default)]
+pub struct ViewState {
+    pub input: String,
+    /// Set by the focus command; the input box takes focus on the next frame.
+    pub focus_input: bool,
+    /// Index and draft text of the user message being edited.
+    pub editing: Option<(usize, String)>,
+    /// Index and draft title of the conversation being renamed.
+    pub renaming: Option<(usize, String)>,
+    /// The first-run screen's and the settings panel's model folder field.
+    pub model_path: String,
+    pub markdown: CommonMarkCache,
+}
