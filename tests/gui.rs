@@ -1,0 +1,191 @@
+//! The window driven through its accessible widgets, with the real engine and the tiny
+//! random-weight checkpoint (gibberish replies, real tokens).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use eframe::egui::{Key, accesskit::Role as A11y};
+use egui_kittest::Harness;
+use egui_kittest::kittest::Queryable;
+use smolchat::generation::FinishReason;
+use smolchat::store::{Paths, Settings};
+use smolchat::text::Role;
+use smolchat::ui::{AppState, SmolchatApp, labels};
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-smollm")
+}
+
+fn configure(paths: &Paths, max_new_tokens: usize) {
+    let settings = Settings {
+        model_folder: Some(fixture()),
+        max_new_tokens,
+        ..Settings::default()
+    };
+    settings.save(&paths.settings_file()).unwrap();
+}
+
+fn harness(paths: &Paths) -> Harness<'static, SmolchatApp> {
+    let app = SmolchatApp::new(AppState::new(paths.clone(), || {}).unwrap());
+    Harness::builder()
+        .with_size([1100.0, 720.0])
+        .build_ui_state(|ui, app: &mut SmolchatApp| app.show(ui), app)
+}
+
+/// Steps the UI until `done` holds, failing after 30 s.
+fn wait_until(
+    harness: &mut Harness<'_, SmolchatApp>,
+    what: &str,
+    done: impl Fn(&SmolchatApp) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        harness.step();
+        if done(harness.state()) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn send(harness: &mut Harness<'_, SmolchatApp>, text: &str) {
+    wait_until(harness, "the model", |app| app.state.model_ready());
+    harness
+        .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
+        .focus();
+    harness.step();
+    harness
+        .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
+        .type_text(text);
+    harness.step();
+    harness.key_press(Key::Enter);
+    harness.step();
+}
+
+fn last_reply(app: &SmolchatApp) -> &smolchat::store::StoredMessage {
+    let message = app.state.current().messages.last().unwrap();
+    assert_eq!(message.role, Role::Assistant);
+    message
+}
+
+#[test]
+fn enter_sends_and_the_reply_streams_in_with_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths::under(dir.path());
+    configure(&paths, 24);
+    let mut harness = harness(&paths);
+    send(&mut harness, "Hello there");
+    assert!(harness.state().state.is_generating());
+    assert_eq!(harness.state().view.input, "", "the input box is cleared");
+    wait_until(&mut harness, "the reply", |app| !app.state.is_generating());
+    let app = harness.state();
+    assert_eq!(app.state.current().messages[0].content, "Hello there");
+    let reply = last_reply(app);
+    let record = reply.generation.as_ref().unwrap();
+    assert!(!reply.content.is_empty());
+    assert_eq!(record.finish_reason, Some(FinishReason::MaxTokens));
+    assert_eq!(record.tokens.len(), 24);
+    let stats = record.stats.as_ref().unwrap();
+    assert_eq!(stats.generated_tokens, 24);
+    assert!(stats.decode_tokens_per_second.is_some());
+    harness.step();
+    assert!(harness.query_all_by_label_contains("TTFT").count() > 0);
+}
+
+#[test]
+fn stop_ends_the_reply_and_no_more_tokens_arrive() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths::under(dir.path());
+    configure(&paths, 2000);
+    let mut harness = harness(&paths);
+    send(&mut harness, "Tell me a long story");
+    wait_until(&mut harness, "the first tokens", |app| {
+        !last_reply(app).content.is_empty()
+    });
+    harness.get_by_label(labels::STOP).click();
+    wait_until(&mut harness, "the stop", |app| !app.state.is_generating());
+    let tokens = last_reply(harness.state())
+        .generation
+        .as_ref()
+        .unwrap()
+        .tokens
+        .len();
+    let record = last_reply(harness.state()).generation.clone().unwrap();
+    assert_eq!(record.finish_reason, Some(FinishReason::Stopped));
+    assert!(tokens < 2000);
+    for _ in 0..10 {
+        harness.step();
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let after = &last_reply(harness.state())
+        .generation
+        .as_ref()
+        .unwrap()
+        .tokens;
+    assert_eq!(after.len(), tokens);
+}
+
+#[test]
+fn sliders_change_what_the_next_reply_uses() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths::under(dir.path());
+    configure(&paths, 4);
+    let mut harness = harness(&paths);
+    harness
+        .get_by_role_and_label(A11y::Slider, labels::TEMPERATURE)
+        .set_value_accesskit(0.0);
+    harness.step();
+    harness
+        .get_by_role_and_label(A11y::Slider, labels::TOP_P)
+        .set_value_accesskit(0.5);
+    harness.step();
+    send(&mut harness, "Hi");
+    wait_until(&mut harness, "the reply", |app| !app.state.is_generating());
+    let record = last_reply(harness.state()).generation.clone().unwrap();
+    assert_eq!(record.sampling.temperature, 0.0);
+    assert_eq!(record.sampling.top_p, 0.5);
+    let saved = Settings::load(&paths.settings_file()).unwrap();
+    assert_eq!(saved.sampling.temperature, 0.0);
+    assert_eq!(saved.sampling.top_p, 0.5);
+}
+
+#[test]
+fn a_saved_conversation_reloads_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths::under(dir.path());
+    configure(&paths, 8);
+    let before = {
+        let mut harness = harness(&paths);
+        send(&mut harness, "Remember me");
+        wait_until(&mut harness, "the reply", |app| !app.state.is_generating());
+        harness.state().state.current().clone()
+    };
+    let mut harness = harness(&paths);
+    harness.step();
+    assert_eq!(harness.state().state.current(), &before);
+    // Both the conversation's title and the message itself.
+    assert_eq!(harness.query_all_by_label("Remember me").count(), 2);
+}
+
+#[test]
+fn without_a_model_the_first_run_screen_offers_download_and_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths::under(dir.path());
+    let mut harness = harness(&paths);
+    harness.step();
+    harness.get_by_label(labels::NO_MODEL_HEADING);
+    harness.get_by_label(labels::DOWNLOAD_DEFAULT);
+    harness
+        .get_by_role_and_label(A11y::TextInput, labels::MODEL_FOLDER)
+        .focus();
+    harness.step();
+    harness
+        .get_by_label(labels::MODEL_FOLDER)
+        .type_text(&fixture().display().to_string());
+    harness.step();
+    harness.get_by_label(labels::USE_FOLDER).click();
+    wait_until(&mut harness, "the model", |app| app.state.model_ready());
+    let saved = Settings::load(&paths.settings_file()).unwrap();
+    assert_eq!(saved.model_folder, Some(fixture()));
+}
