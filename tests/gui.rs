@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use eframe::egui::{Key, accesskit::Role as A11y};
+use egui::{Key, accesskit::Role as A11y};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use smolchat::generation::FinishReason;

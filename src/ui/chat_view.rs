@@ -14,6 +14,7 @@ use crate::text::Role;
 
 enum Action {
     EditAndResend(usize, String),
+    CancelEdit,
 }
 
 pub fn show(
@@ -55,7 +56,7 @@ pub fn show(
                                 action = Some(Action::EditAndResend(index, draft.clone()));
                             }
                             if ui.button("Cancel").clicked() {
-                                view.editing = None;
+                                action = Some(Action::CancelEdit);
                             }
                         });
                         return;
@@ -114,10 +115,14 @@ pub fn show(
                 ui.add_space(4.0);
             }
         });
-    if let Some(Action::EditAndResend(index, text)) = action
-        && state.edit_and_resend(index, &text)
-    {
-        view.editing = None;
+    match action {
+        Some(Action::EditAndResend(index, text)) => {
+            if state.edit_and_resend(index, &text) {
+                view.editing = None;
+            }
+        }
+        Some(Action::CancelEdit) => view.editing = None,
+        None => {}
     }
 }
 

@@ -1,4 +1,5 @@
-//! The conversation list: pick, start, rename and delete (with undo) conversations.
+//! The conversation list: pick, start, rename (double-click or right-click) and delete (with
+//! undo) conversations.
 
 use super::commands::UiCommand;
 use super::state::AppState;
@@ -35,11 +36,7 @@ pub fn show(
                     let response =
                         ui.add(egui::TextEdit::singleline(draft).hint_text("Conversation title"));
                     response.widget_info(|| {
-                        egui::WidgetInfo::labeled(
-                            egui::WidgetType::TextEdit,
-                            true,
-                            "Conversation title",
-                        )
+                        egui::WidgetInfo::labeled(egui::Role::TextInput, true, "Conversation title")
                     });
                     let done = response.lost_focus();
                     if !response.has_focus() && !done {
@@ -59,10 +56,15 @@ pub fn show(
                     if title.double_clicked() {
                         view.renaming = Some((index, conversation.title.clone()));
                     }
-                    if icon_button(ui, "\u{270f}", "Rename conversation").clicked() {
-                        view.renaming = Some((index, conversation.title.clone()));
-                    }
-                    if icon_button(ui, "\u{1f5d1}", "Delete conversation").clicked() {
+                    title.context_menu(|ui| {
+                        if ui.button("Rename").clicked() {
+                            view.renaming = Some((index, conversation.title.clone()));
+                        }
+                        if ui.button("Delete").clicked() {
+                            delete = Some(index);
+                        }
+                    });
+                    if icon_button(ui, "\u{d7}", "Delete conversation").clicked() {
                         delete = Some(index);
                     }
                 });
@@ -85,6 +87,6 @@ pub fn show(
 /// readers (the symbol alone says nothing to them).
 pub fn icon_button(ui: &mut egui::Ui, icon: &str, name: &str) -> egui::Response {
     let response = ui.small_button(icon);
-    response.widget_info(|| egui::WidgetInfo::labeled(egui::WidgetType::Button, true, name));
+    response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, name));
     response.on_hover_text(name)
 }

@@ -14,7 +14,7 @@ pub fn show(
     view: &mut ViewState,
     commands: &mut Vec<UiCommand>,
 ) {
-    let id = egui::Id::new("message_input");
+    let id = egui::Id::unique("message_input");
     // Enter must be taken before the text box sees it, or it would insert a newline.
     let had_focus = ui.memory(|memory| memory.has_focus(id));
     let enter_pressed =

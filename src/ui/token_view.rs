@@ -27,7 +27,7 @@ pub fn show(ui: &mut egui::Ui, tokens: &[StoredToken]) {
     ui.horizontal_wrapped(|ui| {
         ui.spacing_mut().item_spacing.x = 0.0;
         for token in tokens {
-            let shown = token.text.replace('\n', "\u{21b5}\n");
+            let shown = token.text.replace('\n', "\\n\n");
             let text = RichText::new(shown)
                 .monospace()
                 .background_color(probability_colour(token.probability, dark));
