@@ -78,9 +78,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("settings.json");
         assert_eq!(Settings::load(&path).unwrap(), Settings::default());
-        let mut settings = Settings::default();
-        settings.sampling.temperature = 0.2;
-        settings.model_folder = Some("/models/x".into());
+        let settings = Settings {
+            sampling: SamplingParams {
+                temperature: 0.2,
+                ..SamplingParams::default()
+            },
+            model_folder: Some("/models/x".into()),
+            ..Settings::default()
+        };
         settings.save(&path).unwrap();
         assert_eq!(Settings::load(&path).unwrap(), settings);
         std::fs::write(&path, r#"{"max_new_tokens": 7}"#).unwrap();

@@ -10,11 +10,9 @@ pub fn show(ui: &mut egui::Ui, state: &mut AppState) {
     ui.horizontal_wrapped(|ui| {
         match &state.model {
             ModelStatus::Ready(info) => {
-                ui.label(format!(
-                    "{} \u{b7} {}",
-                    info.description, info.options.backend
-                ))
-                .on_hover_text(info.dir.display().to_string());
+                // The description already names the backend and the precision.
+                ui.label(&info.description)
+                    .on_hover_text(info.dir.display().to_string());
             }
             ModelStatus::Loading(dir) => {
                 ui.spinner();
