@@ -213,7 +213,7 @@ impl ConversationStore {
                 }
             }
         }
-        conversations.sort_by(|a, b| b.created_unix_ms.cmp(&a.created_unix_ms));
+        conversations.sort_by_key(|c| std::cmp::Reverse(c.created_unix_ms));
         (conversations, problems)
     }
 

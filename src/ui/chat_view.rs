@@ -116,13 +116,11 @@ pub fn show(
             }
         });
     match action {
-        Some(Action::EditAndResend(index, text)) => {
-            if state.edit_and_resend(index, &text) {
-                view.editing = None;
-            }
+        Some(Action::EditAndResend(index, text)) if state.edit_and_resend(index, &text) => {
+            view.editing = None;
         }
         Some(Action::CancelEdit) => view.editing = None,
-        None => {}
+        _ => {}
     }
 }
 
