@@ -80,7 +80,7 @@ pub fn show(
                         });
                         return;
                     }
-                    ui.horizontal(|ui| {
+                    ui.horizontal_wrapped(|ui| {
                         if ui
                             .small_button("Copy")
                             .on_hover_text("Copy this message")
