@@ -159,10 +159,10 @@ fn stop_ends_generation_before_the_next_token() {
     // The notify hook runs on the engine thread right after each event is sent: pressing Stop
     // there after the third event of the generation pins exactly where Stop lands.
     let mut engine = EngineHandle::spawn(move || {
-        if notify_tokens.fetch_add(1, Ordering::SeqCst) == 2 {
-            if let Some(stopper) = notify_stopper.get() {
-                stopper.stop();
-            }
+        if notify_tokens.fetch_add(1, Ordering::SeqCst) == 2
+            && let Some(stopper) = notify_stopper.get()
+        {
+            stopper.stop();
         }
     })
     .expect("spawn");
