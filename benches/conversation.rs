@@ -74,8 +74,8 @@ fn main() {
     }
 
     let mut ttft_ms = vec![Vec::new(); TURNS];
-    let mut prompt_tokens = vec![0; TURNS];
-    let mut prefilled = vec![0; TURNS];
+    let mut prompt_tokens = [0; TURNS];
+    let mut prefilled = [0; TURNS];
     let mut turn5_without_reuse_ms = Vec::new();
     for _ in 0..CONVERSATIONS {
         engine.reset_conversation();
