@@ -6,20 +6,20 @@ use crate::text::{SamplingError, SamplingParams};
 #[derive(Debug, Args)]
 pub struct SamplingArgs {
     /// 0 = always the likeliest token (greedy).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     temperature: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     top_p: Option<f32>,
     /// 0 = off.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     top_k: Option<usize>,
     /// 0 = off.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     min_p: Option<f32>,
     /// 1 = off.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     repetition_penalty: Option<f32>,
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     seed: Option<u64>,
 }
 

@@ -9,6 +9,17 @@ use super::worker::Worker;
 use crate::generation::ModelOptions;
 use crate::text::{ChatMessage, OverflowPolicy, SamplingParams};
 
+/// Stops the running generation (or download) before its next token, from any thread: a
+/// flag, not a queued command, so it never waits behind the work it is meant to stop.
+#[derive(Debug, Clone)]
+pub struct Stopper(Arc<AtomicBool>);
+
+impl Stopper {
+    pub fn stop(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
 /// The caller's side of the engine: commands in, events out, and the Stop flag.
 ///
 /// Dropping the handle stops any generation, shuts the thread down and joins it.
@@ -74,10 +85,13 @@ impl EngineHandle {
         id
     }
 
-    /// Stops the running generation (or download) before its next token: a flag, not a
-    /// queued command, so it never waits behind the work it is meant to stop.
+    /// See [`Stopper`].
     pub fn stop(&self) {
-        self.stop.store(true, Ordering::SeqCst);
+        self.stopper().stop();
+    }
+
+    pub fn stopper(&self) -> Stopper {
+        Stopper(Arc::clone(&self.stop))
     }
 
     pub fn reset_conversation(&self) -> bool {

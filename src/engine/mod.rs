@@ -5,5 +5,5 @@ mod handle;
 mod protocol;
 mod worker;
 
-pub use handle::EngineHandle;
+pub use handle::{EngineHandle, Stopper};
 pub use protocol::{Command, Event, GenerateRequest, LiveStats, ModelInfo, ModelSpec, RequestId};

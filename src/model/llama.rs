@@ -8,7 +8,7 @@ use super::checkpoint::Checkpoint;
 use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
 use super::kv_cache::KvCache;
-use super::linear::Linear;
+use super::linear::{Linear, project};
 use super::mlp::Mlp;
 use super::rms_norm::RmsNorm;
 use super::rope::RotaryEmbedding;
@@ -222,7 +222,7 @@ impl Llama {
         let hidden = self.norm.forward(hidden);
         let logits = match &self.lm_head {
             Some(head) => head.forward(hidden),
-            None => hidden.matmul(self.embedding.val().transpose()),
+            None => project(self.embedding.val(), hidden),
         };
         Ok(logits.cast(DType::F32))
     }

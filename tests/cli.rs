@@ -1,0 +1,242 @@
+//! The command line tested as a process, the way scripts use it.
+
+mod common;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::{Golden, tiny_model_dir};
+
+fn smolchat(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_smolchat"))
+        .args(args)
+        .output()
+        .expect("the smolchat binary runs")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn json_stdout(output: &Output) -> serde_json::Value {
+    assert!(output.status.success(), "failed: {}", stderr(output));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "stdout is one JSON object ({err}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+#[test]
+fn raw_greedy_generation_prints_the_reference_ids() {
+    let golden = Golden::load();
+    let prompt = golden.json["prompt"].as_str().expect("prompt").to_string();
+    let model = tiny_model_dir();
+    let output = smolchat(&[
+        "generate",
+        "--model",
+        model.to_str().expect("utf-8 path"),
+        "--raw",
+        "--prompt",
+        &prompt,
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "24",
+        "--json",
+    ]);
+    let report = json_stdout(&output);
+    let ids: Vec<u32> = report["token_ids"]
+        .as_array()
+        .expect("token_ids")
+        .iter()
+        .map(|v| v.as_u64().expect("id") as u32)
+        .collect();
+    assert_eq!(ids, golden.ids("greedy_ids"));
+    assert_eq!(report["prompt_tokens"], golden.ids("prompt_ids").len());
+    assert_eq!(report["finish_reason"], "max_tokens");
+    for field in ["ttft_ms", "prefill_tok_s", "decode_tok_s", "peak_rss_mb"] {
+        assert!(
+            report[field].as_f64().is_some_and(|v| v > 0.0),
+            "{field}: {}",
+            report[field]
+        );
+    }
+    assert!(!report["text"].as_str().expect("text").is_empty());
+}
+
+#[test]
+fn chat_generation_streams_text_and_is_reproducible_with_a_seed() {
+    let model = tiny_model_dir();
+    let run = || {
+        smolchat(&[
+            "generate",
+            "--model",
+            model.to_str().expect("utf-8 path"),
+            "--prompt",
+            "Hello there",
+            "--system",
+            "Be brief.",
+            "--max-tokens",
+            "12",
+            "--temperature",
+            "0.9",
+            "--top-p",
+            "0.95",
+            "--top-k",
+            "50",
+            "--seed",
+            "42",
+        ])
+    };
+    let first = run();
+    assert!(first.status.success(), "{}", stderr(&first));
+    assert!(!first.stdout.is_empty());
+    assert_eq!(first.stdout, run().stdout, "same seed, same text");
+}
+
+#[test]
+fn invalid_sampling_values_are_named() {
+    let model = tiny_model_dir();
+    for (flag, value, name) in [
+        ("--temperature", "-1", "temperature"),
+        ("--top-p", "1.5", "top_p"),
+    ] {
+        let output = smolchat(&[
+            "generate",
+            "--model",
+            model.to_str().expect("utf-8 path"),
+            "--prompt",
+            "x",
+            flag,
+            value,
+        ]);
+        assert!(!output.status.success());
+        let message = stderr(&output);
+        assert!(
+            message.contains(name) && message.contains(value),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn missing_model_folder_is_a_clear_error() {
+    let output = smolchat(&["generate", "--model", "./no/such/folder", "--prompt", "x"]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("./no/such/folder") && message.contains("does not exist"),
+        "{message}"
+    );
+}
+
+#[test]
+fn hub_id_with_the_hub_unreachable_says_what_to_do() {
+    let cache = tempfile::tempdir().expect("temp dir");
+    let started = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_smolchat"))
+        .args([
+            "generate",
+            "--model",
+            "HuggingFaceTB/SmolLM2-135M-Instruct",
+            "--prompt",
+            "x",
+        ])
+        .env("HF_HUB_CACHE", cache.path())
+        .env("HF_ENDPOINT", "http://127.0.0.1:9")
+        .output()
+        .expect("runs");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("HuggingFaceTB/SmolLM2-135M-Instruct"),
+        "{message}"
+    );
+    assert!(message.contains("HF_ENDPOINT"), "{message}");
+}
+
+#[test]
+fn bench_reports_speed_memory_and_load_time_as_json() {
+    let model = tiny_model_dir();
+    let output = smolchat(&[
+        "bench",
+        "--model",
+        model.to_str().expect("utf-8 path"),
+        "--prompt-tokens",
+        "16",
+        "--gen-tokens",
+        "4",
+        "--runs",
+        "3",
+        "--json",
+    ]);
+    let report = json_stdout(&output);
+    assert_eq!(report["runs"], 3);
+    for field in [
+        "prefill_tok_s",
+        "decode_tok_s",
+        "decode_ms_per_token",
+        "ttft_ms",
+    ] {
+        let summary = &report[field];
+        let (min, median, max) = (
+            summary["min"].as_f64(),
+            summary["median"].as_f64(),
+            summary["max"].as_f64(),
+        );
+        assert!(
+            min.is_some_and(|v| v > 0.0) && min <= median && median <= max,
+            "{field}: {summary}"
+        );
+    }
+    assert!(report["load_s"].as_f64().is_some_and(|v| v > 0.0));
+    assert!(
+        report["peak_rss_generate_mb"]
+            .as_f64()
+            .is_some_and(|v| v > 0.0)
+    );
+}
+
+#[test]
+fn random_checkpoint_writes_a_loadable_model_folder() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let config = tiny_model_dir().join("config.json");
+    let output = smolchat(&[
+        "dev",
+        "random-checkpoint",
+        "--config",
+        config.to_str().expect("utf-8 path"),
+        "--out",
+        out.path().to_str().expect("utf-8 path"),
+        "--dtype",
+        "f16",
+    ]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    for file in [
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ] {
+        assert!(out.path().join(file).is_file(), "{file} missing");
+    }
+    let generated = smolchat(&[
+        "generate",
+        "--model",
+        out.path().to_str().expect("utf-8 path"),
+        "--prompt",
+        "hi",
+        "--max-tokens",
+        "3",
+        "--json",
+    ]);
+    let report = json_stdout(&generated);
+    assert!(
+        report["prompt_tokens"].as_u64().is_some_and(|n| n > 0),
+        "{report}"
+    );
+    assert!(report["token_ids"].is_array(), "{report}");
+}

@@ -1,0 +1,375 @@
+//! The inference thread driven through its channel protocol, against the tiny checkpoint.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::tiny_model_dir;
+use smolchat::engine::{Command, EngineHandle, Event, ModelSpec, RequestId, Stopper};
+use smolchat::generation::{FinishReason, GenerationStats, ModelOptions};
+use smolchat::text::{ChatMessage, ChatTemplate, OverflowPolicy, SamplingParams, TextTokenizer};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn greedy() -> SamplingParams {
+    SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    }
+}
+
+fn next_event(engine: &EngineHandle) -> Event {
+    engine
+        .events()
+        .recv_timeout(TIMEOUT)
+        .expect("the engine answers within the time-out")
+}
+
+fn load_tiny(engine: &EngineHandle) {
+    assert!(engine.load_model(ModelSpec::Folder(tiny_model_dir()), ModelOptions::default()));
+    loop {
+        match next_event(engine) {
+            Event::Loading { .. } => {}
+            Event::ModelReady(info) => {
+                assert_eq!(info.context_limit, 2048);
+                assert!(!info.fallback_template);
+                return;
+            }
+            other => panic!("unexpected event while loading: {other:?}"),
+        }
+    }
+}
+
+/// Everything one generation reported, in order.
+#[derive(Debug, Default)]
+struct Reply {
+    prompt_stats: Option<GenerationStats>,
+    token_ids: Vec<u32>,
+    text: String,
+    stats_events: usize,
+    finish: Option<(FinishReason, GenerationStats)>,
+    errors: Vec<String>,
+    busy: Vec<RequestId>,
+}
+
+fn collect(engine: &EngineHandle, request: RequestId) -> Reply {
+    let mut reply = Reply::default();
+    loop {
+        match next_event(engine) {
+            Event::PromptProcessed {
+                request: r, stats, ..
+            } if r == request => reply.prompt_stats = Some(stats),
+            Event::Token { request: r, token } if r == request => {
+                assert!(reply.finish.is_none(), "token after finish");
+                reply.token_ids.push(token.id);
+                reply.text.push_str(&token.text);
+                assert!(
+                    (0.0..=1.0).contains(&token.probability),
+                    "probability {}",
+                    token.probability
+                );
+                assert!(!token.alternatives.is_empty());
+            }
+            Event::Stats { request: r, stats } if r == request => {
+                reply.stats_events += 1;
+                assert!(stats.resident_bytes.is_some_and(|bytes| bytes > 0));
+                assert_eq!(stats.generation.generated_tokens, reply.token_ids.len());
+            }
+            Event::Finished {
+                request: r,
+                reason,
+                text,
+                stats,
+            } if r == request => {
+                reply.text.push_str(&text);
+                reply.finish = Some((reason, stats.generation));
+                return reply;
+            }
+            Event::Error { message, .. } => reply.errors.push(message),
+            Event::Busy { refused } => reply.busy.push(refused),
+            other => panic!("unexpected event: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn three_turn_conversation_reuses_the_cache() {
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    let tokenizer = TextTokenizer::load(&tiny_model_dir()).expect("tokenizer");
+    let template = ChatTemplate::from_dir(&tiny_model_dir()).expect("template");
+    let mut engine = engine;
+    let mut messages = vec![ChatMessage::system("You are terse.")];
+    let mut cached: Vec<u32> = Vec::new();
+    for turn in 0..3 {
+        messages.push(ChatMessage::user(format!("Question number {turn}?")));
+        let prompt = tokenizer
+            .encode(&template.render(&messages, true).expect("render"), false)
+            .expect("encode");
+        let request = engine.generate(
+            messages.clone(),
+            greedy(),
+            6,
+            OverflowPolicy::DropOldestTurns,
+        );
+        let reply = collect(&engine, request);
+        assert!(reply.errors.is_empty(), "{:?}", reply.errors);
+        let (reason, stats) = reply.finish.expect("finished");
+        assert_eq!(reason, FinishReason::MaxTokens);
+        assert_eq!(reply.token_ids.len(), 6);
+        assert_eq!(reply.stats_events, 6, "live stats after every token");
+        let prompt_stats = reply.prompt_stats.expect("prompt processed");
+        assert_eq!(prompt_stats.prompt_tokens, prompt.len());
+
+        // Only the tokens after what the cache already holds are run again.
+        let reusable = cached
+            .iter()
+            .zip(&prompt)
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert_eq!(prompt_stats.reused_tokens, reusable, "turn {turn}");
+        assert_eq!(
+            prompt_stats.prefilled_tokens,
+            prompt.len() - reusable,
+            "turn {turn}"
+        );
+        if turn > 0 {
+            assert!(
+                reusable > prompt.len() / 2,
+                "turn {turn} reused only {reusable} of {}",
+                prompt.len()
+            );
+        }
+        assert_eq!(stats.context_used, prompt.len() + 6);
+        assert!(stats.time_to_first_token > Duration::ZERO);
+        assert!(stats.decode_tokens_per_second().is_some());
+
+        cached = prompt.iter().chain(&reply.token_ids).copied().collect();
+        messages.push(ChatMessage::assistant(reply.text));
+    }
+}
+
+#[test]
+fn stop_ends_generation_before_the_next_token() {
+    let stopper: Arc<OnceLock<Stopper>> = Arc::new(OnceLock::new());
+    let tokens_seen = Arc::new(AtomicUsize::new(0));
+    let (notify_stopper, notify_tokens) = (Arc::clone(&stopper), Arc::clone(&tokens_seen));
+    // The notify hook runs on the engine thread right after each event is sent: pressing Stop
+    // there after the third event of the generation pins exactly where Stop lands.
+    let mut engine = EngineHandle::spawn(move || {
+        if notify_tokens.fetch_add(1, Ordering::SeqCst) == 2
+            && let Some(stopper) = notify_stopper.get()
+        {
+            stopper.stop();
+        }
+    })
+    .expect("spawn");
+    load_tiny(&engine);
+    tokens_seen.store(0, Ordering::SeqCst);
+    stopper.set(engine.stopper()).expect("set once");
+    let request = engine.generate(
+        vec![ChatMessage::user("Tell me a long story")],
+        greedy(),
+        1000,
+        OverflowPolicy::Stop,
+    );
+    let reply = collect(&engine, request);
+    let (reason, stats) = reply.finish.expect("finished");
+    assert_eq!(reason, FinishReason::Stopped);
+    // Events 1-3: PromptProcessed, Token, Stats. Stop was set after the first token's stats.
+    assert_eq!(reply.token_ids.len(), 1, "no token after Stop");
+    assert_eq!(stats.generated_tokens, 1);
+    assert!(
+        engine
+            .events()
+            .recv_timeout(Duration::from_millis(300))
+            .is_err(),
+        "nothing after Finished"
+    );
+}
+
+#[test]
+fn a_second_generate_while_one_runs_is_refused_not_queued() {
+    let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    let first = engine.generate(
+        vec![ChatMessage::user("one")],
+        greedy(),
+        40,
+        OverflowPolicy::Stop,
+    );
+    let second = engine.generate(
+        vec![ChatMessage::user("two")],
+        greedy(),
+        40,
+        OverflowPolicy::Stop,
+    );
+    let reply = collect(&engine, first);
+    assert_eq!(reply.busy, vec![second]);
+    assert_eq!(reply.token_ids.len(), 40, "the running generation went on");
+    assert!(
+        engine
+            .events()
+            .recv_timeout(Duration::from_millis(300))
+            .is_err(),
+        "the refused request never runs"
+    );
+}
+
+#[test]
+fn missing_model_folder_is_an_error_and_the_next_load_works() {
+    let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
+    let request = engine.generate(
+        vec![ChatMessage::user("hi")],
+        greedy(),
+        4,
+        OverflowPolicy::Stop,
+    );
+    match next_event(&engine) {
+        Event::Error {
+            request: Some(r),
+            message,
+        } => {
+            assert_eq!(r, request);
+            assert!(message.contains("no model is loaded"), "{message}");
+        }
+        other => panic!("expected an error, got {other:?}"),
+    }
+    let missing = tiny_model_dir().join("does-not-exist");
+    engine.load_model(ModelSpec::Folder(missing.clone()), ModelOptions::default());
+    loop {
+        match next_event(&engine) {
+            Event::Loading { .. } => {}
+            Event::Error { message, .. } => {
+                assert!(
+                    message.contains(&missing.display().to_string()),
+                    "{message}"
+                );
+                break;
+            }
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+    load_tiny(&engine);
+    let request = engine.generate(
+        vec![ChatMessage::user("hi")],
+        greedy(),
+        4,
+        OverflowPolicy::Stop,
+    );
+    assert_eq!(collect(&engine, request).token_ids.len(), 4);
+}
+
+#[test]
+fn a_panic_in_the_worker_is_reported_and_survived() {
+    let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    assert!(engine.send(Command::InjectPanic));
+    match next_event(&engine) {
+        Event::Error { message, .. } => assert!(message.contains("internal error"), "{message}"),
+        other => panic!("expected an error, got {other:?}"),
+    }
+    let request = engine.generate(
+        vec![ChatMessage::user("still there?")],
+        greedy(),
+        3,
+        OverflowPolicy::Stop,
+    );
+    let reply = collect(&engine, request);
+    assert!(reply.errors.is_empty());
+    assert_eq!(reply.token_ids.len(), 3);
+}
+
+#[test]
+fn dropping_the_handle_mid_generation_joins_promptly() {
+    let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    engine.generate(
+        vec![ChatMessage::user("go on forever")],
+        greedy(),
+        2000,
+        OverflowPolicy::Stop,
+    );
+    loop {
+        if let Event::Token { .. } = next_event(&engine) {
+            break;
+        }
+    }
+    let started = Instant::now();
+    drop(engine);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "drop took {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn an_overflowing_conversation_drops_old_turns_visibly_or_stops_with_a_message() {
+    let dir = common::tiny_model_copy();
+    let config_path = dir.path().join("config.json");
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&config_path).expect("read")).expect("json");
+    config["max_position_embeddings"] = 160.into();
+    std::fs::write(&config_path, config.to_string()).expect("write");
+
+    let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
+    engine.load_model(
+        ModelSpec::Folder(dir.path().to_path_buf()),
+        ModelOptions::default(),
+    );
+    while !matches!(next_event(&engine), Event::ModelReady(_)) {}
+
+    let mut messages = vec![ChatMessage::system("Keep this system prompt.")];
+    for turn in 0..6 {
+        messages.push(ChatMessage::user(format!(
+            "This is an earlier question, number {turn}, with some words."
+        )));
+        messages.push(ChatMessage::assistant(
+            "And this is an earlier answer with a few more words in it.",
+        ));
+    }
+    messages.push(ChatMessage::user("The newest question?"));
+
+    let request = engine.generate(
+        messages.clone(),
+        greedy(),
+        8,
+        OverflowPolicy::DropOldestTurns,
+    );
+    let mut dropped = None;
+    loop {
+        match next_event(&engine) {
+            Event::PromptProcessed {
+                dropped_messages,
+                stats,
+                ..
+            } => {
+                assert!(stats.prompt_tokens + 8 <= 160, "{stats:?}");
+                dropped = Some(dropped_messages);
+            }
+            Event::Finished { request: r, .. } if r == request => break,
+            Event::Error { message, .. } => panic!("{message}"),
+            _ => {}
+        }
+    }
+    let dropped = dropped.expect("prompt processed");
+    assert!(
+        dropped >= 2 && dropped % 2 == 0,
+        "whole turns dropped: {dropped}"
+    );
+
+    let request = engine.generate(messages, greedy(), 8, OverflowPolicy::Stop);
+    match next_event(&engine) {
+        Event::Error {
+            request: Some(r),
+            message,
+        } => {
+            assert_eq!(r, request);
+            assert!(message.contains("160"), "{message}");
+        }
+        other => panic!("expected a context-full error, got {other:?}"),
+    }
+}
