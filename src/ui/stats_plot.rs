@@ -1,6 +1,6 @@
 //! Decode speed and memory over the last minute, to see slowdowns as the context fills.
 
-use egui_plot::{Legend, Line, Plot, PlotPoints};
+use egui_plot::{Corner, Legend, Line, Plot, PlotPoints};
 
 use super::state::{AppState, HISTORY_WINDOW};
 
@@ -20,7 +20,8 @@ pub fn show(ui: &mut egui::Ui, state: &AppState) {
     };
     Plot::new("live_stats")
         .height(140.0)
-        .legend(Legend::default())
+        // Recent samples sit at the right edge, so the legend goes left where it hides nothing.
+        .legend(Legend::default().position(Corner::LeftTop))
         .include_x(-HISTORY_WINDOW.as_secs_f64())
         .include_x(0.0)
         .include_y(0.0)
