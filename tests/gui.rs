@@ -189,3 +189,72 @@ fn without_a_model_the_first_run_screen_offers_download_and_folder() {
     let saved = Settings::load(&paths.settings_file()).unwrap();
     assert_eq!(saved.model_folder, Some(fixture()));
 }
+
+#[test]
+fn regenerate_edit_and_resend_export_and_undo_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths::under(dir.path());
+    configure(&paths, 8);
+    let mut harness = harness(&paths);
+    send(&mut harness, "First question");
+    wait_until(&mut harness, "the first reply", |app| {
+        !app.state.is_generating()
+    });
+    let first_seed = last_reply(harness.state())
+        .generation
+        .as_ref()
+        .unwrap()
+        .sampling
+        .seed;
+
+    harness.get_by_label("Regenerate").click();
+    harness.step();
+    wait_until(&mut harness, "the regenerated reply", |app| {
+        !app.state.is_generating() && app.state.current().messages.len() == 2
+    });
+    let regenerated = last_reply(harness.state()).generation.as_ref().unwrap();
+    assert_eq!(regenerated.finish_reason, Some(FinishReason::MaxTokens));
+    assert_ne!(
+        regenerated.sampling.seed, first_seed,
+        "a random seed is drawn per reply"
+    );
+
+    harness.get_by_label("Edit").click();
+    harness.step();
+    harness.step();
+    let draft = harness.get_by_role_and_label(A11y::MultilineTextInput, "Edit message");
+    draft.focus();
+    draft.type_text(" (edited)");
+    harness.step();
+    harness.get_by_label("Resend").click();
+    harness.step();
+    wait_until(&mut harness, "the reply to the edit", |app| {
+        !app.state.is_generating() && app.state.current().messages.len() == 2
+    });
+    assert_eq!(
+        harness.state().state.current().messages[0].content,
+        "First question (edited)"
+    );
+    assert!(!last_reply(harness.state()).content.is_empty());
+
+    let markdown = harness.state_mut().state.export_current(true).unwrap();
+    let text = std::fs::read_to_string(&markdown).unwrap();
+    assert!(text.contains("First question (edited)"), "{text}");
+    let json = harness.state_mut().state.export_current(false).unwrap();
+    let exported: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(exported["messages"].as_array().map(Vec::len), Some(2));
+
+    let id = harness.state().state.current().id.clone();
+    let file = harness.state().state.conversation_path(&id);
+    let index = harness.state().state.current;
+    harness.state_mut().state.delete(index);
+    harness.step();
+    let listed = |app: &SmolchatApp| app.state.conversations.iter().any(|c| c.id == id);
+    assert!(!listed(harness.state()));
+    assert!(!file.exists(), "a delete removes the file");
+    harness.state_mut().state.undo_delete();
+    harness.step();
+    assert!(listed(harness.state()), "undo brings the conversation back");
+    assert!(file.is_file(), "undo saves it again");
+}
