@@ -94,6 +94,26 @@ fn collect(engine: &EngineHandle, request: RequestId) -> Reply {
     }
 }
 
+/// Starts a greedy generation of `max_new_tokens` for a single user message.
+fn ask(engine: &mut EngineHandle, text: &str, max_new_tokens: usize) -> RequestId {
+    engine.generate(
+        vec![ChatMessage::user(text)],
+        greedy(),
+        max_new_tokens,
+        OverflowPolicy::Stop,
+    )
+}
+
+fn assert_no_more_events(engine: &EngineHandle, why: &str) {
+    assert!(
+        engine
+            .events()
+            .recv_timeout(Duration::from_millis(300))
+            .is_err(),
+        "{why}"
+    );
+}
+
 #[test]
 fn three_turn_conversation_reuses_the_cache() {
     let engine = EngineHandle::spawn(|| {}).expect("spawn");
@@ -169,64 +189,32 @@ fn stop_ends_generation_before_the_next_token() {
     load_tiny(&engine);
     tokens_seen.store(0, Ordering::SeqCst);
     stopper.set(engine.stopper()).expect("set once");
-    let request = engine.generate(
-        vec![ChatMessage::user("Tell me a long story")],
-        greedy(),
-        1000,
-        OverflowPolicy::Stop,
-    );
+    let request = ask(&mut engine, "Tell me a long story", 1000);
     let reply = collect(&engine, request);
     let (reason, stats) = reply.finish.expect("finished");
     assert_eq!(reason, FinishReason::Stopped);
     // Events 1-3: PromptProcessed, Token, Stats. Stop was set after the first token's stats.
     assert_eq!(reply.token_ids.len(), 1, "no token after Stop");
     assert_eq!(stats.generated_tokens, 1);
-    assert!(
-        engine
-            .events()
-            .recv_timeout(Duration::from_millis(300))
-            .is_err(),
-        "nothing after Finished"
-    );
+    assert_no_more_events(&engine, "nothing after Finished");
 }
 
 #[test]
 fn a_second_generate_while_one_runs_is_refused_not_queued() {
     let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
     load_tiny(&engine);
-    let first = engine.generate(
-        vec![ChatMessage::user("one")],
-        greedy(),
-        40,
-        OverflowPolicy::Stop,
-    );
-    let second = engine.generate(
-        vec![ChatMessage::user("two")],
-        greedy(),
-        40,
-        OverflowPolicy::Stop,
-    );
+    let first = ask(&mut engine, "one", 40);
+    let second = ask(&mut engine, "two", 40);
     let reply = collect(&engine, first);
     assert_eq!(reply.busy, vec![second]);
     assert_eq!(reply.token_ids.len(), 40, "the running generation went on");
-    assert!(
-        engine
-            .events()
-            .recv_timeout(Duration::from_millis(300))
-            .is_err(),
-        "the refused request never runs"
-    );
+    assert_no_more_events(&engine, "the refused request never runs");
 }
 
 #[test]
 fn missing_model_folder_is_an_error_and_the_next_load_works() {
     let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
-    let request = engine.generate(
-        vec![ChatMessage::user("hi")],
-        greedy(),
-        4,
-        OverflowPolicy::Stop,
-    );
+    let request = ask(&mut engine, "hi", 4);
     match next_event(&engine) {
         Event::Error {
             request: Some(r),
@@ -253,12 +241,7 @@ fn missing_model_folder_is_an_error_and_the_next_load_works() {
         }
     }
     load_tiny(&engine);
-    let request = engine.generate(
-        vec![ChatMessage::user("hi")],
-        greedy(),
-        4,
-        OverflowPolicy::Stop,
-    );
+    let request = ask(&mut engine, "hi", 4);
     assert_eq!(collect(&engine, request).token_ids.len(), 4);
 }
 
@@ -271,12 +254,7 @@ fn a_panic_in_the_worker_is_reported_and_survived() {
         Event::Error { message, .. } => assert!(message.contains("internal error"), "{message}"),
         other => panic!("expected an error, got {other:?}"),
     }
-    let request = engine.generate(
-        vec![ChatMessage::user("still there?")],
-        greedy(),
-        3,
-        OverflowPolicy::Stop,
-    );
+    let request = ask(&mut engine, "still there?", 3);
     let reply = collect(&engine, request);
     assert!(reply.errors.is_empty());
     assert_eq!(reply.token_ids.len(), 3);
@@ -286,12 +264,7 @@ fn a_panic_in_the_worker_is_reported_and_survived() {
 fn dropping_the_handle_mid_generation_joins_promptly() {
     let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
     load_tiny(&engine);
-    engine.generate(
-        vec![ChatMessage::user("go on forever")],
-        greedy(),
-        2000,
-        OverflowPolicy::Stop,
-    );
+    ask(&mut engine, "go on forever", 2000);
     loop {
         if let Event::Token { .. } = next_event(&engine) {
             break;
