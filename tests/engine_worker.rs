@@ -104,6 +104,17 @@ fn ask(engine: &mut EngineHandle, text: &str, max_new_tokens: usize) -> RequestI
     )
 }
 
+/// The next event must be an error answering `request`; returns its message.
+fn expect_error(engine: &EngineHandle, request: RequestId) -> String {
+    match next_event(engine) {
+        Event::Error {
+            request: Some(r),
+            message,
+        } if r == request => message,
+        other => panic!("expected an error for request {request}, got {other:?}"),
+    }
+}
+
 fn assert_no_more_events(engine: &EngineHandle, why: &str) {
     assert!(
         engine
@@ -215,16 +226,8 @@ fn a_second_generate_while_one_runs_is_refused_not_queued() {
 fn missing_model_folder_is_an_error_and_the_next_load_works() {
     let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
     let request = ask(&mut engine, "hi", 4);
-    match next_event(&engine) {
-        Event::Error {
-            request: Some(r),
-            message,
-        } => {
-            assert_eq!(r, request);
-            assert!(message.contains("no model is loaded"), "{message}");
-        }
-        other => panic!("expected an error, got {other:?}"),
-    }
+    let message = expect_error(&engine, request);
+    assert!(message.contains("no model is loaded"), "{message}");
     let missing = tiny_model_dir().join("does-not-exist");
     engine.load_model(ModelSpec::Folder(missing.clone()), ModelOptions::default());
     loop {
@@ -335,14 +338,6 @@ fn an_overflowing_conversation_drops_old_turns_visibly_or_stops_with_a_message()
     );
 
     let request = engine.generate(messages, greedy(), 8, OverflowPolicy::Stop);
-    match next_event(&engine) {
-        Event::Error {
-            request: Some(r),
-            message,
-        } => {
-            assert_eq!(r, request);
-            assert!(message.contains("160"), "{message}");
-        }
-        other => panic!("expected a context-full error, got {other:?}"),
-    }
+    let message = expect_error(&engine, request);
+    assert!(message.contains("160"), "{message}");
 }

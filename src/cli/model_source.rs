@@ -1,7 +1,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 
-use crate::hub::{HubOptions, ModelDownloader, ModelSource, stderr_progress};
+use crate::hub::{ModelDownloader, ModelSource, stderr_progress};
 
 /// `--model` takes a local folder or a hub id (`org/name`); a hub id is fetched into the
 /// shared Hugging Face cache first, with a progress bar on stderr.
@@ -18,13 +18,12 @@ pub fn resolve(spec: &str) -> Result<PathBuf, String> {
             }
         }
         ModelSource::Hub(model_id) => {
-            let options = HubOptions::from_env()
-                .ok_or("cannot find a cache folder for downloads: set HF_HOME or HF_HUB_CACHE")?;
-            let downloader = ModelDownloader::new(options);
             let never_cancelled = AtomicBool::new(false);
             let mut progress = stderr_progress();
-            downloader
-                .ensure_model(&model_id, &mut progress, &never_cancelled)
+            ModelDownloader::from_env()
+                .and_then(|downloader| {
+                    downloader.ensure_model(&model_id, &mut progress, &never_cancelled)
+                })
                 .map_err(|err| err.to_string())
         }
     }

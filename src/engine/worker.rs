@@ -8,7 +8,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use super::protocol::{Command, Event, GenerateRequest, LiveStats, ModelInfo, ModelSpec};
 use crate::generation::{FinishReason, GenerationSession, LoadedModel, ModelOptions, Step};
-use crate::hub::{HubOptions, ModelDownloader};
+use crate::hub::ModelDownloader;
 use crate::model::KvCache;
 use crate::stats::memory;
 use crate::text::ContextWindow;
@@ -131,12 +131,11 @@ impl Worker {
         match spec {
             ModelSpec::Folder(dir) => Ok(dir),
             ModelSpec::Hub(model_id) => {
-                let options = HubOptions::from_env().ok_or(
-                    "cannot find a cache folder for downloads: set HF_HOME or HF_HUB_CACHE",
-                )?;
                 let mut progress = |progress| self.send(Event::DownloadProgress(progress));
-                ModelDownloader::new(options)
-                    .ensure_model(&model_id, &mut progress, &self.stop)
+                ModelDownloader::from_env()
+                    .and_then(|downloader| {
+                        downloader.ensure_model(&model_id, &mut progress, &self.stop)
+                    })
                     .map_err(|err| err.to_string())
             }
         }

@@ -50,6 +50,13 @@ struct Planned {
 }
 
 impl ModelDownloader {
+    /// A downloader configured as other Hugging Face tools are (`HF_*` variables).
+    pub fn from_env() -> Result<Self, HubError> {
+        HubOptions::from_env()
+            .map(Self::new)
+            .ok_or(HubError::NoCacheDir)
+    }
+
     pub fn new(options: HubOptions) -> Self {
         let agent = http::agent(options.timeouts);
         ModelDownloader { options, agent }

@@ -23,6 +23,9 @@ pub enum HubError {
         reason: String,
     },
 
+    #[error("cannot find a cache folder for downloads: set HF_HOME or HF_HUB_CACHE")]
+    NoCacheDir,
+
     #[error("network error for {url}: {reason}")]
     Network { url: String, reason: String },
 
