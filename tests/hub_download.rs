@@ -59,6 +59,9 @@ fn first_download_fills_the_standard_cache_layout() {
         Duration::from_secs(5),
     ));
     let dir = result.unwrap();
+    let loaded = smolchat::generation::LoadedModel::load(&dir, Default::default())
+        .expect("the downloaded snapshot loads as a model");
+    assert_eq!(loaded.model.config().num_hidden_layers, 2);
 
     let repo = repo_dir(cache.path());
     assert_eq!(dir, repo.join("snapshots").join(COMMIT));
