@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use burn::tensor::DType;
 use criterion::{Criterion, criterion_group, criterion_main};
-use smolchat::backend::BackendKind;
+use smolchat::backend::{BackendKind, ComputeDevice};
 use smolchat::model::{Llama, Logits};
 
 const PROMPT_TOKENS: usize = 128;
@@ -20,7 +20,7 @@ fn prompt(vocab: usize) -> Vec<u32> {
 
 fn bench_backend(c: &mut Criterion, backend: BackendKind) {
     let dir = common::full_size_checkpoint();
-    let model = Llama::load(&dir, &backend.device(), DType::F32).expect("load");
+    let model = Llama::load(&dir, &ComputeDevice::open(backend).device, DType::F32).expect("load");
     let tokens = prompt(model.config().vocab_size);
     let mut group = c.benchmark_group(format!("smollm2-135m-f32/{backend}"));
     group

@@ -28,32 +28,47 @@ fn json_stdout(output: &Output) -> serde_json::Value {
     })
 }
 
-#[test]
-fn raw_greedy_generation_prints_the_reference_ids() {
+/// Greedy raw generation of the reference prompt, as the golden test's `greedy_ids` were made.
+fn greedy_reference_run(backend: &str, env: &[(&str, &str)]) -> Output {
     let golden = Golden::load();
     let prompt = golden.json["prompt"].as_str().expect("prompt").to_string();
     let model = tiny_model_dir();
-    let output = smolchat(&[
-        "generate",
-        "--model",
-        model.to_str().expect("utf-8 path"),
-        "--raw",
-        "--prompt",
-        &prompt,
-        "--temperature",
-        "0",
-        "--max-tokens",
-        "24",
-        "--json",
-    ]);
-    let report = json_stdout(&output);
-    let ids: Vec<u32> = report["token_ids"]
+    Command::new(env!("CARGO_BIN_EXE_smolchat"))
+        .args([
+            "generate",
+            "--model",
+            model.to_str().expect("utf-8 path"),
+            "--raw",
+            "--prompt",
+            &prompt,
+            "--temperature",
+            "0",
+            "--max-tokens",
+            "24",
+            "--backend",
+            backend,
+            "--json",
+        ])
+        .envs(env.iter().copied())
+        .output()
+        .expect("the smolchat binary runs")
+}
+
+fn token_ids(report: &serde_json::Value) -> Vec<u32> {
+    report["token_ids"]
         .as_array()
         .expect("token_ids")
         .iter()
         .map(|v| v.as_u64().expect("id") as u32)
-        .collect();
-    assert_eq!(ids, golden.ids("greedy_ids"));
+        .collect()
+}
+
+#[test]
+fn raw_greedy_generation_prints_the_reference_ids() {
+    let golden = Golden::load();
+    let report = json_stdout(&greedy_reference_run("flex", &[]));
+    assert_eq!(token_ids(&report), golden.ids("greedy_ids"));
+    assert_eq!(report["device"], "CPU (flex)");
     assert_eq!(report["prompt_tokens"], golden.ids("prompt_ids").len());
     assert_eq!(report["finish_reason"], "max_tokens");
     for field in ["ttft_ms", "prefill_tok_s", "decode_tok_s", "peak_rss_mb"] {
@@ -64,6 +79,43 @@ fn raw_greedy_generation_prints_the_reference_ids() {
         );
     }
     assert!(!report["text"].as_str().expect("text").is_empty());
+}
+
+#[test]
+fn the_gpu_backend_prints_the_reference_ids_and_names_the_adapter() {
+    let output = greedy_reference_run("gpu", &[]);
+    let report = json_stdout(&output);
+    assert_eq!(token_ids(&report), Golden::load().ids("greedy_ids"));
+    let device = report["device"].as_str().expect("device");
+    assert!(device.ends_with("(gpu)"), "device: {device}");
+    assert!(
+        !stderr(&output).contains("warning"),
+        "stderr: {}",
+        stderr(&output)
+    );
+}
+
+/// Linux only: elsewhere the GPU is reached through Metal or other drivers this cannot hide.
+#[cfg(target_os = "linux")]
+#[test]
+fn without_a_gpu_the_gpu_backend_says_so_and_runs_on_the_cpu() {
+    // No Vulkan driver at all: the loader finds no adapter.
+    let no_driver = "/nonexistent/vulkan_icd.json";
+    let output = greedy_reference_run(
+        "gpu",
+        &[
+            ("VK_ICD_FILENAMES", no_driver),
+            ("VK_DRIVER_FILES", no_driver),
+        ],
+    );
+    let report = json_stdout(&output);
+    assert_eq!(token_ids(&report), Golden::load().ids("greedy_ids"));
+    assert_eq!(report["device"], "CPU (flex)");
+    let stderr = stderr(&output);
+    assert!(
+        stderr.contains("warning: no usable GPU") && stderr.contains("running on the CPU"),
+        "stderr: {stderr}"
+    );
 }
 
 #[test]

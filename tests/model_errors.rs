@@ -12,7 +12,7 @@ use smolchat::backend::BackendKind;
 use smolchat::model::{Llama, ModelError};
 
 fn load(dir: &Path) -> Result<Llama, ModelError> {
-    Llama::load(dir, &BackendKind::Flex.device(), DType::F32)
+    Llama::load(dir, &common::device(BackendKind::Flex), DType::F32)
 }
 
 /// Rewrites the fixture's weights through `edit`, which may drop or replace tensors.

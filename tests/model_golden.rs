@@ -1,5 +1,5 @@
 //! The model against logits computed by Hugging Face transformers (float32) for the tiny
-//! SmolLM-shaped checkpoint, on every CPU backend.
+//! SmolLM-shaped checkpoint, on every backend: both CPU backends and the GPU (wgpu).
 
 mod common;
 
@@ -8,11 +8,11 @@ use common::{Golden, argmax, assert_close, logsumexp, tiny_model_dir};
 use smolchat::backend::BackendKind;
 use smolchat::model::{Llama, Logits, logits_to_vec};
 
-const TOLERANCE: f64 = 1e-3;
-const BACKENDS: [BackendKind; 2] = [BackendKind::Flex, BackendKind::Ndarray];
+const BACKENDS: [BackendKind; 3] = [BackendKind::Flex, BackendKind::Ndarray, BackendKind::Gpu];
 
 fn load(backend: BackendKind) -> Llama {
-    Llama::load(&tiny_model_dir(), &backend.device(), DType::F32).expect("tiny fixture loads")
+    Llama::load(&tiny_model_dir(), &common::device(backend), DType::F32)
+        .expect("tiny fixture loads")
 }
 
 /// Checks rows of logits against the stored head columns, argmax and logsumexp.
@@ -31,12 +31,12 @@ fn check_rows(
         assert_close(
             &actual[..columns],
             expected_head,
-            TOLERANCE,
+            common::logit_tolerance(backend),
             &format!("{backend} {what} row {row}"),
         );
         let lse_diff = (logsumexp(actual) - lse[row]).abs();
         assert!(
-            lse_diff <= TOLERANCE,
+            lse_diff <= common::logit_tolerance(backend),
             "{backend} {what} row {row}: logsumexp off by {lse_diff:e}"
         );
         if let Some(argmaxes) = argmaxes {
@@ -137,7 +137,7 @@ fn long_context_last_row_matches_transformers() {
         assert_close(
             &logits,
             expected,
-            TOLERANCE,
+            common::logit_tolerance(backend),
             &format!("{backend} 700-token last row"),
         );
     }
@@ -183,7 +183,7 @@ fn naive_reference_matches_transformers() {
         assert_close(
             &logits[..shape[1]],
             &head[row * shape[1]..(row + 1) * shape[1]],
-            TOLERANCE,
+            1e-3,
             &format!("reference row {row}"),
         );
     }

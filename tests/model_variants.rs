@@ -12,7 +12,7 @@ use smolchat::backend::BackendKind;
 use smolchat::model::random_checkpoint::StorageDtype;
 use smolchat::model::{Llama, Logits, logits_to_vec};
 
-const BACKENDS: [BackendKind; 2] = [BackendKind::Flex, BackendKind::Ndarray];
+const BACKENDS: [BackendKind; 3] = [BackendKind::Flex, BackendKind::Ndarray, BackendKind::Gpu];
 
 fn tokens(count: usize, vocab: u32) -> Vec<u32> {
     (0..count as u32).map(|i| (i * 37 + 11) % vocab).collect()
@@ -28,7 +28,8 @@ fn variant(overrides: serde_json::Value, dtype: StorageDtype) {
     let input = tokens(40, vocab);
     let expected: Vec<f64> = ReferenceLlama::load(dir.path()).logits(&input).concat();
     for backend in BACKENDS {
-        let model = Llama::load(dir.path(), &backend.device(), DType::F32).expect("variant loads");
+        let model =
+            Llama::load(dir.path(), &common::device(backend), DType::F32).expect("variant loads");
         let mut cache = model.new_cache();
         let logits = logits_to_vec(
             model
@@ -36,7 +37,12 @@ fn variant(overrides: serde_json::Value, dtype: StorageDtype) {
                 .expect("forward"),
         )
         .expect("read");
-        assert_close(&logits, &expected, 1e-3, &format!("{backend} {overrides}"));
+        assert_close(
+            &logits,
+            &expected,
+            common::logit_tolerance(backend),
+            &format!("{backend} {overrides}"),
+        );
     }
 }
 
@@ -79,7 +85,7 @@ fn prefill_chunks_and_decode_steps_equal_one_full_pass() {
     let dir = random_model(small_config(), StorageDtype::Bf16, 3);
     let input = tokens(30, 320);
     for backend in BACKENDS {
-        let model = Llama::load(dir.path(), &backend.device(), DType::F32).expect("loads");
+        let model = Llama::load(dir.path(), &common::device(backend), DType::F32).expect("loads");
         let expected: Vec<f64> = full_forward(&model, &input)
             .iter()
             .map(|&v| v as f64)
@@ -107,14 +113,20 @@ fn prefill_chunks_and_decode_steps_equal_one_full_pass() {
             );
         }
         assert_eq!(cache.len(), input.len());
-        assert_close(&rows, &expected, 1e-4, &format!("{backend} cached vs full"));
+        assert_close(
+            &rows,
+            &expected,
+            common::logit_tolerance(backend) / 10.0,
+            &format!("{backend} cached vs full"),
+        );
     }
 }
 
 #[test]
 fn truncated_cache_recomputes_a_diverging_suffix() {
     let dir = random_model(small_config(), StorageDtype::Bf16, 4);
-    let model = Llama::load(dir.path(), &BackendKind::Flex.device(), DType::F32).expect("loads");
+    let model =
+        Llama::load(dir.path(), &common::device(BackendKind::Flex), DType::F32).expect("loads");
     let original = tokens(20, 320);
     let mut edited = original.clone();
     edited[12..].iter_mut().for_each(|t| *t = (*t + 5) % 320);
@@ -143,7 +155,8 @@ fn cache_grows_past_its_first_block_and_stays_bounded() {
     let mut config = small_config();
     config["max_position_embeddings"] = 300.into();
     let dir = random_model(config, StorageDtype::Bf16, 5);
-    let model = Llama::load(dir.path(), &BackendKind::Flex.device(), DType::F32).expect("loads");
+    let model =
+        Llama::load(dir.path(), &common::device(BackendKind::Flex), DType::F32).expect("loads");
     let input = tokens(300, 320);
     let expected: Vec<f64> = full_forward(&model, &input)[299 * 320..]
         .iter()
@@ -188,7 +201,8 @@ fn cache_grows_past_its_first_block_and_stays_bounded() {
 #[test]
 fn sharded_checkpoint_loads_like_a_single_file() {
     let dir = random_model(small_config(), StorageDtype::Bf16, 6);
-    let single = Llama::load(dir.path(), &BackendKind::Flex.device(), DType::F32).expect("loads");
+    let single =
+        Llama::load(dir.path(), &common::device(BackendKind::Flex), DType::F32).expect("loads");
     let input = tokens(10, 320);
     let expected: Vec<f64> = full_forward(&single, &input)
         .iter()
@@ -219,8 +233,8 @@ fn sharded_checkpoint_loads_like_a_single_file() {
     )
     .expect("write index");
 
-    let sharded =
-        Llama::load(dir.path(), &BackendKind::Flex.device(), DType::F32).expect("sharded loads");
+    let sharded = Llama::load(dir.path(), &common::device(BackendKind::Flex), DType::F32)
+        .expect("sharded loads");
     assert_close(
         &full_forward(&sharded, &input),
         &expected,

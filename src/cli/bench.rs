@@ -1,11 +1,10 @@
 use std::time::{Duration, Instant};
 
-use burn::tensor::DType;
 use clap::Args;
 
 use super::model_source;
-use crate::backend::BackendKind;
-use crate::model::{Llama, Logits, ModelError, logits_to_vec};
+use crate::backend::{BackendKind, ComputeDevice};
+use crate::model::{Llama, Logits, ModelError, Precision, logits_to_vec};
 use crate::stats::memory;
 use crate::stats::summary::Summary;
 
@@ -22,6 +21,8 @@ pub struct BenchArgs {
     runs: usize,
     #[arg(long, value_enum, default_value_t)]
     backend: BackendKind,
+    #[arg(long, value_enum, default_value_t)]
+    precision: Precision,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -31,7 +32,9 @@ pub struct BenchArgs {
 struct BenchReport {
     model: String,
     backend: BackendKind,
-    dtype: String,
+    /// The GPU adapter or the CPU backend that ran the model.
+    device: String,
+    precision: Precision,
     threads: usize,
     prompt_tokens: usize,
     gen_tokens: usize,
@@ -43,6 +46,8 @@ struct BenchReport {
     ttft_ms: Summary,
     peak_rss_load_mb: Option<f64>,
     peak_rss_generate_mb: Option<f64>,
+    /// What the GPU's allocator held after the runs; absent on the CPU.
+    device_memory_mb: Option<f64>,
 }
 
 /// One run: a fresh cache, a prompt prefilled in one pass, then greedy decoding of exactly
@@ -89,10 +94,14 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         );
     }
     let dir = model_source::resolve(&args.model)?;
-    let dtype = DType::F32;
     memory::reset_peak();
     let started = Instant::now();
-    let model = Llama::load(&dir, &args.backend.device(), dtype).map_err(|err| err.to_string())?;
+    let device = ComputeDevice::open(args.backend);
+    if let Some(reason) = &device.fallback {
+        eprintln!("warning: {reason}");
+    }
+    let model =
+        Llama::load_in(&dir, &device.device, args.precision).map_err(|err| err.to_string())?;
     let load_s = started.elapsed().as_secs_f64();
     let peak_rss_load_mb = memory::peak_resident_bytes().map(memory::mib);
     let config = model.config();
@@ -123,8 +132,9 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     let decoded = (args.gen_tokens - 1) as f64;
     let report = BenchReport {
         model: dir.display().to_string(),
-        backend: args.backend,
-        dtype: format!("{dtype:?}"),
+        backend: device.backend,
+        device: device.name(),
+        precision: args.precision,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         prompt_tokens: args.prompt_tokens,
         gen_tokens: args.gen_tokens,
@@ -136,6 +146,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         ttft_ms: summary(&|t| t.first_token.as_secs_f64() * 1000.0)?,
         peak_rss_load_mb,
         peak_rss_generate_mb,
+        device_memory_mb: device.device_memory_bytes().map(memory::mib),
     };
     if args.json {
         println!(
@@ -157,7 +168,7 @@ fn print_table(r: &BenchReport) {
     };
     println!(
         "{} on {} ({}, {} threads): {} prompt + {} generated tokens, {} runs",
-        r.model, r.backend, r.dtype, r.threads, r.prompt_tokens, r.gen_tokens, r.runs
+        r.model, r.device, r.precision, r.threads, r.prompt_tokens, r.gen_tokens, r.runs
     );
     println!("{:<22} {:>10} {:>10} {:>10}", "", "median", "min", "max");
     row("prefill tok/s", &r.prefill_tok_s);
@@ -168,4 +179,7 @@ fn print_table(r: &BenchReport) {
     let mb = |v: Option<f64>| v.map_or("n/a".to_string(), |v| format!("{v:.0} MiB"));
     println!("peak RSS loading       {:>10}", mb(r.peak_rss_load_mb));
     println!("peak RSS generating    {:>10}", mb(r.peak_rss_generate_mb));
+    if r.device_memory_mb.is_some() {
+        println!("GPU memory             {:>10}", mb(r.device_memory_mb));
+    }
 }

@@ -6,6 +6,7 @@ use super::model_source;
 use super::sampling_args::SamplingArgs;
 use crate::backend::BackendKind;
 use crate::generation::{FinishReason, GenerationSession, LoadedModel, ModelOptions, Step};
+use crate::model::Precision;
 use crate::stats::memory;
 use crate::text::{ChatMessage, ContextWindow, OverflowPolicy};
 
@@ -28,6 +29,8 @@ pub struct GenerateArgs {
     sampling: SamplingArgs,
     #[arg(long, value_enum, default_value_t)]
     backend: BackendKind,
+    #[arg(long, value_enum, default_value_t)]
+    precision: Precision,
     /// Print one JSON object with the text, token ids and speed figures instead of streaming.
     #[arg(long)]
     json: bool,
@@ -35,6 +38,8 @@ pub struct GenerateArgs {
 
 #[derive(serde::Serialize)]
 struct JsonReport {
+    /// The GPU adapter or the CPU backend that ran the model.
+    device: String,
     text: String,
     token_ids: Vec<u32>,
     prompt_tokens: usize,
@@ -50,9 +55,12 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
     let dir = model_source::resolve(&args.model)?;
     let options = ModelOptions {
         backend: args.backend,
-        ..ModelOptions::default()
+        precision: args.precision,
     };
     let loaded = LoadedModel::load(&dir, options).map_err(|err| err.to_string())?;
+    if let Some(reason) = &loaded.device.fallback {
+        eprintln!("warning: {reason}");
+    }
     let prompt = if args.raw {
         loaded
             .tokenizer
@@ -106,6 +114,7 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
     let stats = session.stats().clone();
     if args.json {
         let report = JsonReport {
+            device: loaded.device.name(),
             text,
             token_ids,
             prompt_tokens: stats.prompt_tokens,

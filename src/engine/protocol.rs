@@ -55,6 +55,8 @@ pub struct ModelInfo {
     pub load_time: Duration,
     /// The folder has no chat template of its own; ChatML is used.
     pub fallback_template: bool,
+    /// Why the model runs on another backend than the one asked for (no usable GPU).
+    pub backend_fallback: Option<String>,
 }
 
 /// Figures sent while generating: the generation's own and the process's memory.
@@ -62,6 +64,8 @@ pub struct ModelInfo {
 pub struct LiveStats {
     pub generation: GenerationStats,
     pub resident_bytes: Option<u64>,
+    /// What the GPU's allocator holds, when the model runs on one.
+    pub device_bytes: Option<u64>,
 }
 
 /// What the engine reports back, in order.

@@ -112,9 +112,10 @@ impl Worker {
                     dir,
                     description: loaded.describe(),
                     context_limit: loaded.model.config().max_position_embeddings,
-                    options,
+                    options: loaded.options,
                     load_time: loaded.load_time,
                     fallback_template: loaded.template.is_fallback(),
+                    backend_fallback: loaded.device.fallback.clone(),
                 };
                 let cache = loaded.model.new_cache();
                 self.model = Some((loaded, cache));
@@ -161,6 +162,7 @@ impl Worker {
             Ok(fitted) => fitted,
             Err(err) => return self.send(fail(err.to_string())),
         };
+        let device = loaded.device.clone();
         let session = GenerationSession::start(
             loaded,
             cache,
@@ -208,6 +210,7 @@ impl Worker {
             let live = |session: &GenerationSession| LiveStats {
                 generation: session.stats().clone(),
                 resident_bytes: memory::resident_bytes(),
+                device_bytes: device.device_memory_bytes(),
             };
             match step {
                 Ok(Step::Token(token)) => {

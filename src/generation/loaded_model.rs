@@ -1,27 +1,16 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use burn::tensor::DType;
-
 use super::error::GenerationError;
-use crate::backend::BackendKind;
-use crate::model::Llama;
+use crate::backend::{BackendKind, ComputeDevice};
+use crate::model::{Llama, Precision};
 use crate::text::{ChatTemplate, StopTokens, TextTokenizer};
 
 /// How to load a model: where it runs and in which precision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ModelOptions {
     pub backend: BackendKind,
-    pub dtype: DType,
-}
-
-impl Default for ModelOptions {
-    fn default() -> Self {
-        Self {
-            backend: BackendKind::default(),
-            dtype: DType::F32,
-        }
-    }
+    pub precision: Precision,
 }
 
 /// Everything generation needs from a model folder: the network, its tokenizer, its chat
@@ -33,6 +22,9 @@ pub struct LoadedModel {
     pub template: ChatTemplate,
     pub stop_tokens: StopTokens,
     pub dir: PathBuf,
+    /// What the model runs on, which is not what was asked for when the GPU is unusable.
+    pub device: ComputeDevice,
+    /// The options in effect: the backend is the one that runs the model.
     pub options: ModelOptions,
     pub load_time: Duration,
 }
@@ -42,7 +34,8 @@ impl LoadedModel {
         let started = Instant::now();
         let tokenizer = TextTokenizer::load(dir)?;
         let template = ChatTemplate::from_dir(dir)?;
-        let model = Llama::load(dir, &options.backend.device(), options.dtype)?;
+        let device = ComputeDevice::open(options.backend);
+        let model = Llama::load_in(dir, &device.device, options.precision)?;
         let stop_tokens = StopTokens::from_dir(dir, &tokenizer)?;
         Ok(Self {
             model,
@@ -50,7 +43,11 @@ impl LoadedModel {
             template,
             stop_tokens,
             dir: dir.to_path_buf(),
-            options,
+            options: ModelOptions {
+                backend: device.backend,
+                ..options
+            },
+            device,
             load_time: started.elapsed(),
         })
     }
@@ -64,11 +61,11 @@ impl LoadedModel {
             .map(|name| name.to_string_lossy().into_owned())
             .unwrap_or_else(|| self.dir.display().to_string());
         format!(
-            "{name} · {} layers · {} context · {:?} on {}",
+            "{name} · {} layers · {} context · {} on {}",
             config.num_hidden_layers,
             config.max_position_embeddings,
-            self.options.dtype,
-            self.options.backend
+            self.options.precision,
+            self.device.name()
         )
     }
 }

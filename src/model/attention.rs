@@ -1,6 +1,7 @@
 use burn::module::Module;
 use burn::tensor::Tensor;
 use burn::tensor::activation::softmax;
+use burn::tensor::quantization::QuantScheme;
 
 use super::kv_cache::KvCache;
 use super::linear::Linear;
@@ -35,6 +36,14 @@ impl Attention {
             num_heads,
             num_kv_heads,
             head_dim,
+        }
+    }
+
+    pub fn quantized(self, scheme: &QuantScheme) -> Self {
+        Self {
+            qkv: self.qkv.quantized(scheme),
+            output: self.output.quantized(scheme),
+            ..self
         }
     }
 

@@ -36,6 +36,8 @@ pub enum ModelError {
     },
     #[error("tensor `{name}` is stored as {dtype}; only F32, F16 and BF16 weights are supported")]
     UnsupportedDtype { name: String, dtype: String },
+    #[error("this backend cannot compute in {dtype}; choose another precision or backend")]
+    UnsupportedComputeDtype { dtype: String },
     #[error("the prompt needs {needed} positions but the model's context holds {limit}")]
     ContextOverflow { needed: usize, limit: usize },
     #[error("token id {id} is outside the vocabulary of {vocab_size} tokens")]

@@ -1,5 +1,6 @@
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
+use burn::tensor::quantization::QuantScheme;
 
 /// A bias-free projection `y = x Wᵀ` with `W` kept in Hugging Face's `[out, in]` layout.
 ///
@@ -15,6 +16,11 @@ impl Linear {
         Self {
             weight: Param::from_tensor(weight),
         }
+    }
+
+    /// The same projection with its weight stored in `scheme`'s integers.
+    pub fn quantized(self, scheme: &QuantScheme) -> Self {
+        Self::new(self.weight.val().quantize_dynamic(scheme))
     }
 
     /// `x`: `[tokens, in]` → `[tokens, out]`, computed as `(W xᵀ)ᵀ`.

@@ -1,6 +1,7 @@
 use std::path::Path;
 
 use burn::module::{Module, Param};
+use burn::tensor::quantization::QuantScheme;
 use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 
 use super::attention::Attention;
@@ -10,6 +11,7 @@ use super::error::{ModelError, Result};
 use super::kv_cache::KvCache;
 use super::linear::{Linear, project};
 use super::mlp::Mlp;
+use super::precision::Precision;
 use super::rms_norm::RmsNorm;
 use super::rope::RotaryEmbedding;
 
@@ -58,12 +60,27 @@ impl Llama {
         Self::from_checkpoint(config, &checkpoint, device, dtype)
     }
 
+    /// Loads at a precision the user picked: compute in its float type, and quantize the
+    /// projection weights when it asks for integers.
+    pub fn load_in(dir: &Path, device: &Device, precision: Precision) -> Result<Self> {
+        let model = Self::load(dir, device, precision.compute_dtype())?;
+        Ok(match precision.weight_quantization(device) {
+            Some(scheme) => model.quantize_weights(&scheme),
+            None => model,
+        })
+    }
+
     pub fn from_checkpoint(
         config: LlamaConfig,
         checkpoint: &Checkpoint,
         device: &Device,
         dtype: DType,
     ) -> Result<Self> {
+        if !device.supports_dtype(dtype) {
+            return Err(ModelError::UnsupportedComputeDtype {
+                dtype: format!("{dtype:?}"),
+            });
+        }
         let loader = Loader {
             checkpoint,
             device,
@@ -149,6 +166,23 @@ impl Llama {
             config,
             dtype,
         })
+    }
+
+    /// Stores the decoder layers' projection weights in `scheme`'s integers, one layer at a
+    /// time so that memory never holds a second copy of the model. The embedding (and the LM
+    /// head tied to it) stays in float: a row lookup into a block-quantized matrix would
+    /// dequantize all of it on every token.
+    pub fn quantize_weights(self, scheme: &QuantScheme) -> Self {
+        let layers = self
+            .layers
+            .into_iter()
+            .map(|layer| DecoderLayer {
+                attention: layer.attention.quantized(scheme),
+                mlp: layer.mlp.quantized(scheme),
+                ..layer
+            })
+            .collect();
+        Self { layers, ..self }
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -249,7 +283,8 @@ impl Llama {
     }
 }
 
-/// Reads tensors from a checkpoint straight into tensors on the target device.
+/// Reads tensors from a checkpoint straight into tensors on the target device, in the compute
+/// dtype: `from_data` alone would convert them to the device's default float type.
 struct Loader<'a> {
     checkpoint: &'a Checkpoint,
     device: &'a Device,
@@ -259,17 +294,17 @@ struct Loader<'a> {
 impl Loader<'_> {
     fn matrix(&self, name: &str, shape: [usize; 2]) -> Result<Tensor<2>> {
         let data = self.checkpoint.tensor(name, &shape, self.dtype)?;
-        Ok(Tensor::from_data(data, self.device))
+        Ok(Tensor::from_data(data, (self.device, self.dtype)))
     }
 
     fn stacked(&self, parts: &[(&str, [usize; 2])]) -> Result<Tensor<2>> {
         let data = self.checkpoint.stacked(parts, self.dtype)?;
-        Ok(Tensor::from_data(data, self.device))
+        Ok(Tensor::from_data(data, (self.device, self.dtype)))
     }
 
     fn vector(&self, name: &str, len: usize) -> Result<Tensor<1>> {
         let data = self.checkpoint.tensor(name, &[len], self.dtype)?;
-        Ok(Tensor::from_data(data, self.device))
+        Ok(Tensor::from_data(data, (self.device, self.dtype)))
     }
 }
 

@@ -1,6 +1,7 @@
 use burn::module::Module;
 use burn::tensor::Tensor;
 use burn::tensor::activation::silu;
+use burn::tensor::quantization::QuantScheme;
 
 use super::linear::Linear;
 
@@ -20,6 +21,14 @@ impl Mlp {
             gate_up,
             down,
             intermediate,
+        }
+    }
+
+    pub fn quantized(self, scheme: &QuantScheme) -> Self {
+        Self {
+            gate_up: self.gate_up.quantized(scheme),
+            down: self.down.quantized(scheme),
+            ..self
         }
     }
 

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::atomic_file::write_atomic;
 use crate::backend::BackendKind;
+use crate::model::Precision;
 use crate::text::{OverflowPolicy, SamplingParams};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -29,6 +30,7 @@ pub struct Settings {
     pub system_prompt: String,
     pub overflow: OverflowPolicy,
     pub backend: BackendKind,
+    pub precision: Precision,
     /// None until the user picks a folder or downloads a model: the first-run screen shows.
     pub model_folder: Option<PathBuf>,
     pub show_token_probabilities: bool,
@@ -44,6 +46,7 @@ impl Default for Settings {
             system_prompt: String::new(),
             overflow: OverflowPolicy::default(),
             backend: BackendKind::default(),
+            precision: Precision::default(),
             model_folder: None,
             show_token_probabilities: false,
             show_settings: true,

@@ -1,5 +1,5 @@
 //! Sampling, context and model choices. Every change is saved at once and used by the next
-//! reply; changing the backend or the model folder reloads the model.
+//! reply; changing the backend, the precision or the model folder reloads the model.
 
 use super::first_run::use_folder;
 use super::labels;
@@ -7,14 +7,23 @@ use super::state::AppState;
 use super::stats_plot;
 use super::view_state::ViewState;
 use crate::backend::BackendKind;
+use crate::model::Precision;
 use crate::store::SeedMode;
 use crate::text::OverflowPolicy;
 
 /// The backends offered, with what a user needs to know to choose; a new backend is one
 /// more line here.
-const BACKENDS: [(BackendKind, &str); 2] = [
+const BACKENDS: [(BackendKind, &str); 3] = [
     (BackendKind::Flex, "CPU (flex, fastest)"),
     (BackendKind::Ndarray, "CPU (ndarray)"),
+    (BackendKind::Gpu, "GPU (wgpu)"),
+];
+
+const PRECISIONS: [(Precision, &str); 4] = [
+    (Precision::F32, "f32 (exact)"),
+    (Precision::Bf16, "bf16 (half the memory traffic)"),
+    (Precision::F16, "f16 (half the memory traffic)"),
+    (Precision::Q8, "8-bit weights (least memory)"),
 ];
 
 pub fn show(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) {
@@ -121,23 +130,34 @@ fn overflow_name(policy: OverflowPolicy) -> &'static str {
     }
 }
 
+/// A combo box over `options`; true when the user picked another one.
+fn choice<T: Copy + PartialEq>(
+    ui: &mut egui::Ui,
+    label: &str,
+    value: &mut T,
+    options: &[(T, &str)],
+) -> bool {
+    let before = *value;
+    let selected = options
+        .iter()
+        .find(|(option, _)| *option == before)
+        .map_or("?", |(_, name)| *name);
+    egui::ComboBox::from_label(label)
+        .selected_text(selected)
+        .show_ui(ui, |ui| {
+            for &(option, name) in options {
+                ui.selectable_value(value, option, name);
+            }
+        });
+    *value != before
+}
+
 fn model(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) -> bool {
     ui.separator();
     ui.label("Model");
-    let before = state.settings.backend;
-    let selected = BACKENDS
-        .iter()
-        .find(|(kind, _)| *kind == before)
-        .map_or("?", |(_, name)| *name);
-    egui::ComboBox::from_label("Backend")
-        .selected_text(selected)
-        .show_ui(ui, |ui| {
-            for (kind, name) in BACKENDS {
-                ui.selectable_value(&mut state.settings.backend, kind, name);
-            }
-        });
-    let backend_changed = state.settings.backend != before;
-    if backend_changed {
+    let reload = choice(ui, "Backend", &mut state.settings.backend, &BACKENDS)
+        | choice(ui, "Precision", &mut state.settings.precision, &PRECISIONS);
+    if reload {
         state.reload_model();
     }
     let label = ui.label("Current model folder");
@@ -146,5 +166,5 @@ fn model(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) -> bool 
     if ui.button("Load folder").clicked() {
         use_folder(state, &view.model_path);
     }
-    backend_changed
+    reload
 }

@@ -138,7 +138,7 @@ impl AppState {
     pub fn model_options(&self) -> ModelOptions {
         ModelOptions {
             backend: self.settings.backend,
-            ..ModelOptions::default()
+            precision: self.settings.precision,
         }
     }
 
@@ -459,6 +459,9 @@ impl AppState {
                             .into(),
                     );
                 }
+                if let Some(reason) = &info.backend_fallback {
+                    self.notice = Some(format!("GPU: {reason}."));
+                }
                 self.model = ModelStatus::Ready(info);
             }
             Event::PromptProcessed {
@@ -470,6 +473,7 @@ impl AppState {
                     self.live = Some(LiveStats {
                         generation: stats,
                         resident_bytes: None,
+                        device_bytes: None,
                     });
                     if dropped_messages > 0 {
                         self.notice = Some(format!(

@@ -10,7 +10,8 @@ pub fn show(ui: &mut egui::Ui, state: &mut AppState) {
     ui.horizontal_wrapped(|ui| {
         match &state.model {
             ModelStatus::Ready(info) => {
-                // The description already names the backend and the precision.
+                // The description already names the device (GPU adapter or CPU backend) and the
+                // precision.
                 ui.label(&info.description)
                     .on_hover_text(info.dir.display().to_string());
             }
@@ -32,6 +33,12 @@ pub fn show(ui: &mut egui::Ui, state: &mut AppState) {
             if let Some(bytes) = live.resident_bytes {
                 ui.label(format!(
                     "\u{b7} memory {:.0} MiB",
+                    bytes as f64 / (1024.0 * 1024.0)
+                ));
+            }
+            if let Some(bytes) = live.device_bytes {
+                ui.label(format!(
+                    "\u{b7} GPU memory {:.0} MiB",
                     bytes as f64 / (1024.0 * 1024.0)
                 ));
             }

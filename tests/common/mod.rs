@@ -6,7 +6,28 @@ pub mod reference;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use burn::tensor::Device;
 use safetensors::SafeTensors;
+use smolchat::backend::{BackendKind, ComputeDevice};
+
+/// The device of `backend`. A GPU test must run on a GPU (in CI: Mesa's software Vulkan
+/// driver), never quietly on the CPU fallback.
+pub fn device(backend: BackendKind) -> Device {
+    let compute = ComputeDevice::open(backend);
+    if let Some(reason) = compute.fallback {
+        panic!("{backend}: {reason}; on Debian, `bash .ci/setup` installs Mesa's Vulkan driver");
+    }
+    compute.device
+}
+
+/// Logit tolerance against the float32 reference: GPU kernels sum in other orders and may use
+/// fused multiply-adds, so they get the looser bound the GPU issue allows.
+pub fn logit_tolerance(backend: BackendKind) -> f64 {
+    match backend {
+        BackendKind::Gpu => 1e-2,
+        _ => 1e-3,
+    }
+}
 
 pub fn tiny_model_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-smollm")

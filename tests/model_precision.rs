@@ -1,0 +1,146 @@
+//! What the reduced precisions cost in accuracy, against transformers' float32 logits on the
+//! tiny fixture. Run with `--nocapture` to print the figures the performance issue reports.
+
+mod common;
+
+use common::{Golden, argmax, max_abs_diff, tiny_model_dir};
+use smolchat::backend::BackendKind;
+use smolchat::model::{Llama, Logits, ModelError, Precision, logits_to_vec};
+
+struct Accuracy {
+    /// Largest logit error over the stored head columns of every prompt row.
+    max_abs_error: f64,
+    /// Prompt rows whose argmax equals the reference's.
+    argmax_agreement: usize,
+    rows: usize,
+    /// Greedy ids generated with the KV cache before the first one that differs.
+    greedy_prefix: usize,
+}
+
+fn measure(backend: BackendKind, precision: Precision) -> Accuracy {
+    let golden = Golden::load();
+    let prompt = golden.ids("prompt_ids");
+    let model = Llama::load_in(&tiny_model_dir(), &common::device(backend), precision)
+        .expect("tiny fixture loads");
+    let vocab = model.config().vocab_size;
+
+    let mut cache = model.new_cache();
+    let logits = logits_to_vec(
+        model
+            .forward(&prompt, &mut cache, Logits::All)
+            .expect("forward"),
+    )
+    .expect("read");
+    let (shape, head) = golden.floats("prompt_logits_head");
+    let columns = shape[1];
+    let reference_argmax = golden.ids("prompt_argmax");
+    let mut max_abs_error: f64 = 0.0;
+    let mut argmax_agreement = 0;
+    for (row, expected) in head.chunks(columns).enumerate() {
+        let actual = &logits[row * vocab..(row + 1) * vocab];
+        max_abs_error = max_abs_error.max(max_abs_diff(&actual[..columns], expected).0);
+        argmax_agreement += usize::from(argmax(actual) as u32 == reference_argmax[row]);
+    }
+
+    let expected = golden.ids("greedy_ids");
+    let mut cache = model.new_cache();
+    let mut last = logits_to_vec(
+        model
+            .forward(&prompt, &mut cache, Logits::Last)
+            .expect("prefill"),
+    )
+    .expect("read");
+    let mut greedy_prefix = 0;
+    for &want in &expected {
+        let next = argmax(&last) as u32;
+        if next != want {
+            break;
+        }
+        greedy_prefix += 1;
+        last = logits_to_vec(
+            model
+                .forward(&[next], &mut cache, Logits::Last)
+                .expect("decode"),
+        )
+        .expect("read");
+    }
+    let accuracy = Accuracy {
+        max_abs_error,
+        argmax_agreement,
+        rows: prompt.len(),
+        greedy_prefix,
+    };
+    println!(
+        "{backend} {precision}: max |logit error| {:.2e}, prompt argmax {}/{}, greedy ids {}/{}",
+        accuracy.max_abs_error,
+        accuracy.argmax_agreement,
+        accuracy.rows,
+        accuracy.greedy_prefix,
+        expected.len()
+    );
+    accuracy
+}
+
+/// Bounds for a random-weight model, whose top logits are nearly tied: a correct reduced
+/// precision stays within 0.1 of every logit, keeps 80% of the argmaxes and the first half of
+/// the greedy ids; a wrong scale, layout or dtype misses all three by far.
+fn assert_close_to_float32(backend: BackendKind, precision: Precision) {
+    let accuracy = measure(backend, precision);
+    let greedy = Golden::load().ids("greedy_ids").len();
+    assert!(
+        accuracy.max_abs_error < 0.1,
+        "{backend} {precision}: logit error {:e}",
+        accuracy.max_abs_error
+    );
+    assert!(
+        accuracy.argmax_agreement * 10 >= accuracy.rows * 8,
+        "{backend} {precision}: argmax agrees on {}/{} rows",
+        accuracy.argmax_agreement,
+        accuracy.rows
+    );
+    assert!(
+        accuracy.greedy_prefix * 2 >= greedy,
+        "{backend} {precision}: greedy ids agree for {}/{greedy}",
+        accuracy.greedy_prefix
+    );
+}
+
+#[test]
+fn half_precisions_stay_close_to_float32() {
+    for precision in [Precision::Bf16, Precision::F16] {
+        assert_close_to_float32(BackendKind::Flex, precision);
+    }
+    assert_close_to_float32(BackendKind::Gpu, Precision::F16);
+}
+
+#[test]
+fn eight_bit_weights_stay_close_to_float32() {
+    for backend in [BackendKind::Flex, BackendKind::Ndarray, BackendKind::Gpu] {
+        assert_close_to_float32(backend, Precision::Q8);
+    }
+}
+
+#[test]
+fn float32_is_exact_at_the_golden_tolerance() {
+    let accuracy = measure(BackendKind::Flex, Precision::F32);
+    assert!(accuracy.max_abs_error < 1e-3);
+    assert_eq!(accuracy.argmax_agreement, accuracy.rows);
+    assert_eq!(
+        accuracy.greedy_prefix,
+        Golden::load().ids("greedy_ids").len()
+    );
+}
+
+#[test]
+fn a_precision_the_backend_cannot_compute_in_is_a_clear_error() {
+    #[allow(deprecated)]
+    let ndarray = burn::tensor::Device::ndarray();
+    for precision in [Precision::Bf16, Precision::F16] {
+        let err = Llama::load_in(&tiny_model_dir(), &ndarray, precision)
+            .expect_err("ndarray does not compute in half precision");
+        assert!(
+            matches!(err, ModelError::UnsupportedComputeDtype { .. }),
+            "{err}"
+        );
+    }
+}
