@@ -57,34 +57,26 @@ pub struct ComputeDevice {
 
 impl ComputeDevice {
     pub fn open(requested: BackendKind) -> Self {
-        let cpu = |backend: BackendKind, fallback| {
-            let device = match backend {
-                #[allow(deprecated)]
-                BackendKind::Ndarray => Device::ndarray(),
-                _ => Device::flex(),
-            };
-            Self {
-                backend,
-                device,
-                fallback,
-            }
-        };
-        match requested {
+        let (backend, device, fallback) = match requested {
+            BackendKind::Flex => (BackendKind::Flex, Device::flex(), None),
+            #[allow(deprecated)]
+            BackendKind::Ndarray => (BackendKind::Ndarray, Device::ndarray(), None),
             BackendKind::Gpu => match gpu_device() {
-                Ok(device) => Self {
-                    backend: BackendKind::Gpu,
-                    device,
-                    fallback: None,
-                },
-                Err(reason) => cpu(
+                Ok(device) => (BackendKind::Gpu, device, None),
+                Err(reason) => (
                     BackendKind::Flex,
+                    Device::flex(),
                     Some(format!(
                         "no usable GPU ({reason}); running on the CPU ({}) instead",
                         BackendKind::Flex
                     )),
                 ),
             },
-            cpu_backend => cpu(cpu_backend, None),
+        };
+        Self {
+            backend,
+            device,
+            fallback,
         }
     }
 
