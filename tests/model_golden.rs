@@ -4,7 +4,7 @@
 mod common;
 
 use burn::tensor::DType;
-use common::{Golden, argmax, assert_close, logsumexp, tiny_model_dir};
+use common::{Golden, argmax, assert_close, full_forward, greedy_ids, logsumexp, tiny_model_dir};
 use smolchat::backend::BackendKind;
 use smolchat::model::{Llama, Logits, logits_to_vec};
 
@@ -57,13 +57,7 @@ fn prompt_logits_match_transformers() {
     for backend in BACKENDS {
         let model = load(backend);
         let vocab = model.config().vocab_size;
-        let mut cache = model.new_cache();
-        let logits = logits_to_vec(
-            model
-                .forward(&prompt, &mut cache, Logits::All)
-                .expect("forward"),
-        )
-        .expect("read");
+        let logits = full_forward(&model, &prompt);
         assert_eq!(logits.len(), prompt.len() * vocab);
         check_rows(
             backend,
@@ -149,25 +143,7 @@ fn greedy_generation_with_kv_cache_matches_transformers() {
     let prompt = golden.ids("prompt_ids");
     let expected = golden.ids("greedy_ids");
     for backend in BACKENDS {
-        let model = load(backend);
-        let mut cache = model.new_cache();
-        let mut logits = logits_to_vec(
-            model
-                .forward(&prompt, &mut cache, Logits::Last)
-                .expect("prefill"),
-        )
-        .expect("read");
-        let mut generated = Vec::new();
-        while generated.len() < expected.len() {
-            let next = argmax(&logits) as u32;
-            generated.push(next);
-            logits = logits_to_vec(
-                model
-                    .forward(&[next], &mut cache, Logits::Last)
-                    .expect("decode"),
-            )
-            .expect("read");
-        }
+        let generated = greedy_ids(&load(backend), &prompt, expected.len());
         assert_eq!(generated, expected, "{backend} greedy ids");
     }
 }

@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{Golden, argmax, max_abs_diff, tiny_model_dir};
+use common::{Golden, argmax, full_forward, greedy_ids, max_abs_diff, tiny_model_dir};
 use smolchat::backend::BackendKind;
-use smolchat::model::{Llama, Logits, ModelError, Precision, logits_to_vec};
+use smolchat::model::{Llama, ModelError, Precision};
 
 struct Accuracy {
     /// Largest logit error over the stored head columns of every prompt row.
@@ -23,14 +23,7 @@ fn measure(backend: BackendKind, precision: Precision) -> Accuracy {
     let model = Llama::load_in(&tiny_model_dir(), &common::device(backend), precision)
         .expect("tiny fixture loads");
     let vocab = model.config().vocab_size;
-
-    let mut cache = model.new_cache();
-    let logits = logits_to_vec(
-        model
-            .forward(&prompt, &mut cache, Logits::All)
-            .expect("forward"),
-    )
-    .expect("read");
+    let logits = full_forward(&model, &prompt);
     let (shape, head) = golden.floats("prompt_logits_head");
     let columns = shape[1];
     let reference_argmax = golden.ids("prompt_argmax");
@@ -43,27 +36,11 @@ fn measure(backend: BackendKind, precision: Precision) -> Accuracy {
     }
 
     let expected = golden.ids("greedy_ids");
-    let mut cache = model.new_cache();
-    let mut last = logits_to_vec(
-        model
-            .forward(&prompt, &mut cache, Logits::Last)
-            .expect("prefill"),
-    )
-    .expect("read");
-    let mut greedy_prefix = 0;
-    for &want in &expected {
-        let next = argmax(&last) as u32;
-        if next != want {
-            break;
-        }
-        greedy_prefix += 1;
-        last = logits_to_vec(
-            model
-                .forward(&[next], &mut cache, Logits::Last)
-                .expect("decode"),
-        )
-        .expect("read");
-    }
+    let greedy_prefix = greedy_ids(&model, &prompt, expected.len())
+        .iter()
+        .zip(&expected)
+        .take_while(|(generated, want)| generated == want)
+        .count();
     let accuracy = Accuracy {
         max_abs_error,
         argmax_agreement,

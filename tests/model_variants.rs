@@ -6,7 +6,7 @@ mod common;
 
 use burn::tensor::DType;
 use common::reference::ReferenceLlama;
-use common::{assert_close, random_model, small_config};
+use common::{assert_close, full_forward, random_model, small_config};
 use serde_json::json;
 use smolchat::backend::BackendKind;
 use smolchat::model::random_checkpoint::StorageDtype;
@@ -30,13 +30,7 @@ fn variant(overrides: serde_json::Value, dtype: StorageDtype) {
     for backend in BACKENDS {
         let model =
             Llama::load(dir.path(), &common::device(backend), DType::F32).expect("variant loads");
-        let mut cache = model.new_cache();
-        let logits = logits_to_vec(
-            model
-                .forward(&input, &mut cache, Logits::All)
-                .expect("forward"),
-        )
-        .expect("read");
+        let logits = full_forward(&model, &input);
         assert_close(
             &logits,
             &expected,
@@ -68,16 +62,6 @@ fn explicit_head_dim_wider_than_hidden_in_bf16() {
         json!({"hidden_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "rms_norm_eps": 1e-4}),
         StorageDtype::Bf16,
     );
-}
-
-fn full_forward(model: &Llama, input: &[u32]) -> Vec<f32> {
-    let mut cache = model.new_cache();
-    logits_to_vec(
-        model
-            .forward(input, &mut cache, Logits::All)
-            .expect("forward"),
-    )
-    .expect("read")
 }
 
 #[test]

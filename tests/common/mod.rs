@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use burn::tensor::Device;
 use safetensors::SafeTensors;
 use smolchat::backend::{BackendKind, ComputeDevice};
+use smolchat::model::{Llama, Logits, logits_to_vec};
 
 /// The device of `backend`. A GPU test must run on a GPU (in CI: Mesa's software Vulkan
 /// driver), never quietly on the CPU fallback.
@@ -27,6 +28,42 @@ pub fn logit_tolerance(backend: BackendKind) -> f64 {
         BackendKind::Gpu => 1e-2,
         _ => 1e-3,
     }
+}
+
+/// Logits of every input token from one forward pass over a fresh cache, row-major.
+pub fn full_forward(model: &Llama, input: &[u32]) -> Vec<f32> {
+    let mut cache = model.new_cache();
+    logits_to_vec(
+        model
+            .forward(input, &mut cache, Logits::All)
+            .expect("forward"),
+    )
+    .expect("read")
+}
+
+/// `count` greedy ids after `prompt`, decoded one token at a time with the KV cache.
+pub fn greedy_ids(model: &Llama, prompt: &[u32], count: usize) -> Vec<u32> {
+    let mut cache = model.new_cache();
+    let mut logits = logits_to_vec(
+        model
+            .forward(prompt, &mut cache, Logits::Last)
+            .expect("prefill"),
+    )
+    .expect("read");
+    let mut generated = Vec::with_capacity(count);
+    while generated.len() < count {
+        let next = argmax(&logits) as u32;
+        generated.push(next);
+        if generated.len() < count {
+            logits = logits_to_vec(
+                model
+                    .forward(&[next], &mut cache, Logits::Last)
+                    .expect("decode"),
+            )
+            .expect("read");
+        }
+    }
+    generated
 }
 
 pub fn tiny_model_dir() -> PathBuf {
