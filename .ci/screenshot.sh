@@ -18,12 +18,26 @@ cat >"$SMOLCHAT_CONFIG_DIR/settings.json" <<JSON
 {"model_folder": "$PWD/tests/fixtures/tiny-smollm", "max_new_tokens": 60, "show_token_probabilities": false}
 JSON
 
-display=":${SCREENSHOT_DISPLAY:-77}"
-Xvfb "$display" -screen 0 1280x800x24 -nolisten tcp &
+# -displayfd: Xvfb picks a free display and writes its number only once it accepts clients, so
+# there is no race with a slow start and no clash with a display already in use.
+Xvfb -displayfd 3 -screen 0 1280x800x24 -nolisten tcp 3>"$root/display" 2>"$root/xvfb.log" &
 xvfb_pid=$!
-export DISPLAY="$display" LIBGL_ALWAYS_SOFTWARE=1 WINIT_UNIX_BACKEND=x11
+# A cold machine can be slow to start it, so wait up to a minute. Where no X server can run at
+# all there is nothing to screenshot: say so with Xvfb's own words, and leave the verdict to the
+# tests (the GUI tests drive the same app headless).
+for _ in $(seq 600); do
+  [ -s "$root/display" ] && break
+  kill -0 "$xvfb_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ ! -s "$root/display" ]; then
+  echo "warning: Xvfb did not start, so no screenshot was taken. Its log:" >&2
+  cat "$root/xvfb.log" >&2
+  exit 0
+fi
+export DISPLAY=":$(head -n1 "$root/display")" LIBGL_ALWAYS_SOFTWARE=1 WINIT_UNIX_BACKEND=x11
 unset WAYLAND_DISPLAY
-for _ in $(seq 50); do xdpyinfo >/dev/null 2>&1 && break; sleep 0.1; done
+xdpyinfo >/dev/null || { echo "Xvfb on $DISPLAY does not answer:" >&2; cat "$root/xvfb.log" >&2; exit 1; }
 
 "$bin" &
 app_pid=$!
@@ -33,7 +47,7 @@ for _ in $(seq 100); do
   [ -n "$window" ] && break
   sleep 0.2
 done
-[ -n "$window" ] || { echo "the smolchat window did not appear" >&2; exit 1; }
+[ -n "$window" ] || { echo "the smolchat window did not appear on $DISPLAY" >&2; exit 1; }
 sleep 2
 xdotool windowactivate --sync "$window" 2>/dev/null || xdotool windowfocus "$window"
 xdotool type --delay 30 "Hello! Please write a **short** poem."
