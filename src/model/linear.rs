@@ -1,6 +1,8 @@
 use burn::module::{Module, Param};
+use burn::tensor::Tensor;
 use burn::tensor::quantization::QuantScheme;
-use burn::tensor::{Device, Tensor};
+
+use super::cpu_matvec::project_row;
 
 /// A bias-free projection `y = x Wᵀ` with `W` kept in Hugging Face's `[out, in]` layout.
 ///
@@ -35,28 +37,10 @@ impl Linear {
 }
 
 /// `x Wᵀ` for `W` in `[out, in]` layout; see [`Linear::forward`] for why it is computed as
-/// `(W xᵀ)ᵀ`.
+/// `(W xᵀ)ᵀ`. A single row (a decode step) on the CPU goes to the matrix-vector kernel.
 pub fn project(weight: Tensor<2>, x: Tensor<2>) -> Tensor<2> {
-    if x.dims()[0] == 1 && is_ndarray(&weight.device()) {
-        return project_one_row_via_blas(weight, x);
+    if let Some(y) = project_row(&weight, &x) {
+        return y;
     }
     weight.matmul(x.transpose()).transpose()
-}
-
-/// ndarray gives an axis of length one a zero stride, and its BLAS check rejects zero
-/// strides, so a one-row product (every decode step) falls back to matrixmultiply, which pads
-/// the row to its kernel width: 0.46 ms instead of 0.12 ms for a 1536×576 weight. Two copies
-/// of the row read the weight once, like one, and reach BLAS.
-fn project_one_row_via_blas(weight: Tensor<2>, x: Tensor<2>) -> Tensor<2> {
-    let doubled = Tensor::cat(vec![x.clone(), x], 0);
-    weight
-        .matmul(doubled.transpose())
-        .transpose()
-        .narrow(0, 0, 1)
-}
-
-fn is_ndarray(device: &Device) -> bool {
-    #[allow(deprecated)]
-    let ndarray = Device::ndarray();
-    *device == ndarray
 }
