@@ -9,6 +9,7 @@ use safetensors::SafeTensors;
 use safetensors::tensor::{Dtype, Metadata, TensorInfo};
 
 use super::error::{ModelError, Result};
+use super::huge_pages;
 
 const SINGLE_FILE: &str = "model.safetensors";
 const SHARD_INDEX: &str = "model.safetensors.index.json";
@@ -162,6 +163,7 @@ struct Part<'a> {
 /// Decodes the little-endian bytes of each part into one vector of the compute element type.
 fn decode<T>(parts: &[Part], len: usize, from_f32: impl Fn(f32) -> T + Copy) -> Vec<T> {
     let mut out = Vec::with_capacity(len);
+    huge_pages::advise_for_capacity(&mut out);
     for Part { shard, info } in parts {
         let bytes = shard.bytes(info);
         match info.dtype {

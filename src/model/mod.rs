@@ -5,6 +5,7 @@ mod checkpoint;
 mod config;
 mod cpu_matvec;
 mod error;
+mod huge_pages;
 mod kv_cache;
 mod linear;
 mod llama;
