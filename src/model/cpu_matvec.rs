@@ -1,9 +1,9 @@
 //! Sends one-row projections on the CPU backends to the [`matvec`] kernel.
 //!
-//! Burn's backend-extension API (`Tensor::try_into_primitive`) hands over the backend's own
-//! tensor, so the kernel reads the weight where it lies, without a copy. Any other case
-//! (the GPU, quantized weights, a strided view) returns `None` and the caller uses Burn's
-//! matmul.
+//! Burn's backend-extension API (`Tensor::try_into_primitive`, `Tensor::into_dispatch`) hands
+//! over the backend's own tensor, so the kernel reads the weight where it lies, without a
+//! copy. Any other case (the GPU, other quantization schemes, a strided view) returns `None`
+//! and the caller uses Burn's matmul.
 
 #![allow(deprecated)] // burn-ndarray is deprecated in Burn 0.22; we keep it on users' request.
 
@@ -42,15 +42,15 @@ pub fn project_row(weight: &Tensor<2>, x: &Tensor<2>) -> Option<Tensor<2>> {
 
 fn on_flex(weight: &FlexTensor, x: &FlexTensor, rows: usize) -> Option<FlexTensor> {
     let data = match weight.dtype() {
-        DType::F32 => row_data(
-            weight.as_slice::<f32>()?,
-            x.as_slice::<f32>()?.to_vec(),
+        DType::F32 => row_data(weight.as_slice::<f32>()?, x.as_slice::<f32>()?, rows),
+        DType::F16 => row_data(
+            weight.as_slice::<f16>()?,
+            &x.as_slice::<f16>()?.to_f32_vec(),
             rows,
         ),
-        DType::F16 => row_data(weight.as_slice::<f16>()?, widen(x.as_slice::<f16>()?), rows),
         DType::BF16 => row_data(
             weight.as_slice::<bf16>()?,
-            widen(x.as_slice::<bf16>()?),
+            &x.as_slice::<bf16>()?.to_f32_vec(),
             rows,
         ),
         _ => return None,
@@ -71,11 +71,7 @@ fn on_flex_quantized(weight: &FlexQTensor, x: &FlexTensor, rows: usize) -> Optio
     if scales.len() * block != values.len() {
         return None;
     }
-    let x = match x.dtype() {
-        DType::F32 => x.as_slice::<f32>()?.to_vec(),
-        _ => return None,
-    };
-    let y = matvec_q8(values, scales, block, &x, rows);
+    let y = matvec_q8(values, scales, block, x.as_slice::<f32>()?, rows);
     Some(FlexTensor::from_data(TensorData::new(y, [1, rows])))
 }
 
@@ -99,19 +95,15 @@ fn on_ndarray(weight: &NdArrayTensor, x: &NdArrayTensor, rows: usize) -> Option<
         return None;
     };
     let (weight, x) = (weight.view(), x.view());
-    let data = row_data(weight.as_slice()?, x.as_slice()?.to_vec(), rows);
+    let data = row_data(weight.as_slice()?, x.as_slice()?, rows);
     Some(NdArrayTensor::from_data(data))
 }
 
 /// The product as a `[1, rows]` tensor in the weight's own element type, which is the
 /// model's compute dtype.
-fn row_data<W: WeightElement + Narrow>(weight: &[W], x: Vec<f32>, rows: usize) -> TensorData {
-    let y = matvec(weight, &x, rows);
+fn row_data<W: WeightElement + Narrow>(weight: &[W], x: &[f32], rows: usize) -> TensorData {
+    let y = matvec(weight, x, rows);
     TensorData::new(W::narrow(y), [1, rows])
-}
-
-fn widen<H: HalfFloatSliceExt + ?Sized>(x: &H) -> Vec<f32> {
-    x.to_f32_vec()
 }
 
 /// Converts the kernel's f32 results back to the weight's element type.

@@ -4,6 +4,7 @@
 use egui::RichText;
 
 use super::state::{AppState, ModelStatus};
+use crate::stats::memory;
 use crate::store::MessageStats;
 
 pub fn show(ui: &mut egui::Ui, state: &mut AppState) {
@@ -31,16 +32,10 @@ pub fn show(ui: &mut egui::Ui, state: &mut AppState) {
             let stats = MessageStats::from_generation(&live.generation, live.resident_bytes);
             ui.label(super::chat_view::stats_line(&stats));
             if let Some(bytes) = live.resident_bytes {
-                ui.label(format!(
-                    "\u{b7} memory {:.0} MiB",
-                    bytes as f64 / (1024.0 * 1024.0)
-                ));
+                ui.label(format!("\u{b7} memory {:.0} MiB", memory::mib(bytes)));
             }
             if let Some(bytes) = live.device_bytes {
-                ui.label(format!(
-                    "\u{b7} GPU memory {:.0} MiB",
-                    bytes as f64 / (1024.0 * 1024.0)
-                ));
+                ui.label(format!("\u{b7} GPU memory {:.0} MiB", memory::mib(bytes)));
             }
         }
         if let Some(notice) = &state.notice {
