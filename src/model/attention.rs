@@ -69,8 +69,10 @@ impl Attention {
                 .reshape([tokens, count, head_dim])
                 .swap_dims(0, 1)
         };
-        let q = rope.forward(split(0, heads), start);
-        let k = rope.forward(split(heads, kv_heads), start);
+        // Queries and keys lie side by side in the fused projection: one rotation serves both.
+        let qk = rope.forward(split(0, heads + kv_heads), start);
+        let q = qk.clone().narrow(0, 0, heads);
+        let k = qk.narrow(0, heads, kv_heads);
         let v = split(heads + kv_heads, kv_heads);
         let (keys, values) = cache.append(layer, k, v);
 

@@ -6,9 +6,18 @@
 //! parallel threshold is 192³ multiply-adds), and burn-ndarray rejects the one-row layout
 //! for BLAS. Splitting the weight's rows over every core and streaming each row once
 //! through a wide dot product is what reaches the memory bandwidth.
+//!
+//! The rows are split over a [`micropool`] pool, not rayon's. A decode step is ~120 of these
+//! products, each 40–200 µs long, with a few dozen µs of small operations between them;
+//! rayon's idle workers go to sleep within a few µs and each product then waits for one to
+//! wake. micropool's workers keep spinning for a set time after their last job, and the
+//! calling thread works on its share instead of waiting. In a bf16 decode step on two cores
+//! this cut the time spent in products from 11.6 to 9.3 ms (23 to 29 GB/s).
+
+use std::sync::OnceLock;
 
 use half::{bf16, f16};
-use rayon::prelude::*;
+use micropool::{ThreadPool, ThreadPoolBuilder};
 
 /// A weight element the kernel can widen to f32 on the fly.
 pub trait WeightElement: Copy + Send + Sync {
@@ -72,10 +81,61 @@ impl WeightElement for bf16 {
     }
 }
 
-/// Rows per parallel task: enough tasks for rayon to balance two to a few dozen cores, few
-/// enough that each task streams a contiguous block of many kilobytes.
-fn rows_per_task(rows: usize) -> usize {
-    rows.div_ceil(4 * rayon::current_num_threads()).max(16)
+/// How long an idle worker spins before it sleeps, in spin-loop iterations (a few ms): longer
+/// than the gaps between one step's products and between tokens, short enough that the core
+/// is released soon after generation ends.
+const IDLE_SPIN: usize = 200_000;
+
+/// Products smaller than this many rows run on the calling thread alone: splitting them
+/// costs more than it saves.
+const MIN_ROWS_PER_PART: usize = 16;
+
+/// The helper threads, one fewer than the threads the CPU backends use (rayon's count, so
+/// `RAYON_NUM_THREADS` sets both), since the calling thread does a share of each product.
+/// `None` for a single thread.
+fn pool() -> Option<&'static ThreadPool> {
+    static POOL: OnceLock<Option<ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let helpers = rayon::current_num_threads().saturating_sub(1);
+        (helpers > 0).then(|| {
+            ThreadPoolBuilder::default()
+                .num_threads(helpers)
+                .idle_spin_cycles(IDLE_SPIN)
+                .build()
+        })
+    })
+    .as_ref()
+}
+
+/// Runs `part(first_row, out)` over contiguous row ranges that together cover `out`, one
+/// range per thread; `out` holds one result per row.
+fn split_rows(out: &mut [f32], part: &(impl Fn(usize, &mut [f32]) + Sync)) {
+    match pool() {
+        Some(pool) => {
+            let parts = (pool.num_threads() + 1).min(out.len() / MIN_ROWS_PER_PART);
+            split_into(pool, parts.max(1), 0, out, part);
+        }
+        None => part(0, out),
+    }
+}
+
+fn split_into(
+    pool: &ThreadPool,
+    parts: usize,
+    first_row: usize,
+    out: &mut [f32],
+    part: &(impl Fn(usize, &mut [f32]) + Sync),
+) {
+    if parts <= 1 {
+        return part(first_row, out);
+    }
+    let left_parts = parts / 2;
+    let middle = out.len() * left_parts / parts;
+    let (left, right) = out.split_at_mut(middle);
+    pool.join(
+        || split_into(pool, left_parts, first_row, left, part),
+        || split_into(pool, parts - left_parts, first_row + middle, right, part),
+    );
 }
 
 /// `weight` is `[rows, x.len()]` row-major; returns `W x` (`rows` values).
@@ -90,11 +150,11 @@ pub fn matvec<W: WeightElement>(weight: &[W], x: &[f32], rows: usize) -> Vec<f32
         "matvec: weight is not [rows, x.len()]"
     );
     let mut out = vec![0.0; rows];
-    let block = rows_per_task(rows);
     let rows_dot = rows_dot_for_this_cpu::<W>();
-    out.par_chunks_mut(block)
-        .zip(weight.par_chunks(block * cols))
-        .for_each(|(out, weight)| rows_dot(weight, x, out));
+    split_rows(&mut out, &|first, out: &mut [f32]| {
+        let weight = &weight[first * cols..(first + out.len()) * cols];
+        rows_dot(weight, x, out);
+    });
     out
 }
 
@@ -118,13 +178,14 @@ pub fn matvec_q8(weight: &[i8], scales: &[f32], block: usize, x: &[f32], rows: u
         "matvec_q8: weight, scales and block do not fit [rows, x.len()]"
     );
     let mut out = vec![0.0; rows];
-    let task = rows_per_task(rows);
     let blocks_per_row = cols / block;
     let rows_dot = rows_dot_q8_for_this_cpu();
-    out.par_chunks_mut(task)
-        .zip(weight.par_chunks(task * cols))
-        .zip(scales.par_chunks(task * blocks_per_row))
-        .for_each(|((out, weight), scales)| rows_dot(weight, scales, block, x, out));
+    split_rows(&mut out, &|first, out: &mut [f32]| {
+        let rows = first..first + out.len();
+        let weight = &weight[rows.start * cols..rows.end * cols];
+        let scales = &scales[rows.start * blocks_per_row..rows.end * blocks_per_row];
+        rows_dot(weight, scales, block, x, out);
+    });
     out
 }
 
