@@ -3,7 +3,9 @@ use burn::tensor::Tensor;
 use burn::tensor::activation::softmax;
 use burn::tensor::quantization::QuantScheme;
 
-use super::kv_cache::KvCache;
+use super::cpu::{self, HeadLayout};
+use super::error::{ModelError, Result};
+use super::kv_cache::{DeviceLayer, KvCache, LayerCache};
 use super::linear::Linear;
 use super::rope::RotaryEmbedding;
 
@@ -47,22 +49,59 @@ impl Attention {
         }
     }
 
-    /// `x`: `[tokens, hidden]` at positions `cache.len()..`; `mask`: additive causal mask
-    /// `[1, group · tokens, cached + tokens]`, `None` for a single token (it sees everything).
+    /// `residual + attention(x)` for `x`: `[tokens, hidden]` at positions `cache.len()..`;
+    /// `mask`: additive causal mask `[1, group · tokens, cached + tokens]` for a device cache,
+    /// `None` for a single token (it sees everything) or a host cache (the CPU kernel masks
+    /// by position).
     pub fn forward(
         &self,
         x: Tensor<2>,
+        residual: Tensor<2>,
         layer: usize,
         rope: &RotaryEmbedding,
         cache: &mut KvCache,
         mask: Option<&Tensor<3>>,
-    ) -> Tensor<2> {
+    ) -> Result<Tensor<2>> {
         let [tokens, _] = x.dims();
+        let start = cache.len();
+        let qkv = self.qkv.forward(x);
+        let context = match cache.layer(layer, tokens) {
+            LayerCache::Host(rows) => {
+                let (cos, signed_sin) = rope.tables();
+                cpu::self_attention(&qkv, cos, signed_sin, rows, start, self.layout()).ok_or_else(
+                    || {
+                        ModelError::Backend(
+                            "the CPU attention kernel cannot read this tensor".into(),
+                        )
+                    },
+                )?
+            }
+            LayerCache::Device(slot) => self.attend_on_device(qkv, slot, start, rope, mask),
+        };
+        Ok(self.output.forward_onto(context, residual))
+    }
+
+    fn layout(&self) -> HeadLayout {
+        HeadLayout {
+            heads: self.num_heads,
+            kv_heads: self.num_kv_heads,
+            head_dim: self.head_dim,
+        }
+    }
+
+    /// The same attention in Burn operations, for a cache of device tensors.
+    fn attend_on_device(
+        &self,
+        qkv: Tensor<2>,
+        cache: DeviceLayer<'_>,
+        start: usize,
+        rope: &RotaryEmbedding,
+        mask: Option<&Tensor<3>>,
+    ) -> Tensor<2> {
+        let [tokens, _] = qkv.dims();
         let (heads, kv_heads, head_dim) = (self.num_heads, self.num_kv_heads, self.head_dim);
         let group = heads / kv_heads;
-        let start = cache.len();
 
-        let qkv = self.qkv.forward(x);
         let split = |offset: usize, count: usize| {
             qkv.clone()
                 .narrow(1, offset * head_dim, count * head_dim)
@@ -74,7 +113,7 @@ impl Attention {
         let q = qk.clone().narrow(0, 0, heads);
         let k = qk.narrow(0, heads, kv_heads);
         let v = split(heads + kv_heads, kv_heads);
-        let (keys, values) = cache.append(layer, k, v);
+        let (keys, values) = cache.append(k, v);
 
         let q = q.mul_scalar(1.0 / (head_dim as f64).sqrt()).reshape([
             kv_heads,
@@ -85,11 +124,10 @@ impl Attention {
         if let Some(mask) = mask {
             scores = scores + mask.clone();
         }
-        let context = softmax(scores, 2)
+        softmax(scores, 2)
             .matmul(values)
             .reshape([heads, tokens, head_dim])
             .swap_dims(0, 1)
-            .reshape([tokens, heads * head_dim]);
-        self.output.forward(context)
+            .reshape([tokens, heads * head_dim])
     }
 }

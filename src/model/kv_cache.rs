@@ -1,21 +1,39 @@
 use burn::tensor::{DType, Device, Tensor};
 
 use super::config::LlamaConfig;
+use super::cpu::{self, CachedRows};
 
 /// Cached keys and values of every layer for the tokens seen so far.
 ///
 /// Storage is allocated in blocks and grows by doubling, up to the model's context length, so
 /// a short chat does not pay for 8192 positions and a long one is still bounded. New entries
-/// are written in place; reading returns views of the filled prefix, never a concatenated copy.
-/// Truncating to a prefix is free: the chat engine does it when an edited message makes the
-/// conversation diverge from what the cache holds.
+/// are written in place; reading never concatenates a copy. Truncating to a prefix is free:
+/// the chat engine does it when an edited message makes the conversation diverge from what
+/// the cache holds.
 #[derive(Debug)]
 pub struct KvCache {
-    layers: Vec<Option<LayerCache>>,
+    store: Store,
     /// The token ids whose keys and values are cached, so that a new prompt can reuse the
     /// longest common prefix.
     tokens: Vec<u32>,
     max_len: usize,
+    /// Values per position and layer, of the keys and of the values each.
+    kv_width: usize,
+}
+
+/// Where the keys and values live, which decides how attention reads them.
+#[derive(Debug)]
+enum Store {
+    /// Host memory, written and read in place by the CPU attention kernel (burn-flex,
+    /// burn-ndarray).
+    Host(Vec<CachedRows>),
+    /// Tensors on the model's device, read by Burn's composition of attention (the GPU).
+    Device(DeviceLayers),
+}
+
+#[derive(Debug)]
+struct DeviceLayers {
+    layers: Vec<Option<LayerTensors>>,
     kv_heads: usize,
     head_dim: usize,
     dtype: DType,
@@ -23,7 +41,7 @@ pub struct KvCache {
 }
 
 #[derive(Debug)]
-struct LayerCache {
+struct LayerTensors {
     /// `[kv_heads, capacity, head_dim]`
     keys: Tensor<3>,
     /// `[kv_heads, capacity, head_dim]`
@@ -35,14 +53,23 @@ const FIRST_BLOCK: usize = 256;
 
 impl KvCache {
     pub fn new(config: &LlamaConfig, device: &Device, dtype: DType) -> Self {
+        let layers = config.num_hidden_layers;
+        let store = if cpu::is_host(device) {
+            Store::Host((0..layers).map(|_| CachedRows::default()).collect())
+        } else {
+            Store::Device(DeviceLayers {
+                layers: (0..layers).map(|_| None).collect(),
+                kv_heads: config.num_kv_heads(),
+                head_dim: config.head_dim(),
+                dtype,
+                device: device.clone(),
+            })
+        };
         Self {
-            layers: (0..config.num_hidden_layers).map(|_| None).collect(),
+            store,
             tokens: Vec::new(),
             max_len: config.max_position_embeddings,
-            kv_heads: config.num_kv_heads(),
-            head_dim: config.head_dim(),
-            dtype,
-            device: device.clone(),
+            kv_width: config.num_kv_heads() * config.head_dim(),
         }
     }
 
@@ -75,17 +102,31 @@ impl KvCache {
 
     /// Positions allocated now (across all layers the same).
     pub fn capacity(&self) -> usize {
-        self.layers
-            .iter()
-            .flatten()
-            .map(|layer| layer.keys.dims()[1])
-            .next()
-            .unwrap_or(0)
+        match &self.store {
+            Store::Host(layers) => layers
+                .first()
+                .map_or(0, |rows| rows.keys.capacity() / self.kv_width),
+            Store::Device(device) => device
+                .layers
+                .iter()
+                .flatten()
+                .map(|layer| layer.keys.dims()[1])
+                .next()
+                .unwrap_or(0),
+        }
     }
 
     /// Bytes held by the allocated storage, for the memory statistics.
     pub fn bytes(&self) -> usize {
-        2 * self.layers.len() * self.kv_heads * self.capacity() * self.head_dim * self.dtype.size()
+        let element = match &self.store {
+            Store::Host(_) => size_of::<f32>(),
+            Store::Device(device) => device.dtype.size(),
+        };
+        let layers = match &self.store {
+            Store::Host(layers) => layers.len(),
+            Store::Device(device) => device.layers.len(),
+        };
+        2 * layers * self.capacity() * self.kv_width * element
     }
 
     /// Forgets everything after the first `len` tokens (no-op when `len` is not shorter).
@@ -97,50 +138,33 @@ impl KvCache {
         self.tokens.clear();
     }
 
-    /// Writes the keys and values of new tokens at positions `len..len + tokens` of one layer
-    /// and returns views of all cached positions `0..len + tokens` of that layer.
-    ///
-    /// `keys`, `values`: `[kv_heads, tokens, head_dim]`. The cache's length only moves once
-    /// every layer has written, in [`KvCache::advance`].
-    pub(crate) fn append(
-        &mut self,
-        layer: usize,
-        keys: Tensor<3>,
-        values: Tensor<3>,
-    ) -> (Tensor<3>, Tensor<3>) {
+    /// Whether attention reads this cache with the CPU kernel, which needs no mask.
+    pub(crate) fn is_host(&self) -> bool {
+        matches!(self.store, Store::Host(_))
+    }
+
+    /// Where one layer writes the keys and values of `new_tokens` more positions, with room
+    /// made for them. The cache's length only moves once every layer has written, in
+    /// [`KvCache::advance`].
+    pub(crate) fn layer(&mut self, layer: usize, new_tokens: usize) -> LayerCache<'_> {
         let start = self.len();
-        let end = start + keys.dims()[1];
-        let (kv_heads, head_dim) = (self.kv_heads, self.head_dim);
-        let needed = self.grown_capacity(end);
-        let entry = self.layers[layer].get_or_insert_with(|| LayerCache {
-            keys: Tensor::zeros([kv_heads, 0, head_dim], (&self.device, self.dtype)),
-            values: Tensor::zeros([kv_heads, 0, head_dim], (&self.device, self.dtype)),
-        });
-        let capacity = entry.keys.dims()[1];
-        if needed > capacity {
-            let extra = || {
-                Tensor::zeros(
-                    [kv_heads, needed - capacity, head_dim],
-                    (&self.device, self.dtype),
-                )
-            };
-            entry.keys.inplace(|old| Tensor::cat(vec![old, extra()], 1));
-            entry
-                .values
-                .inplace(|old| Tensor::cat(vec![old, extra()], 1));
+        let capacity = self.grown_capacity(start + new_tokens);
+        let kv_width = self.kv_width;
+        match &mut self.store {
+            Store::Host(layers) => {
+                let rows = &mut layers[layer];
+                for buffer in [&mut rows.keys, &mut rows.values] {
+                    buffer.reserve_exact((capacity * kv_width).saturating_sub(buffer.len()));
+                }
+                LayerCache::Host(rows)
+            }
+            Store::Device(layers) => LayerCache::Device(DeviceLayer {
+                layers,
+                layer,
+                positions: start..start + new_tokens,
+                capacity,
+            }),
         }
-        let slot = [0..kv_heads, start..end, 0..head_dim];
-        entry
-            .keys
-            .inplace(|cache| cache.slice_assign(slot.clone(), keys));
-        entry
-            .values
-            .inplace(|cache| cache.slice_assign(slot, values));
-        let filled = [0..kv_heads, 0..end, 0..head_dim];
-        (
-            entry.keys.clone().slice(filled.clone()),
-            entry.values.clone().slice(filled),
-        )
     }
 
     /// Records `tokens` as cached, after every layer has appended them.
@@ -154,5 +178,57 @@ impl KvCache {
             return current;
         }
         needed.max(current * 2).max(FIRST_BLOCK).min(self.max_len)
+    }
+}
+
+/// One layer's storage, as [`KvCache::layer`] hands it to attention.
+pub(crate) enum LayerCache<'a> {
+    Host(&'a mut CachedRows),
+    Device(DeviceLayer<'a>),
+}
+
+/// One layer of a device cache, about to receive the positions `positions`.
+pub(crate) struct DeviceLayer<'a> {
+    layers: &'a mut DeviceLayers,
+    layer: usize,
+    positions: std::ops::Range<usize>,
+    /// Positions to allocate if there are fewer.
+    capacity: usize,
+}
+
+impl DeviceLayer<'_> {
+    /// Writes the keys and values of the new positions and returns views of all cached
+    /// positions of the layer. `keys`, `values`: `[kv_heads, tokens, head_dim]`.
+    pub(crate) fn append(self, keys: Tensor<3>, values: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
+        let layers = self.layers;
+        let (kv_heads, head_dim) = (layers.kv_heads, layers.head_dim);
+        let (device, dtype) = (&layers.device, layers.dtype);
+        let zeros = |len: usize| Tensor::zeros([kv_heads, len, head_dim], (device, dtype));
+        let entry = layers.layers[self.layer].get_or_insert_with(|| LayerTensors {
+            keys: zeros(0),
+            values: zeros(0),
+        });
+        let allocated = entry.keys.dims()[1];
+        if self.capacity > allocated {
+            let extra = self.capacity - allocated;
+            entry
+                .keys
+                .inplace(|old| Tensor::cat(vec![old, zeros(extra)], 1));
+            entry
+                .values
+                .inplace(|old| Tensor::cat(vec![old, zeros(extra)], 1));
+        }
+        let slot = [0..kv_heads, self.positions.clone(), 0..head_dim];
+        entry
+            .keys
+            .inplace(|cache| cache.slice_assign(slot.clone(), keys));
+        entry
+            .values
+            .inplace(|cache| cache.slice_assign(slot, values));
+        let filled = [0..kv_heads, 0..self.positions.end, 0..head_dim];
+        (
+            entry.keys.clone().slice(filled.clone()),
+            entry.values.clone().slice(filled),
+        )
     }
 }

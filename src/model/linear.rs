@@ -2,7 +2,7 @@ use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 use burn::tensor::quantization::QuantScheme;
 
-use super::cpu_matvec::project_row;
+use super::cpu;
 
 /// A bias-free projection `y = x Wᵀ` with `W` kept in Hugging Face's `[out, in]` layout.
 ///
@@ -25,22 +25,28 @@ impl Linear {
         Self::new(self.weight.val().quantize_dynamic(scheme))
     }
 
-    /// `x`: `[tokens, in]` → `[tokens, out]`, computed as `(W xᵀ)ᵀ`.
-    ///
-    /// Measured per decode step: burn-ndarray multiplies `W xᵀ` 4–16× faster than `x Wᵀ`
-    /// (it copies a transposed right-hand side; 19 ms instead of 314 ms for SmolLM2's LM
-    /// head), and burn-flex runs both at the same speed. Kept 2-D: a batched 3-D matmul
-    /// against a transposed view is an order of magnitude slower on the CPU backends.
+    /// `x`: `[tokens, in]` → `[tokens, out]`.
     pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        project(self.weight.val(), x)
+        project(&self.weight.val(), x, None)
+    }
+
+    /// `residual + x Wᵀ`: on the CPU the product lands on the residual stream in the same
+    /// pass, rounded once.
+    pub fn forward_onto(&self, x: Tensor<2>, residual: Tensor<2>) -> Tensor<2> {
+        project(&self.weight.val(), x, Some(residual))
     }
 }
 
-/// `x Wᵀ` for `W` in `[out, in]` layout; see [`Linear::forward`] for why it is computed as
-/// `(W xᵀ)ᵀ`. A single row (a decode step) on the CPU goes to the matrix-vector kernel.
-pub fn project(weight: Tensor<2>, x: Tensor<2>) -> Tensor<2> {
-    if let Some(y) = project_row(&weight, &x) {
+/// `x Wᵀ` (plus `residual`) for `W` in `[out, in]` layout: the CPU kernels where they apply,
+/// else Burn's matmul, kept 2-D (a batched 3-D matmul against a transposed view is an order
+/// of magnitude slower on the CPU backends).
+pub fn project(weight: &Tensor<2>, x: Tensor<2>, residual: Option<Tensor<2>>) -> Tensor<2> {
+    if let Some(y) = cpu::project(weight, &x, residual.as_ref()) {
         return y;
     }
-    weight.matmul(x.transpose()).transpose()
+    let y = x.matmul(weight.clone().transpose());
+    match residual {
+        Some(residual) => residual + y,
+        None => y,
+    }
 }

@@ -249,17 +249,20 @@ impl Llama {
             &device,
         );
         let mut hidden = self.embedding.val().select(0, ids);
-        let mask = (count > 1).then(|| self.causal_mask(start, count, &device));
+        let mask = (count > 1 && !cache.is_host()).then(|| self.causal_mask(start, count, &device));
+        // Each sub-block adds its output to the residual stream `hidden`.
         for (index, layer) in self.layers.iter().enumerate() {
-            let attended = layer.attention.forward(
+            hidden = layer.attention.forward(
                 layer.attention_norm.forward(hidden.clone()),
+                hidden,
                 index,
                 &self.rope,
                 cache,
                 mask.as_ref(),
-            );
-            hidden = hidden + attended;
-            hidden = hidden.clone() + layer.mlp.forward(layer.mlp_norm.forward(hidden));
+            )?;
+            hidden = layer
+                .mlp
+                .forward(layer.mlp_norm.forward(hidden.clone()), hidden);
         }
         cache.advance(tokens);
 
@@ -269,7 +272,7 @@ impl Llama {
         let hidden = self.norm.forward(hidden);
         let logits = match &self.lm_head {
             Some(head) => head.forward(hidden),
-            None => project(self.embedding.val(), hidden),
+            None => project(&self.embedding.val(), hidden, None),
         };
         Ok(logits.cast(DType::F32))
     }

@@ -3,6 +3,7 @@ use burn::tensor::Tensor;
 use burn::tensor::activation::silu;
 use burn::tensor::quantization::QuantScheme;
 
+use super::cpu;
 use super::linear::Linear;
 
 /// The SwiGLU feed-forward block: `down(silu(gate(x)) ⊙ up(x))`.
@@ -32,11 +33,14 @@ impl Mlp {
         }
     }
 
-    /// `x`: `[tokens, hidden]`.
-    pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
+    /// `residual + mlp(x)` for `x`: `[tokens, hidden]`.
+    pub fn forward(&self, x: Tensor<2>, residual: Tensor<2>) -> Tensor<2> {
         let gate_up = self.gate_up.forward(x);
-        let gate = gate_up.clone().narrow(1, 0, self.intermediate);
-        let up = gate_up.narrow(1, self.intermediate, self.intermediate);
-        self.down.forward(silu(gate) * up)
+        let gated = cpu::swiglu(&gate_up).unwrap_or_else(|| {
+            let gate = gate_up.clone().narrow(1, 0, self.intermediate);
+            let up = gate_up.narrow(1, self.intermediate, self.intermediate);
+            silu(gate) * up
+        });
+        self.down.forward_onto(gated, residual)
     }
 }

@@ -3,13 +3,12 @@
 mod attention;
 mod checkpoint;
 mod config;
-mod cpu_matvec;
+mod cpu;
 mod error;
 mod huge_pages;
 mod kv_cache;
 mod linear;
 mod llama;
-mod matvec;
 mod mlp;
 mod precision;
 pub mod random_checkpoint;

@@ -52,6 +52,12 @@ impl RotaryEmbedding {
         }
     }
 
+    /// The tables `[max_positions, head_dim]`: cosines, and sines with their first half
+    /// negated.
+    pub fn tables(&self) -> (&Tensor<2>, &Tensor<2>) {
+        (&self.cos, &self.signed_sin)
+    }
+
     /// `x`: `[heads, tokens, head_dim]` for the positions `start..start + tokens`.
     pub fn forward(&self, x: Tensor<3>, start: usize) -> Tensor<3> {
         let [_, tokens, _] = x.dims();

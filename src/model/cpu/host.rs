@@ -1,0 +1,208 @@
+//! The elements of a CPU backend's tensor, read where they lie.
+//!
+//! Burn's backend-extension API (`Tensor::try_into_primitive`) hands over the backend's own
+//! tensor: burn-flex and burn-ndarray keep theirs in ordinary host memory, so a kernel can
+//! borrow it as a slice without a copy and wrap its result as a new tensor of the same
+//! backend.
+
+#![allow(deprecated)] // burn-ndarray is deprecated in Burn 0.22; we keep it on users' request.
+
+use burn::backend::flex::FlexTensor;
+use burn::backend::ndarray::NdArrayTensor;
+use burn::backend::{DispatchDevice, Flex, NdArray, TensorMetadata};
+use burn::tensor::{DType, Device, Tensor, TensorData};
+use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
+
+/// A float element type the CPU kernels read and write. They compute in f32 and widen or
+/// narrow at the edges, so bf16 and f16 models lose no precision inside a fused kernel.
+pub trait HostFloat: burn::tensor::Element + bytemuck::Pod + Send + Sync {
+    fn to_f32(self) -> f32;
+
+    fn from_f32(value: f32) -> Self;
+
+    /// Rounds `values` to this type.
+    fn narrow(values: &[f32], out: &mut [Self]);
+
+    /// `values` as `Self` when `Self` is f32 (burn-ndarray's only float type).
+    fn from_f32_slice(values: &[f32]) -> Option<&[Self]>;
+
+    /// Widens the 8 elements at `src` into one AVX register.
+    ///
+    /// # Safety
+    /// `src` must point to 8 readable elements, and the CPU must support AVX2 and F16C.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(src: *const Self) -> std::arch::x86_64::__m256;
+}
+
+impl HostFloat for f32 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        self
+    }
+
+    #[inline(always)]
+    fn from_f32(value: f32) -> Self {
+        value
+    }
+
+    fn narrow(values: &[f32], out: &mut [f32]) {
+        out.copy_from_slice(values);
+    }
+
+    fn from_f32_slice(values: &[f32]) -> Option<&[f32]> {
+        Some(values)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(src: *const f32) -> std::arch::x86_64::__m256 {
+        // SAFETY: the caller guarantees 8 readable elements and AVX.
+        unsafe { std::arch::x86_64::_mm256_loadu_ps(src) }
+    }
+}
+
+impl HostFloat for f16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+
+    #[inline(always)]
+    fn from_f32(value: f32) -> Self {
+        f16::from_f32(value)
+    }
+
+    fn narrow(values: &[f32], out: &mut [f16]) {
+        out.convert_from_f32_slice(values);
+    }
+
+    fn from_f32_slice(_: &[f32]) -> Option<&[f16]> {
+        None
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(src: *const f16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps};
+        // SAFETY: the caller guarantees 8 readable elements and F16C.
+        unsafe { _mm256_cvtph_ps(_mm_loadu_si128(src.cast::<__m128i>())) }
+    }
+}
+
+impl HostFloat for bf16 {
+    #[inline(always)]
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+
+    #[inline(always)]
+    fn from_f32(value: f32) -> Self {
+        bf16::from_f32(value)
+    }
+
+    fn narrow(values: &[f32], out: &mut [bf16]) {
+        out.convert_from_f32_slice(values);
+    }
+
+    fn from_f32_slice(_: &[f32]) -> Option<&[bf16]> {
+        None
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(src: *const bf16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::{
+            __m128i, _mm_loadu_si128, _mm256_castsi256_ps, _mm256_cvtepu16_epi32, _mm256_slli_epi32,
+        };
+        // bf16 is the high half of an f32: widening is a 16-bit shift.
+        // SAFETY: the caller guarantees 8 readable elements and AVX2.
+        unsafe {
+            let bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(src.cast::<__m128i>()));
+            _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits))
+        }
+    }
+}
+
+/// Runs `$body` with the type `$E` bound to the element type of `$dtype`, for the float types
+/// the kernels support; any other dtype gives `None`.
+macro_rules! with_host_float {
+    ($dtype:expr, $E:ident => $body:expr) => {
+        match $dtype {
+            burn::tensor::DType::F32 => {
+                type $E = f32;
+                $body
+            }
+            burn::tensor::DType::F16 => {
+                type $E = half::f16;
+                $body
+            }
+            burn::tensor::DType::BF16 => {
+                type $E = half::bf16;
+                $body
+            }
+            _ => None,
+        }
+    };
+}
+pub(crate) use with_host_float;
+
+/// Whether `device` keeps its tensors in host memory, where these kernels read them.
+pub fn is_host(device: &Device) -> bool {
+    matches!(
+        device.as_dispatch(),
+        DispatchDevice::Flex(_) | DispatchDevice::NdArray(_)
+    )
+}
+
+/// A tensor of a CPU backend, out of Burn's dispatch layer.
+pub enum HostTensor {
+    Flex(FlexTensor),
+    NdArray(NdArrayTensor),
+}
+
+impl HostTensor {
+    /// The backend's own tensor behind `tensor`, or `None` off the CPU backends. Cloning a
+    /// tensor only counts a reference, so this copies no elements.
+    pub fn of<const D: usize>(tensor: &Tensor<D>) -> Option<Self> {
+        if let Ok(flex) = tensor.clone().try_into_primitive::<Flex>() {
+            return Some(Self::Flex(flex));
+        }
+        tensor
+            .clone()
+            .try_into_primitive::<NdArray>()
+            .ok()
+            .map(Self::NdArray)
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self {
+            Self::Flex(tensor) => tensor.dtype(),
+            Self::NdArray(tensor) => tensor.dtype(),
+        }
+    }
+
+    /// The elements in row-major order, when they are of type `E` and lie contiguously.
+    pub fn slice<E: HostFloat>(&self) -> Option<&[E]> {
+        match self {
+            Self::Flex(tensor) => tensor.as_slice::<E>(),
+            Self::NdArray(NdArrayTensor::F32(storage)) => {
+                E::from_f32_slice(storage.view().to_slice()?)
+            }
+            Self::NdArray(_) => None,
+        }
+    }
+
+    /// A new tensor of this tensor's backend holding `values` in `shape`.
+    pub fn tensor_like<const D: usize, E: HostFloat>(
+        &self,
+        values: Vec<E>,
+        shape: [usize; D],
+    ) -> Tensor<D> {
+        let data = TensorData::new(values, shape);
+        match self {
+            Self::Flex(_) => Tensor::from_primitive::<Flex>(FlexTensor::from_data(data)),
+            Self::NdArray(_) => Tensor::from_primitive::<NdArray>(NdArrayTensor::from_data(data)),
+        }
+    }
+}

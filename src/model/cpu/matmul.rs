@@ -1,0 +1,153 @@
+//! `X Wᵀ` for several activation rows at once (a prompt): matrix-matrix products on the
+//! `gemm` crate, each thread taking blocks of weight rows.
+//!
+//! Burn's CPU matmul serves these poorly for our weights: burn-flex widens a bf16 weight to a
+//! transposed f32 copy on one thread for every product, and Burn 0.22 dequantizes a whole
+//! 8-bit weight for every product. Here each block of weight rows is widened to f32 by the
+//! thread that multiplies it (f32 weights are read where they lie), so every weight format
+//! runs at the speed of f32 arithmetic.
+
+use super::threads::{SharedOutput, split_ranges};
+use super::weights::WeightRows;
+
+/// Weight rows per block: narrower products use the multiply units poorly.
+const MIN_ROWS_PER_BLOCK: usize = 32;
+
+/// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for `x`: `[tokens, cols]`, `weight`:
+/// `[rows, cols]` and `out`: `[tokens, rows]`, all row-major.
+///
+/// # Panics
+/// When the lengths do not fit those shapes: the callers take them from tensor shapes.
+pub fn matmul(weight: WeightRows<'_>, x: &[f32], tokens: usize, out: &mut [f32], accumulate: bool) {
+    let cols = x.len() / tokens.max(1);
+    let rows = weight.len() / cols.max(1);
+    assert!(
+        tokens * cols == x.len() && rows * cols == weight.len() && out.len() == tokens * rows,
+        "matmul: x, weight and out do not fit [tokens, cols], [rows, cols], [tokens, rows]"
+    );
+    let out = SharedOutput::new(out);
+    split_ranges(rows, MIN_ROWS_PER_BLOCK, &|block| {
+        let start = block.start * cols;
+        let widened;
+        let panel = match weight.as_f32(start, block.len() * cols) {
+            Some(panel) => panel,
+            None => {
+                let mut panel = vec![0.0; block.len() * cols];
+                weight.widen(start, &mut panel);
+                widened = panel;
+                &widened
+            }
+        };
+        // SAFETY: `dst` addresses columns `block` of `out`, which no other block touches and
+        // which lie inside it: element (t, j) is `t · rows + block.start + j` with t < tokens
+        // and j < block.len(). `x` and `panel` are read inside their lengths, checked above.
+        unsafe {
+            gemm::gemm(
+                tokens,
+                block.len(),
+                cols,
+                out.at(block.start),
+                1,
+                rows as isize,
+                accumulate,
+                x.as_ptr(),
+                1,
+                cols as isize,
+                panel.as_ptr(),
+                cols as isize,
+                1,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use half::{bf16, f16};
+
+    use super::matmul;
+    use crate::model::cpu::weights::WeightRows;
+
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        (0..len as u32)
+            .map(|i| {
+                let h = (i ^ seed).wrapping_mul(2_654_435_761) >> 8;
+                h as f32 / (1u32 << 23) as f32 - 1.0
+            })
+            .collect()
+    }
+
+    fn reference(weight: &[f32], x: &[f32], tokens: usize, base: &[f32]) -> Vec<f64> {
+        let cols = x.len() / tokens;
+        let rows = weight.len() / cols;
+        let mut out = Vec::new();
+        for t in 0..tokens {
+            for r in 0..rows {
+                let dot: f64 = (0..cols)
+                    .map(|c| f64::from(x[t * cols + c]) * f64::from(weight[r * cols + c]))
+                    .sum();
+                out.push(dot + f64::from(base[t * rows + r]));
+            }
+        }
+        out
+    }
+
+    /// Every weight format, with and without accumulating into the output, for shapes whose
+    /// rows split into uneven blocks.
+    #[test]
+    fn every_weight_format_equals_a_float64_reference() {
+        for (tokens, rows, cols) in [(2, 7, 32), (5, 100, 64), (17, 333, 96)] {
+            let weight = values(rows * cols, 1);
+            let x = values(tokens * cols, 2);
+            let halves: Vec<f16> = weight.iter().map(|&w| f16::from_f32(w)).collect();
+            let brains: Vec<bf16> = weight.iter().map(|&w| bf16::from_f32(w)).collect();
+            let quantized: Vec<i8> = weight.iter().map(|&w| (w * 127.0) as i8).collect();
+            let scales = vec![1.0 / 127.0; rows * cols / 32];
+            let cases = [
+                (WeightRows::F32(&weight), weight.clone()),
+                (
+                    WeightRows::F16(&halves),
+                    halves.iter().map(|w| w.to_f32()).collect(),
+                ),
+                (
+                    WeightRows::Bf16(&brains),
+                    brains.iter().map(|w| w.to_f32()).collect(),
+                ),
+                (
+                    WeightRows::Q8 {
+                        values: &quantized,
+                        scales: &scales,
+                        block: 32,
+                    },
+                    quantized.iter().map(|&q| f32::from(q) / 127.0).collect(),
+                ),
+            ];
+            for (rows_of, dense) in cases {
+                for accumulate in [false, true] {
+                    let base = values(tokens * rows, 3);
+                    let mut out = if accumulate {
+                        base.clone()
+                    } else {
+                        vec![f32::NAN; tokens * rows]
+                    };
+                    matmul(rows_of, &x, tokens, &mut out, accumulate);
+                    let zero = vec![0.0; tokens * rows];
+                    let expected =
+                        reference(&dense, &x, tokens, if accumulate { &base } else { &zero });
+                    for (got, want) in out.iter().zip(&expected) {
+                        assert!(
+                            (f64::from(*got) - want).abs() < 1e-4 * (1.0 + want.abs()),
+                            "{tokens}x{rows}x{cols}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

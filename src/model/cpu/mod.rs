@@ -1,0 +1,26 @@
+//! Kernels for the CPU backends (burn-flex and burn-ndarray), reached through Burn's
+//! backend-extension API.
+//!
+//! Burn runs each tensor operation as its own pass with its own output; on a CPU, for one
+//! token at a time, that overhead and some slow paths (bf16 products that widen the whole
+//! KV cache, a matrix-vector product on one thread) cost more than the arithmetic. The
+//! model's modules ask these kernels first and use Burn's composition of the same math
+//! when they decline: on the GPU, or for a layout they do not handle. Each kernel is tested
+//! against that composition or an f64 reference.
+
+mod attention;
+mod host;
+mod math;
+mod matmul;
+mod matvec;
+mod projection;
+mod rms_norm;
+mod swiglu;
+mod threads;
+mod weights;
+
+pub use attention::{CachedRows, HeadLayout, self_attention};
+pub use host::is_host;
+pub use projection::project;
+pub use rms_norm::rms_norm;
+pub use swiglu::swiglu;

@@ -1,0 +1,116 @@
+//! Projections `x Wᵀ` on the CPU: one activation row (every projection of a decode step)
+//! streams the weight through [`matvec`], several rows (a prompt) go to [`matmul`].
+//!
+//! Any other case (the GPU, quantization schemes the kernels do not read, a strided view)
+//! returns `None` and the caller uses Burn's matmul.
+
+use burn::tensor::Tensor;
+
+use super::host::{HostFloat, HostTensor, with_host_float};
+use super::matmul::matmul;
+use super::matvec::matvec;
+use super::weights::Weight;
+
+/// `x Wᵀ`, plus `residual` when given, for `x`: `[tokens, in]`, `W`: `[out, in]` and
+/// `residual`: `[tokens, out]`; `None` when the kernels do not apply. The sum is formed in
+/// f32 before it is rounded to the activations' type, once.
+pub fn project(
+    weight: &Tensor<2>,
+    x: &Tensor<2>,
+    residual: Option<&Tensor<2>>,
+) -> Option<Tensor<2>> {
+    let [tokens, cols] = x.dims();
+    let [rows, weight_cols] = weight.dims();
+    if weight_cols != cols || residual.is_some_and(|r| r.dims() != [tokens, rows]) {
+        return None;
+    }
+    let weight = Weight::of(weight)?;
+    let weight = weight.rows()?;
+    let x = HostTensor::of(x)?;
+    let residual = match residual {
+        Some(residual) => Some(HostTensor::of(residual)?),
+        None => None,
+    };
+    with_host_float!(x.dtype(), E => {
+        let input = widened::<E>(&x)?;
+        let mut y = match &residual {
+            Some(residual) => widened::<E>(residual)?,
+            None => vec![0.0; tokens * rows],
+        };
+        if tokens == 1 {
+            matvec(weight, &input, &mut y);
+        } else {
+            matmul(weight, &input, tokens, &mut y, residual.is_some());
+        }
+        let mut narrowed = vec![E::from_f32(0.0); y.len()];
+        E::narrow(&y, &mut narrowed);
+        Some(x.tensor_like(narrowed, [tokens, rows]))
+    })
+}
+
+/// A tensor's elements in f32, the kernels' input type.
+fn widened<E: HostFloat>(x: &HostTensor) -> Option<Vec<f32>> {
+    Some(x.slice::<E>()?.iter().map(|v| v.to_f32()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(deprecated)] // burn-ndarray, kept on users' request.
+
+    use burn::tensor::{Device, Tensor, TensorData};
+
+    use super::project;
+    use crate::model::Precision;
+
+    fn tensor(rows: usize, cols: usize, seed: usize, device: &Device) -> Tensor<2> {
+        let values: Vec<f32> = (0..rows * cols)
+            .map(|i| (((i * 7919 + seed * 104_729) % 1000) as f32 / 500.0) - 1.0)
+            .collect();
+        Tensor::from_data(TensorData::new(values, [rows, cols]), device)
+    }
+
+    fn assert_close(got: Tensor<2>, expected: Tensor<2>) {
+        assert_eq!(got.dims(), expected.dims());
+        let got = got.into_data().try_to_vec::<f32>().expect("f32");
+        let expected = expected.into_data().try_to_vec::<f32>().expect("f32");
+        for (g, e) in got.iter().zip(&expected) {
+            assert!((g - e).abs() < 1e-4, "{g} vs {e}");
+        }
+    }
+
+    /// A decode row and a prompt, with and without a residual, on both CPU backends.
+    #[test]
+    fn float_weights_give_burns_product_plus_the_residual() {
+        for device in [Device::flex(), Device::ndarray()] {
+            let weight = tensor(40, 70, 3, &device);
+            for tokens in [1, 5] {
+                let x = tensor(tokens, 70, 4, &device);
+                let residual = tensor(tokens, 40, 6, &device);
+                let product = x.clone().matmul(weight.clone().transpose());
+                let got = project(&weight, &x, None).expect("the kernels take f32 weights");
+                assert_close(got, product.clone());
+                let got = project(&weight, &x, Some(&residual)).expect("and a residual");
+                assert_close(got, product + residual);
+            }
+        }
+    }
+
+    /// Reading Burn's own quantized tensor checks what the kernels' unit tests cannot: that
+    /// the integers and scales are laid out as the kernels assume.
+    #[test]
+    fn quantized_flex_weights_give_the_dequantized_product() {
+        let device = Device::flex();
+        let scheme = Precision::Q8
+            .weight_quantization(&device)
+            .expect("q8 has a scheme");
+        let weight = tensor(48, 96, 1, &device).quantize_dynamic(&scheme);
+        for tokens in [1, 3] {
+            let x = tensor(tokens, 96, 2, &device);
+            let got = project(&weight, &x, None).expect("the kernels take Burn's q8 weights");
+            assert_close(
+                got,
+                x.clone().matmul(weight.clone().dequantize().transpose()),
+            );
+        }
+    }
+}

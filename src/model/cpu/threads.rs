@@ -1,0 +1,146 @@
+//! Splitting a kernel's output rows over the CPU's cores.
+//!
+//! The rows are split over a [`micropool`] pool, not rayon's. A decode step is ~150 kernels,
+//! each 5–200 µs long, with a few µs between them; rayon's idle workers go to sleep within a
+//! few µs and each kernel then waits for one to wake. micropool's workers keep spinning for a
+//! set time after their last job, and the calling thread works on its share instead of
+//! waiting. In a bf16 decode step on two cores this cut the time spent in matrix-vector
+//! products from 11.6 to 9.3 ms (23 to 29 GB/s).
+
+use std::ops::Range;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use micropool::{ThreadPool, ThreadPoolBuilder};
+
+/// How long an idle worker spins before it sleeps, in spin-loop iterations (a few ms): longer
+/// than the gaps between one step's kernels and between tokens, short enough that the core
+/// is released soon after generation ends.
+const IDLE_SPIN: usize = 200_000;
+
+/// The helper threads, one fewer than the threads the CPU backends use (rayon's count, so
+/// `RAYON_NUM_THREADS` sets both), since the calling thread does a share of each kernel.
+/// `None` for a single thread.
+fn pool() -> Option<&'static ThreadPool> {
+    static POOL: OnceLock<Option<ThreadPool>> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let helpers = rayon::current_num_threads().saturating_sub(1);
+        (helpers > 0).then(|| {
+            ThreadPoolBuilder::default()
+                .num_threads(helpers)
+                .idle_spin_cycles(IDLE_SPIN)
+                .build()
+        })
+    })
+    .as_ref()
+}
+
+/// Runs `part(first_row, rows)` over contiguous ranges of the rows of `out` (`row_len`
+/// elements each) that together cover it, on every thread of the pool. Ranges hold at least
+/// `min_rows` rows: smaller pieces cost more to hand over than they save.
+pub fn split_rows<T: Send>(
+    out: &mut [T],
+    row_len: usize,
+    min_rows: usize,
+    part: &(impl Fn(usize, &mut [T]) + Sync),
+) {
+    let row_len = row_len.max(1);
+    let rows = out.len() / row_len;
+    let out = SharedOutput::new(out);
+    split_ranges(rows, min_rows, &|range: Range<usize>| {
+        // SAFETY: `split_ranges` hands out disjoint ranges of `0..rows`, so these slices of
+        // `out`, which stays mutably borrowed until every part has returned, never overlap.
+        let rows = unsafe {
+            std::slice::from_raw_parts_mut(out.at(range.start * row_len), range.len() * row_len)
+        };
+        part(range.start, rows);
+    });
+}
+
+/// A mutable output shared by threads that each write their own elements of it.
+pub struct SharedOutput<T>(*mut T);
+
+// SAFETY: its users write disjoint elements from each thread (see `at`); `T: Send` lets
+// them.
+unsafe impl<T: Send> Sync for SharedOutput<T> {}
+
+impl<T> SharedOutput<T> {
+    pub fn new(out: &mut [T]) -> Self {
+        Self(out.as_mut_ptr())
+    }
+
+    /// # Safety
+    /// `offset` must lie inside the output, and no other thread may access the elements
+    /// written through the pointer while they are written.
+    pub unsafe fn at(&self, offset: usize) -> *mut T {
+        // SAFETY: as the caller guarantees.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+/// Runs `part` over disjoint ranges that together cover `0..len`, on every thread of the
+/// pool. Ranges hold at least `min_len` indices: smaller pieces cost more to hand over than
+/// they save.
+///
+/// The threads claim ranges from a shared counter until none are left, several ranges per
+/// thread, so that one that started late or runs slower (two threads share the memory bus
+/// unevenly) does not leave the others waiting at the end. Fixed halves left each thread
+/// idle for a tenth of a decode step.
+pub fn split_ranges(len: usize, min_len: usize, part: &(impl Fn(Range<usize>) + Sync)) {
+    let threads = pool().map_or(1, |pool| pool.num_threads() + 1);
+    let range_len = len
+        .div_ceil(threads * RANGES_PER_THREAD)
+        .max(min_len)
+        .max(1);
+    let (Some(pool), true) = (pool(), len > range_len) else {
+        return part(0..len);
+    };
+    let next = AtomicUsize::new(0);
+    let work = || {
+        loop {
+            let start = next
+                .fetch_add(1, Ordering::Relaxed)
+                .saturating_mul(range_len);
+            if start >= len {
+                break;
+            }
+            part(start..(start + range_len).min(len));
+        }
+    };
+    run_on_every_thread(pool, pool.num_threads() + 1, &work);
+}
+
+/// Ranges per thread: enough for the last one to be short, few enough that claiming them
+/// costs nothing next to the work.
+const RANGES_PER_THREAD: usize = 8;
+
+/// Runs `work` on `threads` threads at once: this one and the pool's helpers.
+fn run_on_every_thread(pool: &ThreadPool, threads: usize, work: &(impl Fn() + Sync)) {
+    if threads <= 1 {
+        return work();
+    }
+    let left = threads / 2;
+    pool.join(
+        || run_on_every_thread(pool, left, work),
+        || run_on_every_thread(pool, threads - left, work),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_rows;
+
+    #[test]
+    fn every_row_is_visited_once_with_its_index() {
+        for (rows, row_len, min_rows) in [(0, 3, 1), (1, 3, 1), (7, 3, 1), (100, 1, 16), (5, 4, 8)]
+        {
+            let mut out = vec![usize::MAX; rows * row_len];
+            split_rows(&mut out, row_len, min_rows, &|first, part: &mut [usize]| {
+                for (offset, value) in part.iter_mut().enumerate() {
+                    *value = first * row_len + offset;
+                }
+            });
+            assert_eq!(out, (0..rows * row_len).collect::<Vec<_>>());
+        }
+    }
+}
