@@ -1,14 +1,13 @@
 //! One 128-token prefill and one decode step of a full-size SmolLM2-135M-shaped model with
-//! random weights, on each CPU backend.
+//! random weights, for each CPU backend and the precisions that matter on it.
 
 mod common;
 
 use std::time::Duration;
 
-use burn::tensor::DType;
 use criterion::{Criterion, criterion_group, criterion_main};
 use smolchat::backend::{BackendKind, ComputeDevice};
-use smolchat::model::{Llama, Logits};
+use smolchat::model::{Llama, Logits, Precision};
 
 const PROMPT_TOKENS: usize = 128;
 
@@ -18,11 +17,12 @@ fn prompt(vocab: usize) -> Vec<u32> {
         .collect()
 }
 
-fn bench_backend(c: &mut Criterion, backend: BackendKind) {
+fn bench(c: &mut Criterion, backend: BackendKind, precision: Precision) {
     let dir = common::full_size_checkpoint();
-    let model = Llama::load(&dir, &ComputeDevice::open(backend).device, DType::F32).expect("load");
+    let device = ComputeDevice::open(backend).device;
+    let model = Llama::load_in(&dir, &device, precision).expect("load");
     let tokens = prompt(model.config().vocab_size);
-    let mut group = c.benchmark_group(format!("smollm2-135m-f32/{backend}"));
+    let mut group = c.benchmark_group(format!("smollm2-135m/{backend}/{precision}"));
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(10));
@@ -55,8 +55,10 @@ fn bench_backend(c: &mut Criterion, backend: BackendKind) {
 }
 
 fn model_benches(c: &mut Criterion) {
-    bench_backend(c, BackendKind::Flex);
-    bench_backend(c, BackendKind::Ndarray);
+    for precision in [Precision::F32, Precision::Bf16, Precision::Q8] {
+        bench(c, BackendKind::Flex, precision);
+    }
+    bench(c, BackendKind::Ndarray, Precision::F32);
 }
 
 criterion_group!(benches, model_benches);

@@ -22,7 +22,8 @@ impl Linear {
 
     /// The same projection with its weight stored in `scheme`'s integers.
     pub fn quantized(self, scheme: &QuantScheme) -> Self {
-        Self::new(self.weight.val().quantize_dynamic(scheme))
+        let weight = self.weight.val();
+        Self::new(cpu::quantize(&weight, scheme).unwrap_or_else(|| weight.quantize_dynamic(scheme)))
     }
 
     /// `x`: `[tokens, in]` → `[tokens, out]`.

@@ -115,7 +115,7 @@ impl WeightRows<'_> {
 
 /// The block length when `scheme` is symmetric 8-bit with blocks along rows only and no
 /// second, per-tensor scale: the scheme `--precision q8` uses on the CPU.
-fn row_block(scheme: &QuantScheme, cols: usize) -> Option<usize> {
+pub fn row_block(scheme: &QuantScheme, cols: usize) -> Option<usize> {
     let eight_bit = matches!(scheme.value, QuantValue::Q8S | QuantValue::Q8F);
     let plain = scheme.mode == QuantMode::Symmetric
         && scheme.store == QuantStore::Native
