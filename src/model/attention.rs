@@ -1,7 +1,6 @@
 use burn::module::Module;
 use burn::tensor::Tensor;
 use burn::tensor::activation::softmax;
-use burn::tensor::quantization::QuantScheme;
 
 use super::cpu::{self, HeadLayout};
 use super::error::{ModelError, Result};
@@ -38,14 +37,6 @@ impl Attention {
             num_heads,
             num_kv_heads,
             head_dim,
-        }
-    }
-
-    pub fn quantized(self, scheme: &QuantScheme) -> Self {
-        Self {
-            qkv: self.qkv.quantized(scheme),
-            output: self.output.quantized(scheme),
-            ..self
         }
     }
 

@@ -2,14 +2,14 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use burn::tensor::{DType, TensorData};
+use burn::tensor::{Bytes, DType, TensorData};
 use half::{bf16, f16};
 use memmap2::{Mmap, UncheckedAdvice};
 use safetensors::SafeTensors;
 use safetensors::tensor::{Dtype, Metadata, TensorInfo};
 
 use super::error::{ModelError, Result};
-use super::huge_pages;
+use super::weight_arena::WeightArena;
 
 const SINGLE_FILE: &str = "model.safetensors";
 const SHARD_INDEX: &str = "model.safetensors.index.json";
@@ -98,22 +98,44 @@ impl Checkpoint {
         self.tensor_shard.contains_key(name)
     }
 
-    /// One tensor, checked against the shape the config implies, in the compute precision.
-    pub fn tensor(&self, name: &str, shape: &[usize], dtype: DType) -> Result<TensorData> {
+    /// One tensor, checked against the shape the config implies, in the compute precision,
+    /// decoded into `arena` when one is given and has room.
+    pub fn tensor(
+        &self,
+        name: &str,
+        shape: &[usize],
+        dtype: DType,
+        arena: Option<&mut WeightArena>,
+    ) -> Result<TensorData> {
         let part = self.part(name, shape)?;
-        convert(&[part], shape.to_vec(), dtype)
+        convert(&[part], shape.to_vec(), dtype, arena)
     }
 
     /// Matrices of one column count stacked row-wise into one, e.g. the q, k and v
     /// projections into the single matrix that one fused matmul multiplies by.
-    pub fn stacked(&self, parts: &[(&str, [usize; 2])], dtype: DType) -> Result<TensorData> {
+    pub fn stacked(
+        &self,
+        parts: &[(&str, [usize; 2])],
+        dtype: DType,
+        arena: Option<&mut WeightArena>,
+    ) -> Result<TensorData> {
         let parts = parts
             .iter()
             .map(|(name, shape)| self.part(name, shape))
             .collect::<Result<Vec<_>>>()?;
         let rows = parts.iter().map(|part| part.info.shape[0]).sum();
         let cols = parts.first().map_or(0, |part| part.info.shape[1]);
-        convert(&parts, vec![rows, cols], dtype)
+        convert(&parts, vec![rows, cols], dtype, arena)
+    }
+
+    /// Values stored across all tensors of the checkpoint: what an arena for all of them
+    /// needs to hold.
+    pub fn stored_values(&self) -> usize {
+        self.shards
+            .iter()
+            .flat_map(|shard| shard.metadata.tensors().into_values())
+            .map(|info| info.shape.iter().product::<usize>())
+            .sum()
     }
 
     fn part<'a>(&'a self, name: &'a str, shape: &[usize]) -> Result<Part<'a>> {
@@ -140,18 +162,24 @@ impl Checkpoint {
     }
 }
 
-fn convert(parts: &[Part], shape: Vec<usize>, dtype: DType) -> Result<TensorData> {
+fn convert(
+    parts: &[Part],
+    shape: Vec<usize>,
+    dtype: DType,
+    arena: Option<&mut WeightArena>,
+) -> Result<TensorData> {
     let len = shape.iter().product();
-    Ok(match dtype {
-        DType::F32 => TensorData::new(decode(parts, len, |x| x), shape),
-        DType::BF16 => TensorData::new(decode(parts, len, bf16::from_f32), shape),
-        DType::F16 => TensorData::new(decode(parts, len, f16::from_f32), shape),
+    let bytes = match dtype {
+        DType::F32 => decoded(parts, len, arena, |x| x),
+        DType::BF16 => decoded(parts, len, arena, bf16::from_f32),
+        DType::F16 => decoded(parts, len, arena, f16::from_f32),
         other => {
             return Err(ModelError::Backend(format!(
                 "weights cannot be held as {other:?}"
             )));
         }
-    })
+    };
+    Ok(TensorData::from_bytes(bytes, shape, dtype))
 }
 
 /// A tensor found in a shard, already checked for shape and dtype.
@@ -160,32 +188,68 @@ struct Part<'a> {
     info: &'a TensorInfo,
 }
 
-/// Decodes the little-endian bytes of each part into one vector of the compute element type.
-fn decode<T>(parts: &[Part], len: usize, from_f32: impl Fn(f32) -> T + Copy) -> Vec<T> {
-    let mut out = Vec::with_capacity(len);
-    huge_pages::advise_for_capacity(&mut out);
+/// The parts decoded one after another into `len` values of the compute element type, in
+/// the arena when there is room, else in a buffer of their own.
+fn decoded<T: bytemuck::Pod + Send + Sync>(
+    parts: &[Part],
+    len: usize,
+    arena: Option<&mut WeightArena>,
+    from_f32: impl Fn(f32) -> T + Copy,
+) -> Bytes {
+    let fill = |out: &mut [T]| decode_into(parts, out, from_f32);
+    if let Some(bytes) = arena.and_then(|arena| arena.push(len, fill)) {
+        return bytes;
+    }
+    let mut out = bytemuck::zeroed_vec(len);
+    fill(&mut out);
+    Bytes::from_elems(out)
+}
+
+/// Decodes the little-endian bytes of each part into `out`, which has room for all of them.
+fn decode_into<T>(parts: &[Part], out: &mut [T], from_f32: impl Fn(f32) -> T + Copy) {
+    let mut written = 0;
     for Part { shard, info } in parts {
         let bytes = shard.bytes(info);
-        match info.dtype {
-            Dtype::BF16 => out.extend(
+        let out = &mut out[written..];
+        written += match info.dtype {
+            Dtype::BF16 => write(
+                out,
                 bytes
                     .chunks_exact(2)
-                    .map(|b| from_f32(bf16::from_le_bytes([b[0], b[1]]).to_f32())),
+                    .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()),
+                from_f32,
             ),
-            Dtype::F16 => out.extend(
+            Dtype::F16 => write(
+                out,
                 bytes
                     .chunks_exact(2)
-                    .map(|b| from_f32(f16::from_le_bytes([b[0], b[1]]).to_f32())),
+                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()),
+                from_f32,
             ),
-            _ => out.extend(
+            _ => write(
+                out,
                 bytes
                     .chunks_exact(4)
-                    .map(|b| from_f32(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))),
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                from_f32,
             ),
-        }
+        };
         shard.release(info);
     }
-    out
+}
+
+/// Writes `values` into the front of `out`; returns how many.
+fn write<T>(
+    out: &mut [T],
+    values: impl Iterator<Item = f32>,
+    from_f32: impl Fn(f32) -> T,
+) -> usize {
+    let mut count = 0;
+    for (slot, value) in out.iter_mut().zip(values) {
+        *slot = from_f32(value);
+        count += 1;
+    }
+    count
 }
 
 impl Shard {

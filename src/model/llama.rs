@@ -7,6 +7,7 @@ use burn::tensor::{DType, Device, Int, Tensor, TensorData};
 use super::attention::Attention;
 use super::checkpoint::Checkpoint;
 use super::config::LlamaConfig;
+use super::cpu;
 use super::error::{ModelError, Result};
 use super::kv_cache::KvCache;
 use super::linear::{Linear, project};
@@ -14,6 +15,7 @@ use super::mlp::Mlp;
 use super::precision::Precision;
 use super::rms_norm::RmsNorm;
 use super::rope::RotaryEmbedding;
+use super::weight_arena::WeightArena;
 
 /// One transformer block: pre-norm attention and pre-norm SwiGLU, each added to the residual.
 #[derive(Module, Debug)]
@@ -55,36 +57,40 @@ impl Llama {
     /// Loads `config.json` and the safetensors weights of a checkpoint folder onto `device`,
     /// holding weights and activations in `dtype` (F32, BF16 or F16).
     pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
-        let config = LlamaConfig::from_file(&dir.join("config.json"))?;
-        let checkpoint = Checkpoint::open(dir)?;
-        Self::from_checkpoint(config, &checkpoint, device, dtype)
+        Self::read(dir, device, dtype, None)
     }
 
     /// Loads at a precision the user picked: compute in its float type, and quantize the
     /// projection weights when it asks for integers.
     pub fn load_in(dir: &Path, device: &Device, precision: Precision) -> Result<Self> {
-        let model = Self::load(dir, device, precision.compute_dtype())?;
-        Ok(match precision.weight_quantization(device) {
-            Some(scheme) => model.quantize_weights(&scheme),
-            None => model,
-        })
+        let quantization = precision.weight_quantization(device);
+        Self::read(dir, device, precision.compute_dtype(), quantization)
     }
 
-    pub fn from_checkpoint(
-        config: LlamaConfig,
-        checkpoint: &Checkpoint,
+    fn read(
+        dir: &Path,
         device: &Device,
         dtype: DType,
+        quantization: Option<QuantScheme>,
     ) -> Result<Self> {
+        let config = LlamaConfig::from_file(&dir.join("config.json"))?;
+        let checkpoint = Checkpoint::open(dir)?;
         if !device.supports_dtype(dtype) {
             return Err(ModelError::UnsupportedComputeDtype {
                 dtype: format!("{dtype:?}"),
             });
         }
-        let loader = Loader {
-            checkpoint,
+        // On the CPU the float weights go into one arena on huge pages (see `WeightArena`);
+        // an accelerator copies them to its own memory, and quantized weights are replaced.
+        let arena = (cpu::is_host(device))
+            .then(|| WeightArena::with_capacity(checkpoint.stored_values() * dtype.size()))
+            .flatten();
+        let mut loader = Loader {
+            checkpoint: &checkpoint,
             device,
             dtype,
+            arena,
+            quantization,
         };
         let hidden = config.hidden_size;
         let head_dim = config.head_dim();
@@ -95,7 +101,7 @@ impl Llama {
         let layers = (0..config.num_hidden_layers)
             .map(|i| {
                 let p = format!("model.layers.{i}");
-                let qkv = loader.stacked(&[
+                let qkv = loader.projection(&[
                     (
                         &format!("{p}.self_attn.q_proj.weight"),
                         [heads * head_dim, hidden],
@@ -109,32 +115,27 @@ impl Llama {
                         [kv_heads * head_dim, hidden],
                     ),
                 ])?;
-                let output = loader.matrix(
+                let output = loader.projection(&[(
                     &format!("{p}.self_attn.o_proj.weight"),
                     [hidden, heads * head_dim],
-                )?;
-                let gate_up = loader.stacked(&[
+                )])?;
+                let gate_up = loader.projection(&[
                     (&format!("{p}.mlp.gate_proj.weight"), [inter, hidden]),
                     (&format!("{p}.mlp.up_proj.weight"), [inter, hidden]),
                 ])?;
-                let down = loader.matrix(&format!("{p}.mlp.down_proj.weight"), [hidden, inter])?;
+                let down = loader
+                    .projection(&[(&format!("{p}.mlp.down_proj.weight"), [hidden, inter])])?;
                 Ok(DecoderLayer {
                     attention_norm: RmsNorm::new(
                         loader.vector(&format!("{p}.input_layernorm.weight"), hidden)?,
                         eps,
                     ),
-                    attention: Attention::new(
-                        Linear::new(qkv),
-                        Linear::new(output),
-                        heads,
-                        kv_heads,
-                        head_dim,
-                    ),
+                    attention: Attention::new(qkv, output, heads, kv_heads, head_dim),
                     mlp_norm: RmsNorm::new(
                         loader.vector(&format!("{p}.post_attention_layernorm.weight"), hidden)?,
                         eps,
                     ),
-                    mlp: Mlp::new(Linear::new(gate_up), Linear::new(down), inter),
+                    mlp: Mlp::new(gate_up, down, inter),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -148,7 +149,7 @@ impl Llama {
             ))
         };
         let norm = RmsNorm::new(loader.vector("model.norm.weight", hidden)?, eps);
-        check_no_extra_layers(&config, checkpoint)?;
+        check_no_extra_layers(&config, &checkpoint)?;
 
         let rope = RotaryEmbedding::new(
             head_dim,
@@ -166,23 +167,6 @@ impl Llama {
             config,
             dtype,
         })
-    }
-
-    /// Stores the decoder layers' projection weights in `scheme`'s integers, one layer at a
-    /// time so that memory never holds a second copy of the model. The embedding (and the LM
-    /// head tied to it) stays in float: a row lookup into a block-quantized matrix would
-    /// dequantize all of it on every token.
-    pub fn quantize_weights(self, scheme: &QuantScheme) -> Self {
-        let layers = self
-            .layers
-            .into_iter()
-            .map(|layer| DecoderLayer {
-                attention: layer.attention.quantized(scheme),
-                mlp: layer.mlp.quantized(scheme),
-                ..layer
-            })
-            .collect();
-        Self { layers, ..self }
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -305,22 +289,43 @@ struct Loader<'a> {
     checkpoint: &'a Checkpoint,
     device: &'a Device,
     dtype: DType,
+    /// Where float weights are decoded on the CPU.
+    arena: Option<WeightArena>,
+    /// The integers the decoder layers' projection weights are stored in, if any. The
+    /// embedding (and the LM head tied to it) stays in float: a row lookup into a
+    /// block-quantized matrix would dequantize all of it on every token.
+    quantization: Option<QuantScheme>,
 }
 
 impl Loader<'_> {
-    fn matrix(&self, name: &str, shape: [usize; 2]) -> Result<Tensor<2>> {
-        let data = self.checkpoint.tensor(name, &shape, self.dtype)?;
+    fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Tensor<2>> {
+        let data = self
+            .checkpoint
+            .tensor(name, &shape, self.dtype, self.arena.as_mut())?;
         Ok(Tensor::from_data(data, (self.device, self.dtype)))
     }
 
-    fn stacked(&self, parts: &[(&str, [usize; 2])]) -> Result<Tensor<2>> {
-        let data = self.checkpoint.stacked(parts, self.dtype)?;
+    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor<1>> {
+        let data = self
+            .checkpoint
+            .tensor(name, &[len], self.dtype, self.arena.as_mut())?;
         Ok(Tensor::from_data(data, (self.device, self.dtype)))
     }
 
-    fn vector(&self, name: &str, len: usize) -> Result<Tensor<1>> {
-        let data = self.checkpoint.tensor(name, &[len], self.dtype)?;
-        Ok(Tensor::from_data(data, (self.device, self.dtype)))
+    /// A projection, its parts stacked row-wise into one matrix (e.g. q, k and v, which
+    /// one fused product then multiplies by), quantized as soon as it is read so that memory
+    /// never holds the float copy of more than one.
+    fn projection(&mut self, parts: &[(&str, [usize; 2])]) -> Result<Linear> {
+        let arena = match self.quantization {
+            Some(_) => None,
+            None => self.arena.as_mut(),
+        };
+        let data = self.checkpoint.stacked(parts, self.dtype, arena)?;
+        let weight = Tensor::from_data(data, (self.device, self.dtype));
+        Ok(match &self.quantization {
+            Some(scheme) => Linear::new(weight).quantized(scheme),
+            None => Linear::new(weight),
+        })
     }
 }
 

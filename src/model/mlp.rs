@@ -1,7 +1,6 @@
 use burn::module::Module;
 use burn::tensor::Tensor;
 use burn::tensor::activation::silu;
-use burn::tensor::quantization::QuantScheme;
 
 use super::cpu;
 use super::linear::Linear;
@@ -22,14 +21,6 @@ impl Mlp {
             gate_up,
             down,
             intermediate,
-        }
-    }
-
-    pub fn quantized(self, scheme: &QuantScheme) -> Self {
-        Self {
-            gate_up: self.gate_up.quantized(scheme),
-            down: self.down.quantized(scheme),
-            ..self
         }
     }
 

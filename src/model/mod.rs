@@ -5,7 +5,6 @@ mod checkpoint;
 mod config;
 mod cpu;
 mod error;
-mod huge_pages;
 mod kv_cache;
 mod linear;
 mod llama;
@@ -14,6 +13,7 @@ mod precision;
 pub mod random_checkpoint;
 mod rms_norm;
 mod rope;
+mod weight_arena;
 
 pub use checkpoint::Checkpoint;
 pub use config::{LlamaConfig, TokenIds};
