@@ -64,6 +64,29 @@ fn explicit_head_dim_wider_than_hidden_in_bf16() {
     );
 }
 
+/// The variants above check the logits of f32 runs from every storage type; this checks that
+/// on the CPU those runs read a half-precision checkpoint's matrices as stored (half the
+/// bytes per decode step), and that the GPU, whose matmul wants one type, gets f32.
+#[test]
+fn f32_runs_hold_half_precision_matrices_as_stored_on_the_cpu() {
+    for (stored, dtype) in [
+        (StorageDtype::Bf16, DType::BF16),
+        (StorageDtype::F16, DType::F16),
+        (StorageDtype::F32, DType::F32),
+    ] {
+        let dir = random_model(small_config(), stored, 5);
+        let load = |backend| {
+            Llama::load(dir.path(), &common::device(backend), DType::F32).expect("model loads")
+        };
+        assert_eq!(load(BackendKind::Flex).weight_dtype(), dtype, "{stored:?}");
+        assert_eq!(
+            load(BackendKind::Gpu).weight_dtype(),
+            DType::F32,
+            "{stored:?}"
+        );
+    }
+}
+
 #[test]
 fn prefill_chunks_and_decode_steps_equal_one_full_pass() {
     let dir = random_model(small_config(), StorageDtype::Bf16, 3);

@@ -35,6 +35,9 @@ struct BenchReport {
     /// The GPU adapter or the CPU backend that ran the model.
     device: String,
     precision: Precision,
+    /// The float type the weight matrices are held in (f32 runs on the CPU hold a bf16
+    /// checkpoint's weights as they are stored; see `Llama::weight_dtype`).
+    weights: String,
     threads: usize,
     prompt_tokens: usize,
     gen_tokens: usize,
@@ -135,6 +138,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         backend: device.backend,
         device: device.name(),
         precision: args.precision,
+        weights: format!("{:?}", model.weight_dtype()).to_lowercase(),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         prompt_tokens: args.prompt_tokens,
         gen_tokens: args.gen_tokens,
@@ -167,8 +171,8 @@ fn print_table(r: &BenchReport) {
         )
     };
     println!(
-        "{} on {} ({}, {} threads): {} prompt + {} generated tokens, {} runs",
-        r.model, r.device, r.precision, r.threads, r.prompt_tokens, r.gen_tokens, r.runs
+        "{} on {} ({}, weights in {}, {} threads): {} prompt + {} generated tokens, {} runs",
+        r.model, r.device, r.precision, r.weights, r.threads, r.prompt_tokens, r.gen_tokens, r.runs
     );
     println!("{:<22} {:>10} {:>10} {:>10}", "", "median", "min", "max");
     row("prefill tok/s", &r.prefill_tok_s);

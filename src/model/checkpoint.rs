@@ -128,6 +128,17 @@ impl Checkpoint {
         convert(&parts, vec![rows, cols], dtype, arena)
     }
 
+    /// The float type a tensor is stored in, if the checkpoint has it.
+    pub fn stored_dtype(&self, name: &str) -> Option<DType> {
+        let shard = &self.shards[*self.tensor_shard.get(name)?];
+        match shard.metadata.info(name)?.dtype {
+            Dtype::F32 => Some(DType::F32),
+            Dtype::BF16 => Some(DType::BF16),
+            Dtype::F16 => Some(DType::F16),
+            _ => None,
+        }
+    }
+
     /// Values stored across all tensors of the checkpoint: what an arena for all of them
     /// needs to hold.
     pub fn stored_values(&self) -> usize {

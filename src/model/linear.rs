@@ -1,6 +1,6 @@
 use burn::module::{Module, Param};
-use burn::tensor::Tensor;
 use burn::tensor::quantization::QuantScheme;
+use burn::tensor::{DType, Tensor};
 
 use super::cpu;
 
@@ -45,7 +45,14 @@ pub fn project(weight: &Tensor<2>, x: Tensor<2>, residual: Option<Tensor<2>>) ->
     if let Some(y) = cpu::project(weight, &x, residual.as_ref()) {
         return y;
     }
-    let y = x.matmul(weight.clone().transpose());
+    // Float weights may be held narrower than the activations (see `Loader::storage_dtype`).
+    let weight = match weight.dtype() {
+        stored @ (DType::F32 | DType::BF16 | DType::F16) if stored != x.dtype() => {
+            weight.clone().cast(x.dtype())
+        }
+        _ => weight.clone(),
+    };
+    let y = x.matmul(weight.transpose());
     match residual {
         Some(residual) => residual + y,
         None => y,

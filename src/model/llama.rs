@@ -80,15 +80,17 @@ impl Llama {
                 dtype: format!("{dtype:?}"),
             });
         }
-        // On the CPU the float weights go into one arena on huge pages (see `WeightArena`);
-        // an accelerator copies them to its own memory, and quantized weights are replaced.
-        let arena = (cpu::is_host(device))
+        // On burn-flex the float weights go into one arena on huge pages (see `WeightArena`);
+        // burn-ndarray would copy them out of it on every use, an accelerator copies them to
+        // its own memory, and quantized weights are replaced.
+        let arena = cpu::reads_shared_weights_in_place(device)
             .then(|| WeightArena::with_capacity(checkpoint.stored_values() * dtype.size()))
             .flatten();
         let mut loader = Loader {
             checkpoint: &checkpoint,
             device,
             dtype,
+            host: cpu::is_host(device),
             arena,
             quantization,
         };
@@ -177,6 +179,12 @@ impl Llama {
         self.dtype
     }
 
+    /// The float type the weight matrices are held in, which can be narrower than
+    /// [`Llama::dtype`] (see `Loader::storage_dtype`); 8-bit projections aside.
+    pub fn weight_dtype(&self) -> DType {
+        self.embedding.val().dtype()
+    }
+
     pub fn device(&self) -> Device {
         self.embedding.val().device()
     }
@@ -232,7 +240,7 @@ impl Llama {
             ),
             &device,
         );
-        let mut hidden = self.embedding.val().select(0, ids);
+        let mut hidden = self.embedding.val().select(0, ids).cast(self.dtype);
         let mask = (count > 1 && !cache.is_host()).then(|| self.causal_mask(start, count, &device));
         // Each sub-block adds its output to the residual stream `hidden`.
         for (index, layer) in self.layers.iter().enumerate() {
@@ -289,6 +297,8 @@ struct Loader<'a> {
     checkpoint: &'a Checkpoint,
     device: &'a Device,
     dtype: DType,
+    /// Whether the device keeps tensors in host memory, where the CPU kernels read them.
+    host: bool,
     /// Where float weights are decoded on the CPU.
     arena: Option<WeightArena>,
     /// The integers the decoder layers' projection weights are stored in, if any. The
@@ -299,10 +309,11 @@ struct Loader<'a> {
 
 impl Loader<'_> {
     fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Tensor<2>> {
+        let dtype = self.storage_dtype(&[name]);
         let data = self
             .checkpoint
-            .tensor(name, &shape, self.dtype, self.arena.as_mut())?;
-        Ok(Tensor::from_data(data, (self.device, self.dtype)))
+            .tensor(name, &shape, dtype, self.arena.as_mut())?;
+        Ok(Tensor::from_data(data, (self.device, dtype)))
     }
 
     fn vector(&mut self, name: &str, len: usize) -> Result<Tensor<1>> {
@@ -316,16 +327,43 @@ impl Loader<'_> {
     /// one fused product then multiplies by), quantized as soon as it is read so that memory
     /// never holds the float copy of more than one.
     fn projection(&mut self, parts: &[(&str, [usize; 2])]) -> Result<Linear> {
-        let arena = match self.quantization {
-            Some(_) => None,
-            None => self.arena.as_mut(),
+        let (arena, dtype) = match self.quantization {
+            Some(_) => (None, self.dtype),
+            None => {
+                let names: Vec<&str> = parts.iter().map(|(name, _)| *name).collect();
+                let dtype = self.storage_dtype(&names);
+                (self.arena.as_mut(), dtype)
+            }
         };
-        let data = self.checkpoint.stacked(parts, self.dtype, arena)?;
-        let weight = Tensor::from_data(data, (self.device, self.dtype));
+        let data = self.checkpoint.stacked(parts, dtype, arena)?;
+        let weight = Tensor::from_data(data, (self.device, dtype));
         Ok(match &self.quantization {
             Some(scheme) => Linear::new(weight).quantized(scheme),
             None => Linear::new(weight),
         })
+    }
+
+    /// The type a weight matrix is held in: the compute type, except where that is f32 on
+    /// the CPU and the checkpoint stores the weight in bf16 or f16. Widening those to f32 is
+    /// exact and the CPU kernels widen each weight as they read it, so they compute the very
+    /// same products from half the bytes; decode, which streams every weight once per token,
+    /// runs nearly twice as fast and the model takes half the memory.
+    fn storage_dtype(&self, names: &[&str]) -> DType {
+        let stored: Vec<Option<DType>> = names
+            .iter()
+            .map(|name| self.checkpoint.stored_dtype(name))
+            .collect();
+        match stored.first() {
+            Some(&Some(half @ (DType::BF16 | DType::F16)))
+                if self.host
+                    && self.dtype == DType::F32
+                    && self.device.supports_dtype(half)
+                    && stored.iter().all(|&dtype| dtype == Some(half)) =>
+            {
+                half
+            }
+            _ => self.dtype,
+        }
     }
 }
 

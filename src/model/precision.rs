@@ -18,7 +18,9 @@ use burn::tensor::{DType, Device};
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
-    /// Reference quality: logits equal transformers' float32 to 1e-3.
+    /// Reference quality: logits equal transformers' float32 to 1e-3. Computed in f32; on
+    /// the CPU a bf16 or f16 checkpoint's matrices stay in their stored type, which widens
+    /// to f32 exactly, so this reads no more bytes per token than `Bf16`.
     #[default]
     F32,
     /// The checkpoint's own storage precision: half the bytes of f32.
@@ -26,7 +28,8 @@ pub enum Precision {
     /// Half the bytes of f32, with more mantissa and less range than bf16.
     F16,
     /// The decoder layers' projection weights in symmetric 8-bit integers with one f32 scale
-    /// per block of 32 (Burn's quantization); activations, norms and the embedding stay f32.
+    /// per block of 32 (Burn's quantization); activations and norms stay f32, and the
+    /// embedding stays float as `F32` holds it.
     Q8,
 }
 

@@ -155,6 +155,13 @@ pub fn is_host(device: &Device) -> bool {
     )
 }
 
+/// Whether `device` is burn-flex's, which reads weights from shared bytes (such as a
+/// [`crate::model::weight_arena::WeightArena`]) in place. burn-ndarray copies such bytes on
+/// every operation that reads them, so it needs buffers of its own.
+pub fn reads_shared_weights_in_place(device: &Device) -> bool {
+    matches!(device.as_dispatch(), DispatchDevice::Flex(_))
+}
+
 /// A tensor of a CPU backend, out of Burn's dispatch layer.
 pub enum HostTensor {
     Flex(FlexTensor),

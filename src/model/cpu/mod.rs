@@ -21,7 +21,7 @@ mod threads;
 mod weights;
 
 pub use attention::{CachedRows, HeadLayout, self_attention};
-pub use host::is_host;
+pub use host::{is_host, reads_shared_weights_in_place};
 pub use projection::project;
 pub use quantize::quantize;
 pub use rms_norm::rms_norm;
