@@ -63,9 +63,7 @@ pub fn self_attention(
         };
         let queries = rotate_and_cache(qkv.slice::<E>()?, tables, cache, start, layout);
         let context = attend(&queries, cache, start, layout);
-        let mut out = vec![E::from_f32(0.0); context.len()];
-        E::narrow(&context, &mut out);
-        Some(qkv.tensor_like(out, [tokens, layout.heads * layout.head_dim]))
+        Some(qkv.tensor_like(E::narrowed(context), [tokens, layout.heads * layout.head_dim]))
     })
 }
 

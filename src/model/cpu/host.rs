@@ -21,8 +21,8 @@ pub trait HostFloat: burn::tensor::Element + bytemuck::Pod + Send + Sync {
 
     fn from_f32(value: f32) -> Self;
 
-    /// Rounds `values` to this type.
-    fn narrow(values: &[f32], out: &mut [Self]);
+    /// Rounds `values` to this type; f32 takes them as they are, without a copy.
+    fn narrowed(values: Vec<f32>) -> Vec<Self>;
 
     /// `values` as `Self` when `Self` is f32 (burn-ndarray's only float type).
     fn from_f32_slice(values: &[f32]) -> Option<&[Self]>;
@@ -46,8 +46,8 @@ impl HostFloat for f32 {
         value
     }
 
-    fn narrow(values: &[f32], out: &mut [f32]) {
-        out.copy_from_slice(values);
+    fn narrowed(values: Vec<f32>) -> Vec<f32> {
+        values
     }
 
     fn from_f32_slice(values: &[f32]) -> Option<&[f32]> {
@@ -73,8 +73,10 @@ impl HostFloat for f16 {
         f16::from_f32(value)
     }
 
-    fn narrow(values: &[f32], out: &mut [f16]) {
-        out.convert_from_f32_slice(values);
+    fn narrowed(values: Vec<f32>) -> Vec<f16> {
+        let mut out = vec![f16::ZERO; values.len()];
+        out.convert_from_f32_slice(&values);
+        out
     }
 
     fn from_f32_slice(_: &[f32]) -> Option<&[f16]> {
@@ -101,8 +103,10 @@ impl HostFloat for bf16 {
         bf16::from_f32(value)
     }
 
-    fn narrow(values: &[f32], out: &mut [bf16]) {
-        out.convert_from_f32_slice(values);
+    fn narrowed(values: Vec<f32>) -> Vec<bf16> {
+        let mut out = vec![bf16::ZERO; values.len()];
+        out.convert_from_f32_slice(&values);
+        out
     }
 
     fn from_f32_slice(_: &[f32]) -> Option<&[bf16]> {

@@ -42,9 +42,7 @@ pub fn project(
         } else {
             matmul(weight, &input, tokens, &mut y, residual.is_some());
         }
-        let mut narrowed = vec![E::from_f32(0.0); y.len()];
-        E::narrow(&y, &mut narrowed);
-        Some(x.tensor_like(narrowed, [tokens, rows]))
+        Some(x.tensor_like(E::narrowed(y), [tokens, rows]))
     })
 }
 
