@@ -20,19 +20,10 @@ const BACKENDS: [(BackendKind, &str); 3] = [
 ];
 
 const PRECISIONS: [(Precision, &str); 4] = [
-    (Precision::F32, "f32 (exact)"),
-    (
-        Precision::Bf16,
-        "bf16 (half the memory, fastest on the CPU)",
-    ),
-    (
-        Precision::F16,
-        "f16 (half the memory, closer to f32 than bf16)",
-    ),
-    (
-        Precision::Q8,
-        "8-bit weights (slow to load and to read prompts)",
-    ),
+    (Precision::F32, "f32 (exact, recommended)"),
+    (Precision::Bf16, "bf16 (half the memory of f32 weights)"),
+    (Precision::F16, "f16 (as bf16, closer to f32)"),
+    (Precision::Q8, "8-bit weights (least memory)"),
 ];
 
 pub fn show(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) {

@@ -7,6 +7,9 @@
 //! thread that multiplies it (f32 weights are read where they lie), so every weight format
 //! runs at the speed of f32 arithmetic.
 
+use std::cell::RefCell;
+use std::ops::Range;
+
 use super::threads::{SharedOutput, split_ranges};
 use super::weights::WeightRows;
 
@@ -28,18 +31,8 @@ pub fn matmul(weight: WeightRows<'_>, x: &[f32], tokens: usize, out: &mut [f32],
         "matmul: x, weight and out do not fit [tokens, cols], [rows, cols], [tokens, rows]"
     );
     let out = SharedOutput::new(out);
-    split_ranges(rows, MIN_ROWS_PER_BLOCK, &|block| {
-        let start = block.start * cols;
-        let widened;
-        let panel = match weight.as_f32(start, block.len() * cols) {
-            Some(panel) => panel,
-            None => {
-                let mut panel = vec![0.0; block.len() * cols];
-                weight.widen(start, &mut panel);
-                widened = panel;
-                &widened
-            }
-        };
+    // `out[:, block] (+)= X · panelᵀ` for the weight rows `block`, given in f32 as `panel`.
+    let multiply = |panel: &[f32], block: Range<usize>| {
         // SAFETY: `dst` addresses columns `block` of `out`, which no other block touches and
         // which lie inside it: element (t, j) is `t · rows + block.start + j` with t < tokens
         // and j < block.len(). `x` and `panel` are read inside their lengths, checked above.
@@ -66,7 +59,30 @@ pub fn matmul(weight: WeightRows<'_>, x: &[f32], tokens: usize, out: &mut [f32],
                 gemm::Parallelism::None,
             );
         }
+    };
+    split_ranges(rows, MIN_ROWS_PER_BLOCK, &|block| {
+        let start = block.start * cols;
+        let len = block.len() * cols;
+        match weight.as_f32(start, len) {
+            Some(panel) => multiply(panel, block),
+            None => WIDENED.with_borrow_mut(|panel| {
+                // The buffer only grows, so it is zeroed once per thread, not per block:
+                // zeroing every block's copy wrote as many bytes as the widening itself.
+                if panel.len() < len {
+                    panel.resize(len, 0.0);
+                }
+                let panel = &mut panel[..len];
+                weight.widen(start, panel);
+                multiply(panel, block);
+            }),
+        }
     });
+}
+
+thread_local! {
+    /// Each thread's f32 copy of the weight block it multiplies, when weights are stored
+    /// in another type.
+    static WIDENED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 #[cfg(test)]
