@@ -118,13 +118,9 @@ impl KvCache {
 
     /// Bytes held by the allocated storage, for the memory statistics.
     pub fn bytes(&self) -> usize {
-        let element = match &self.store {
-            Store::Host(_) => size_of::<f32>(),
-            Store::Device(device) => device.dtype.size(),
-        };
-        let layers = match &self.store {
-            Store::Host(layers) => layers.len(),
-            Store::Device(device) => device.layers.len(),
+        let (layers, element) = match &self.store {
+            Store::Host(layers) => (layers.len(), size_of::<f32>()),
+            Store::Device(device) => (device.layers.len(), device.dtype.size()),
         };
         2 * layers * self.capacity() * self.kv_width * element
     }

@@ -90,7 +90,6 @@ impl Llama {
             checkpoint: &checkpoint,
             device,
             dtype,
-            host: cpu::is_host(device),
             arena,
             quantization,
         };
@@ -297,8 +296,6 @@ struct Loader<'a> {
     checkpoint: &'a Checkpoint,
     device: &'a Device,
     dtype: DType,
-    /// Whether the device keeps tensors in host memory, where the CPU kernels read them.
-    host: bool,
     /// Where float weights are decoded on the CPU.
     arena: Option<WeightArena>,
     /// The integers the decoder layers' projection weights are stored in, if any. The
@@ -355,7 +352,7 @@ impl Loader<'_> {
             .collect();
         match stored.first() {
             Some(&Some(half @ (DType::BF16 | DType::F16)))
-                if self.host
+                if cpu::is_host(self.device)
                     && self.dtype == DType::F32
                     && self.device.supports_dtype(half)
                     && stored.iter().all(|&dtype| dtype == Some(half)) =>

@@ -215,16 +215,7 @@ fn softmax_in_place(scores: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::{CachedRows, HeadLayout, RopeTables, attend, rotate_and_cache};
-
-    /// Deterministic values in [-1, 1) that differ for every index.
-    fn values(len: usize, seed: u32) -> Vec<f32> {
-        (0..len as u32)
-            .map(|i| {
-                let h = (i ^ seed).wrapping_mul(2_654_435_761) >> 8;
-                h as f32 / (1u32 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
+    use crate::model::cpu::test_values as values;
 
     /// The textbook computation in f64, one query head at a time: rotate, score every visible
     /// key of the head's group, softmax, weigh the values.

@@ -90,16 +90,8 @@ mod tests {
     use half::{bf16, f16};
 
     use super::matmul;
+    use crate::model::cpu::test_values as values;
     use crate::model::cpu::weights::WeightRows;
-
-    fn values(len: usize, seed: u32) -> Vec<f32> {
-        (0..len as u32)
-            .map(|i| {
-                let h = (i ^ seed).wrapping_mul(2_654_435_761) >> 8;
-                h as f32 / (1u32 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
 
     fn reference(weight: &[f32], x: &[f32], tokens: usize, base: &[f32]) -> Vec<f64> {
         let cols = x.len() / tokens;

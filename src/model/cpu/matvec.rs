@@ -244,6 +244,7 @@ mod tests {
     use half::{bf16, f16};
 
     use super::*;
+    use crate::model::cpu::test_values as values;
 
     fn naive(weight: &[f32], x: &[f32]) -> Vec<f32> {
         weight
@@ -253,16 +254,6 @@ mod tests {
                     .zip(x)
                     .map(|(&w, &x)| f64::from(w) * f64::from(x))
                     .sum::<f64>() as f32
-            })
-            .collect()
-    }
-
-    /// Deterministic values in [-1, 1) that differ for every index.
-    fn values(len: usize, seed: u32) -> Vec<f32> {
-        (0..len as u32)
-            .map(|i| {
-                let h = (i ^ seed).wrapping_mul(2_654_435_761) >> 8;
-                h as f32 / (1u32 << 23) as f32 - 1.0
             })
             .collect()
     }

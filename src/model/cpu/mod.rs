@@ -26,3 +26,14 @@ pub use projection::project;
 pub use quantize::quantize;
 pub use rms_norm::rms_norm;
 pub use swiglu::swiglu;
+
+/// Deterministic values in [-1, 1) that differ for every index: the kernels' test inputs.
+#[cfg(test)]
+fn test_values(len: usize, seed: u32) -> Vec<f32> {
+    (0..len as u32)
+        .map(|i| {
+            let h = (i ^ seed).wrapping_mul(2_654_435_761) >> 8;
+            h as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
