@@ -278,6 +278,25 @@ mod tests {
         out.iter().map(|y| y - 1.0).collect()
     }
 
+    /// `matvec` and every kernel for `W` against the f64 product of the weights as stored.
+    fn check<W: HostFloat>(weight: &[W], rows: WeightRows<'_>, x: &[f32], what: &str) {
+        let stored: Vec<f32> = weight.iter().map(|w| w.to_f32()).collect();
+        let expected = naive(&stored, x);
+        let close = |got: &[f32], what: &str| {
+            assert_eq!(got.len(), expected.len());
+            for (g, e) in got.iter().zip(&expected) {
+                assert!(
+                    (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
+                    "{what}: {g} vs {e}"
+                );
+            }
+        };
+        close(&product(rows, x), &format!("matvec {what}"));
+        for kernel in kernels::<W>() {
+            close(&run(kernel, weight, x), what);
+        }
+    }
+
     /// Shapes with tails on both axes: columns not a multiple of the vector width, rows not a
     /// multiple of the task size.
     #[test]
@@ -287,44 +306,25 @@ mod tests {
             let x = values(cols, 2);
             let halves: Vec<f16> = weight.iter().map(|&w| f16::from_f32(w)).collect();
             let brains: Vec<bf16> = weight.iter().map(|&w| bf16::from_f32(w)).collect();
-            let close = |got: &[f32], expected: &[f32], what: &str| {
-                assert_eq!(got.len(), expected.len());
-                for (g, e) in got.iter().zip(expected) {
-                    assert!(
-                        (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
-                        "{what} {rows}x{cols}: {g} vs {e}"
-                    );
-                }
-            };
-            let widened = |w: &[f32]| naive(w, &x);
-
-            let expected = naive(&weight, &x);
-            close(
-                &product(WeightRows::F32(&weight), &x),
-                &expected,
-                "matvec f32",
+            let shape = format!("{rows}x{cols}");
+            check(
+                &weight,
+                WeightRows::F32(&weight),
+                &x,
+                &format!("f32 {shape}"),
             );
-            for kernel in kernels::<f32>() {
-                close(&run(kernel, &weight, &x), &expected, "f32");
-            }
-            let expected = widened(&halves.iter().map(|w| w.to_f32()).collect::<Vec<_>>());
-            close(
-                &product(WeightRows::F16(&halves), &x),
-                &expected,
-                "matvec f16",
+            check(
+                &halves,
+                WeightRows::F16(&halves),
+                &x,
+                &format!("f16 {shape}"),
             );
-            for kernel in kernels::<f16>() {
-                close(&run(kernel, &halves, &x), &expected, "f16");
-            }
-            let expected = widened(&brains.iter().map(|w| w.to_f32()).collect::<Vec<_>>());
-            close(
-                &product(WeightRows::Bf16(&brains), &x),
-                &expected,
-                "matvec bf16",
+            check(
+                &brains,
+                WeightRows::Bf16(&brains),
+                &x,
+                &format!("bf16 {shape}"),
             );
-            for kernel in kernels::<bf16>() {
-                close(&run(kernel, &brains, &x), &expected, "bf16");
-            }
         }
     }
 
