@@ -44,7 +44,14 @@ mod tests {
         std::hint::black_box(&block);
         let current = resident_bytes().expect("resident memory is readable here");
         let after = peak_resident_bytes().expect("peak memory is readable here");
-        assert!(after >= current, "peak {after} below current {current}");
+        // The kernel keeps resident-page counts per CPU and sums them approximately, and the
+        // two values come from different reads while other test threads allocate and free,
+        // so the peak may trail the current value by a few hundred KiB, never by megabytes.
+        let counter_slack = 4 << 20;
+        assert!(
+            after + counter_slack >= current,
+            "peak {after} below current {current}"
+        );
         assert!(
             after >= before + (32 << 20),
             "peak did not grow: {before} -> {after}"
