@@ -8,9 +8,8 @@
 
 use burn::tensor::Tensor;
 
+use super::attend::attend;
 use super::host::{HostFloat, HostTensor, with_host_float};
-use super::math::exp_in_place;
-use super::threads::split_rows;
 
 /// How query heads share key/value heads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,9 +35,6 @@ pub struct CachedRows {
     pub keys: Vec<f32>,
     pub values: Vec<f32>,
 }
-
-/// Attention work smaller than this many multiply-adds in total runs on the calling thread.
-const MIN_WORK_PER_PART: usize = 16 * 1024;
 
 /// `qkv`: `[tokens, (heads + 2·kv_heads)·head_dim]`, each row the fused projection of one new
 /// token (queries, then keys, then values) at positions `start..`. Rotates queries and keys
@@ -126,95 +122,10 @@ fn rotate<E: HostFloat>(x: &[E], cos: &[E], signed_sin: &[E], out: &mut [f32]) {
     }
 }
 
-/// The context `[tokens, heads, head_dim]` of the queries of the tokens at `start..`, each
-/// attending to the cached positions up to its own.
-fn attend(queries: &[f32], cache: &CachedRows, start: usize, layout: HeadLayout) -> Vec<f32> {
-    let head_dim = layout.head_dim;
-    let positions = cache.keys.len() / layout.kv_width();
-    let mut context = vec![0.0; queries.len()];
-    let min_rows = MIN_WORK_PER_PART.div_ceil(positions * head_dim).max(1);
-    split_rows(
-        &mut context,
-        head_dim,
-        min_rows,
-        &|first, out: &mut [f32]| {
-            attend_rows(queries, cache, start, layout, first, out);
-        },
-    );
-    context
-}
-
-/// The context rows `first..` (one per token and query head) into `out`.
-#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
-fn attend_rows(
-    queries: &[f32],
-    cache: &CachedRows,
-    start: usize,
-    layout: HeadLayout,
-    first: usize,
-    out: &mut [f32],
-) {
-    let HeadLayout {
-        heads,
-        kv_heads,
-        head_dim,
-    } = layout;
-    let group = heads / kv_heads;
-    let kv_width = layout.kv_width();
-    let scale = 1.0 / (head_dim as f32).sqrt();
-    let mut scores = vec![0.0; cache.keys.len() / kv_width];
-    for (i, context) in out.chunks_exact_mut(head_dim).enumerate() {
-        let row = first + i;
-        let (token, head) = (row / heads, row % heads);
-        let column = head / group * head_dim;
-        let query = &queries[row * head_dim..(row + 1) * head_dim];
-        let scores = &mut scores[..start + token + 1];
-        for (position, score) in scores.iter_mut().enumerate() {
-            let key = &cache.keys[position * kv_width + column..][..head_dim];
-            *score = dot(query, key) * scale;
-        }
-        softmax_in_place(scores);
-        context.fill(0.0);
-        for (position, &weight) in scores.iter().enumerate() {
-            let value = &cache.values[position * kv_width + column..][..head_dim];
-            for (c, v) in context.iter_mut().zip(value) {
-                *c += weight * v;
-            }
-        }
-    }
-}
-
-/// Eight independent partial sums, so that the compiler keeps them in one vector register.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let (a_blocks, a_tail) = a.as_chunks::<8>();
-    let (b_blocks, b_tail) = b.as_chunks::<8>();
-    let mut sums = [0.0f32; 8];
-    for (a, b) in a_blocks.iter().zip(b_blocks) {
-        for lane in 0..8 {
-            sums[lane] += a[lane] * b[lane];
-        }
-    }
-    let tail: f32 = a_tail.iter().zip(b_tail).map(|(a, b)| a * b).sum();
-    sums.iter().sum::<f32>() + tail
-}
-
-#[inline(always)]
-fn softmax_in_place(scores: &mut [f32]) {
-    let max = scores.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
-    for score in scores.iter_mut() {
-        *score -= max;
-    }
-    exp_in_place(scores);
-    let total: f32 = scores.iter().sum();
-    for score in scores.iter_mut() {
-        *score /= total;
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{CachedRows, HeadLayout, RopeTables, attend, rotate_and_cache};
+    use super::{CachedRows, HeadLayout, RopeTables, rotate_and_cache};
+    use crate::model::cpu::attend::attend;
     use crate::model::cpu::test_values as values;
 
     /// The textbook computation in f64, one query head at a time: rotate, score every visible
@@ -248,15 +159,18 @@ mod tests {
                 })
                 .collect()
         };
+        let keys: Vec<Vec<Vec<f64>>> = (0..tokens)
+            .map(|p| (0..kv_heads).map(|g| rotated(p, heads + g)).collect())
+            .collect();
         let mut out = Vec::new();
         for t in 0..tokens {
             for h in 0..heads {
                 let g = h / (heads / kv_heads);
                 let q = rotated(t, h);
-                let scores: Vec<f64> = (0..=t)
-                    .map(|p| {
-                        let k = rotated(p, heads + g);
-                        q.iter().zip(&k).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt()
+                let scores: Vec<f64> = keys[..=t]
+                    .iter()
+                    .map(|k| {
+                        q.iter().zip(&k[g]).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt()
                     })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -292,25 +206,32 @@ mod tests {
         (cos, sin)
     }
 
-    /// A prompt in one pass, then the same prompt split in two (a decode-like second call)
-    /// must both equal the reference, for GQA, MHA and a head size with a tail after the
-    /// 8-lane blocks.
+    /// Prompts in one pass and split over several calls (the last ones decode-like) must
+    /// equal the reference, for GQA, MHA, a head size with a tail after the 8-lane blocks,
+    /// and a context long enough that the work is split over key positions and merged.
     #[test]
     fn prefill_and_incremental_calls_equal_the_reference() {
-        for layout in [
-            HeadLayout {
-                heads: 6,
-                kv_heads: 2,
-                head_dim: 16,
-            },
-            HeadLayout {
-                heads: 2,
-                kv_heads: 2,
-                head_dim: 12,
-            },
-        ] {
-            let tokens = 9;
+        let gqa = HeadLayout {
+            heads: 6,
+            kv_heads: 2,
+            head_dim: 16,
+        };
+        let mha = HeadLayout {
+            heads: 2,
+            kv_heads: 2,
+            head_dim: 12,
+        };
+        let cases: [(HeadLayout, &[usize]); 5] = [
+            (gqa, &[0, 9]),
+            (gqa, &[0, 5, 9]),
+            (mha, &[0, 9]),
+            (mha, &[0, 5, 9]),
+            (gqa, &[0, 650, 699, 700]),
+        ];
+        for (layout, calls) in cases {
+            let tokens = calls[calls.len() - 1];
             let width = (layout.heads + 2 * layout.kv_heads) * layout.head_dim;
+            let per_token = layout.heads * layout.head_dim;
             let qkv = values(tokens * width, 7);
             let (cos, sin) = tables(tokens, layout.head_dim);
             let expected = reference(&qkv, &cos, &sin, layout, tokens);
@@ -318,27 +239,26 @@ mod tests {
                 cos: &cos[..],
                 signed_sin: &sin[..],
             };
-            let close = |got: &[f32], expected: &[f64]| {
+            let mut cache = CachedRows::default();
+            for call in calls.windows(2) {
+                let (start, end) = (call[0], call[1]);
+                let queries = rotate_and_cache(
+                    &qkv[start * width..end * width],
+                    table,
+                    &mut cache,
+                    start,
+                    layout,
+                );
+                let got = attend(&queries, &cache, start, layout);
+                let expected = &expected[start * per_token..end * per_token];
                 assert_eq!(got.len(), expected.len());
                 for (g, e) in got.iter().zip(expected) {
-                    assert!((f64::from(*g) - e).abs() < 1e-5, "{layout:?}: {g} vs {e}");
+                    assert!(
+                        (f64::from(*g) - e).abs() < 1e-5,
+                        "{layout:?}, tokens {start}..{end}: {g} vs {e}"
+                    );
                 }
-            };
-
-            let mut cache = CachedRows::default();
-            let queries = rotate_and_cache(&qkv, table, &mut cache, 0, layout);
-            close(&attend(&queries, &cache, 0, layout), &expected);
-
-            let mut cache = CachedRows::default();
-            let split = 5 * width;
-            let queries = rotate_and_cache(&qkv[..split], table, &mut cache, 0, layout);
-            attend(&queries, &cache, 0, layout);
-            let queries = rotate_and_cache(&qkv[split..], table, &mut cache, 5, layout);
-            let per_token = layout.heads * layout.head_dim;
-            close(
-                &attend(&queries, &cache, 5, layout),
-                &expected[5 * per_token..],
-            );
+            }
         }
     }
 

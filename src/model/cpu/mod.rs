@@ -8,6 +8,7 @@
 //! when they decline: on the GPU, or for a layout they do not handle. Each kernel is tested
 //! against that composition or an f64 reference.
 
+mod attend;
 mod attention;
 mod host;
 mod math;

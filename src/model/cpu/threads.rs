@@ -35,6 +35,11 @@ fn pool() -> Option<&'static ThreadPool> {
     .as_ref()
 }
 
+/// The threads that run each kernel: the pool's helpers and the calling thread.
+pub fn thread_count() -> usize {
+    pool().map_or(1, |pool| pool.num_threads() + 1)
+}
+
 /// Runs `part(first_row, rows)` over contiguous ranges of the rows of `out` (`row_len`
 /// elements each) that together cover it, on every thread of the pool. Ranges hold at least
 /// `min_rows` rows: smaller pieces cost more to hand over than they save.
@@ -87,7 +92,7 @@ impl<T> SharedOutput<T> {
 /// unevenly) does not leave the others waiting at the end. Fixed halves left each thread
 /// idle for a tenth of a decode step.
 pub fn split_ranges(len: usize, min_len: usize, part: &(impl Fn(Range<usize>) + Sync)) {
-    let threads = pool().map_or(1, |pool| pool.num_threads() + 1);
+    let threads = thread_count();
     let range_len = len
         .div_ceil(threads * RANGES_PER_THREAD)
         .max(min_len)
