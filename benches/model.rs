@@ -1,5 +1,6 @@
 //! One 128-token prefill and one decode step of a full-size SmolLM2-135M-shaped model with
-//! random weights, for each CPU backend and the precisions that matter on it.
+//! random weights, for each CPU backend and the precisions that matter on it; and the same
+//! at 2000 tokens on burn-flex, where attention over the cache is a large part of the work.
 
 mod common;
 
@@ -11,24 +12,26 @@ use smolchat::model::{Llama, Logits, Precision};
 
 const PROMPT_TOKENS: usize = 128;
 
-fn prompt(vocab: usize) -> Vec<u32> {
-    (0..PROMPT_TOKENS as u32)
+const LONG_PROMPT_TOKENS: usize = 2000;
+
+fn prompt(vocab: usize, len: usize) -> Vec<u32> {
+    (0..len as u32)
         .map(|i| (i * 7919 + 13) % vocab as u32)
         .collect()
 }
 
-fn bench(c: &mut Criterion, backend: BackendKind, precision: Precision) {
+fn bench(c: &mut Criterion, backend: BackendKind, precision: Precision, prompt_len: usize) {
     let dir = common::full_size_checkpoint();
     let device = ComputeDevice::open(backend).device;
     let model = Llama::load_in(&dir, &device, precision).expect("load");
-    let tokens = prompt(model.config().vocab_size);
+    let tokens = prompt(model.config().vocab_size, prompt_len);
     let mut group = c.benchmark_group(format!("smollm2-135m/{backend}/{precision}"));
     group
         .sample_size(10)
         .measurement_time(Duration::from_secs(10));
 
     let mut cache = model.new_cache();
-    group.bench_function("prefill-128", |b| {
+    group.bench_function(format!("prefill-{prompt_len}"), |b| {
         b.iter(|| {
             cache.clear();
             model
@@ -42,9 +45,9 @@ fn bench(c: &mut Criterion, backend: BackendKind, precision: Precision) {
     model
         .forward(&tokens, &mut cache, Logits::Last)
         .expect("prefill");
-    group.bench_function("decode-step-at-128", |b| {
+    group.bench_function(format!("decode-step-at-{prompt_len}"), |b| {
         b.iter(|| {
-            cache.truncate(PROMPT_TOKENS);
+            cache.truncate(prompt_len);
             model
                 .forward(&[42], &mut cache, Logits::Last)
                 .expect("decode")
@@ -56,9 +59,10 @@ fn bench(c: &mut Criterion, backend: BackendKind, precision: Precision) {
 
 fn model_benches(c: &mut Criterion) {
     for precision in [Precision::F32, Precision::Bf16, Precision::Q8] {
-        bench(c, BackendKind::Flex, precision);
+        bench(c, BackendKind::Flex, precision, PROMPT_TOKENS);
     }
-    bench(c, BackendKind::Ndarray, Precision::F32);
+    bench(c, BackendKind::Ndarray, Precision::F32, PROMPT_TOKENS);
+    bench(c, BackendKind::Flex, Precision::F32, LONG_PROMPT_TOKENS);
 }
 
 criterion_group!(benches, model_benches);

@@ -1,6 +1,6 @@
-//! Causal grouped-query self-attention of new tokens against the KV cache, in one pass over
-//! host memory: the rotary embedding of queries and keys, the cache write, and
-//! `softmax(q·kᵀ / √d)·v` for every query head.
+//! Causal grouped-query self-attention of new tokens against the KV cache on the host: the
+//! rotary embedding of queries and keys and the cache write here, then
+//! `softmax(q·kᵀ / √d)·v` for every query head ([`attend`]).
 //!
 //! Burn's composition of these steps is about twenty operations per layer, and in bf16 its
 //! matrix products widen the whole cache to f32 on every call; in a decode step that cost
