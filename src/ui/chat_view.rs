@@ -74,10 +74,9 @@ pub fn show(
                         }
                     }
                     if is_streaming {
-                        ui.horizontal(|ui| {
-                            ui.spinner();
-                            ui.label(RichText::new("writing\u{2026}").weak());
-                        });
+                        // No spinner: it redraws the window every frame, and those frames
+                        // took a core from generation. Each new token redraws the text.
+                        ui.label(RichText::new("writing\u{2026}").weak());
                         return;
                     }
                     ui.horizontal_wrapped(|ui| {
