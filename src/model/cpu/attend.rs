@@ -54,11 +54,7 @@ pub fn attend(queries: &[f32], cache: &CachedRows, start: usize, layout: HeadLay
         return Vec::new();
     }
     let items = items(tokens, start, layout);
-    let group = layout.heads / layout.kv_heads;
-    // Each item's partial result: per query row, the scores' maximum, the sum of their
-    // exponentials, and the unnormalized context.
-    let row_len = head_dim + 2;
-    let item_len = TOKENS_PER_BLOCK.min(tokens) * group * row_len;
+    let item_len = TOKENS_PER_BLOCK.min(tokens) * layout.group() * partial_row_len(layout);
     let mut partials = vec![0.0; items.len() * item_len];
     split_rows(&mut partials, item_len, 1, &|first, out: &mut [f32]| {
         for (item, out) in items[first..].iter().zip(out.chunks_exact_mut(item_len)) {
@@ -66,6 +62,12 @@ pub fn attend(queries: &[f32], cache: &CachedRows, start: usize, layout: HeadLay
         }
     });
     merge(&items, &partials, item_len, tokens, layout)
+}
+
+/// Values per query row of an item's partial result: the scores' maximum, the sum of their
+/// exponentials, and the unnormalized context.
+fn partial_row_len(layout: HeadLayout) -> usize {
+    layout.head_dim + 2
 }
 
 /// Token blocks × groups × key ranges, ordered so that one block's ranges are adjacent.
@@ -107,15 +109,11 @@ fn attend_item<'c>(
     out: &mut [f32],
 ) {
     let HeadLayout {
-        heads,
-        kv_heads,
-        head_dim,
+        heads, head_dim, ..
     } = layout;
-    let group = heads / kv_heads;
-    let kv_width = layout.kv_width();
+    let (group, kv_width, row_len) = (layout.group(), layout.kv_width(), partial_row_len(layout));
     let rows = item.tokens.len() * group;
     let keys = item.keys.len();
-    let row_len = head_dim + 2;
     let scale = 1.0 / (head_dim as f32).sqrt();
     BUFFERS.with_borrow_mut(|Buffers { scaled, scores }| {
         scaled.clear();
@@ -263,12 +261,9 @@ fn merge(
     layout: HeadLayout,
 ) -> Vec<f32> {
     let HeadLayout {
-        heads,
-        kv_heads,
-        head_dim,
+        heads, head_dim, ..
     } = layout;
-    let group = heads / kv_heads;
-    let row_len = head_dim + 2;
+    let (group, row_len) = (layout.group(), partial_row_len(layout));
     let mut context = vec![0.0; tokens * heads * head_dim];
     let mut totals = vec![(f32::NEG_INFINITY, 0.0f32); tokens * heads];
     for (item, partial) in items.iter().zip(partials.chunks_exact(item_len)) {

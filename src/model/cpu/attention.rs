@@ -20,6 +20,11 @@ pub struct HeadLayout {
 }
 
 impl HeadLayout {
+    /// Query heads per KV head: the heads that read the same keys and values.
+    pub fn group(&self) -> usize {
+        self.heads / self.kv_heads
+    }
+
     /// Values per position of the cached keys (and of the values).
     pub fn kv_width(&self) -> usize {
         self.kv_heads * self.head_dim
