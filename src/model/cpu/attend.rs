@@ -37,7 +37,7 @@ const ITEMS_PER_THREAD: usize = 4;
 
 /// One work item: the query heads of KV head `group` for `tokens` (indices into the new
 /// tokens), against the cached positions `keys`.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Item {
     group: usize,
     tokens: Range<usize>,
