@@ -9,7 +9,7 @@
 
 use std::ops::Range;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use micropool::{ThreadPool, ThreadPoolBuilder};
 
@@ -87,10 +87,13 @@ impl<T> SharedOutput<T> {
 /// pool. Ranges hold at least `min_len` indices: smaller pieces cost more to hand over than
 /// they save.
 ///
-/// The threads claim ranges from a shared counter until none are left, several ranges per
-/// thread, so that one that started late or runs slower (two threads share the memory bus
-/// unevenly) does not leave the others waiting at the end. Fixed halves left each thread
-/// idle for a tenth of a decode step.
+/// Each thread owns a contiguous share of `0..len` and walks it from the front, so that it
+/// reads the rows of a weight as one sequential stream, which the hardware prefetcher
+/// follows best. A thread that is done takes the ranges others have not yet reached from the
+/// back of their shares, so that one that started late or runs slower (two threads share the
+/// memory bus unevenly) does not leave the others waiting at the end. Handing out ranges
+/// from one shared counter instead interleaved the threads' streams: in a decode step on two
+/// cores the matrix-vector products then read 45 GB/s instead of 57.
 pub fn split_ranges(len: usize, min_len: usize, part: &(impl Fn(Range<usize>) + Sync)) {
     let threads = thread_count();
     let range_len = len
@@ -100,24 +103,83 @@ pub fn split_ranges(len: usize, min_len: usize, part: &(impl Fn(Range<usize>) + 
     let (Some(pool), true) = (pool(), len > range_len) else {
         return part(0..len);
     };
-    let next = AtomicUsize::new(0);
+    let shares: Vec<Share> = (0..threads)
+        .map(|index| {
+            Share::new(
+                len * index / threads..len * (index + 1) / threads,
+                range_len,
+            )
+        })
+        .collect();
+    let next_share = AtomicUsize::new(0);
     let work = || {
-        loop {
-            let start = next
-                .fetch_add(1, Ordering::Relaxed)
-                .saturating_mul(range_len);
-            if start >= len {
-                break;
+        let own = next_share.fetch_add(1, Ordering::Relaxed) % threads;
+        while let Some(range) = shares[own].take(End::Front) {
+            part(range);
+        }
+        for other in (1..threads).map(|offset| (own + offset) % threads) {
+            while let Some(range) = shares[other].take(End::Back) {
+                part(range);
             }
-            part(start..(start + range_len).min(len));
         }
     };
-    run_on_every_thread(pool, pool.num_threads() + 1, &work);
+    run_on_every_thread(pool, threads, &work);
 }
 
 /// Ranges per thread: enough for the last one to be short, few enough that claiming them
 /// costs nothing next to the work.
 const RANGES_PER_THREAD: usize = 8;
+
+enum End {
+    Front,
+    Back,
+}
+
+/// One thread's share of a split: `count` ranges of `range_len` indices from `start` (the
+/// last one shorter), taken from the front by its owner and from the back by the others.
+/// Aligned to its own cache lines: shares next to each other in one line made every claim
+/// wait for the line to cross between cores.
+#[repr(align(128))]
+struct Share {
+    indices: Range<usize>,
+    range_len: usize,
+    /// At most `RANGES_PER_THREAD + 1`, as `range_len` is at least the split's length over
+    /// `threads · RANGES_PER_THREAD`: far from filling a half of `taken`.
+    count: u64,
+    /// Ranges taken from the front in the low 32 bits, from the back in the high 32.
+    taken: AtomicU64,
+}
+
+impl Share {
+    fn new(indices: Range<usize>, range_len: usize) -> Self {
+        let count = indices.len().div_ceil(range_len) as u64;
+        Self {
+            indices,
+            range_len,
+            count,
+            taken: AtomicU64::new(0),
+        }
+    }
+
+    /// The next range from `end` that nobody has taken yet.
+    fn take(&self, end: End) -> Option<Range<usize>> {
+        let one = match end {
+            End::Front => 1,
+            End::Back => 1 << 32,
+        };
+        let taken = self.taken.fetch_add(one, Ordering::Relaxed);
+        let (front, back) = (taken & u64::from(u32::MAX), taken >> 32);
+        if front + back >= self.count {
+            return None;
+        }
+        let index = match end {
+            End::Front => front,
+            End::Back => self.count - 1 - back,
+        } as usize;
+        let start = self.indices.start + index * self.range_len;
+        Some(start..(start + self.range_len).min(self.indices.end))
+    }
+}
 
 /// Runs `work` on `threads` threads at once: this one and the pool's helpers.
 fn run_on_every_thread(pool: &ThreadPool, threads: usize, work: &(impl Fn() + Sync)) {
@@ -137,8 +199,14 @@ mod tests {
 
     #[test]
     fn every_row_is_visited_once_with_its_index() {
-        for (rows, row_len, min_rows) in [(0, 3, 1), (1, 3, 1), (7, 3, 1), (100, 1, 16), (5, 4, 8)]
-        {
+        for (rows, row_len, min_rows) in [
+            (0, 3, 1),
+            (1, 3, 1),
+            (7, 3, 1),
+            (100, 1, 16),
+            (5, 4, 8),
+            (1001, 2, 1),
+        ] {
             let mut out = vec![usize::MAX; rows * row_len];
             split_rows(&mut out, row_len, min_rows, &|first, part: &mut [usize]| {
                 for (offset, value) in part.iter_mut().enumerate() {
