@@ -5,6 +5,18 @@
 //! the compiler turns into SIMD code in each caller's own instruction set (the kernels are
 //! compiled twice by `multiversion`, for AVX2 and for the baseline).
 
+/// The sum of the eight lanes of an AVX register: the last step of a dot product.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn horizontal_sum(v: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
+    let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+    let one = _mm_add_ss(pair, _mm_movehdup_ps(pair));
+    _mm_cvtss_f32(one)
+}
+
 /// `e^x` for every element of `values`, in place, to within 2 ulp; results below the smallest
 /// normal f32 (inputs under -87.3) are flushed to 0, and inputs over 88.72 give infinity, as
 /// `f32::exp` does. NaN stays NaN.

@@ -157,6 +157,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::HostFloat;
+    use crate::model::cpu::math::horizontal_sum;
 
     /// One row at a time: interleaving several rows' streams measured half as fast (17 instead
     /// of 35 GB/s), as the hardware prefetcher follows one sequential stream best. Two
@@ -227,15 +228,6 @@ mod avx2 {
             }
             *y += horizontal_sum(total) + tail;
         }
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn horizontal_sum(v: __m256) -> f32 {
-        let quad = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
-        let pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
-        let one = _mm_add_ss(pair, _mm_movehdup_ps(pair));
-        _mm_cvtss_f32(one)
     }
 }
 
