@@ -1,0 +1,152 @@
+//! Products with a few rows in `a` (a decode step's query heads of one group), streamed
+//! through AVX registers instead of gemm, which packs `b` into panels on every call: for so
+//! few rows the packing cost more than the product (at 2000 cached positions, gemm and its
+//! packing took half of a bf16 decode step; with these kernels that step is about a quarter
+//! faster).
+
+use super::Matrix;
+
+/// Most rows of `a` these kernels take: their accumulators fill the AVX registers.
+const MAX_ROWS: usize = 4;
+
+/// `out = a · b` when `a` has at most [`MAX_ROWS`] contiguous rows, `b` has contiguous
+/// rows or columns and the CPU has AVX2 and FMA; returns whether it did. The caller has
+/// checked that the shapes fit.
+pub fn product(a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32], out_stride: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::is_x86_feature_detected;
+        if a.rows <= MAX_ROWS
+            && a.col_stride == 1
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+        {
+            if b.row_stride == 1 {
+                // SAFETY: the CPU has the kernel's features, checked just above.
+                unsafe { avx2::dot_columns(a, b, out, out_stride) };
+                return true;
+            }
+            if b.col_stride == 1 {
+                // SAFETY: as above.
+                unsafe { avx2::weigh_rows(a, b, out, out_stride) };
+                return true;
+            }
+        }
+    }
+    let _ = (a, b, out, out_stride);
+    false
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{MAX_ROWS, Matrix};
+    use crate::model::cpu::math::horizontal_sum;
+
+    /// Cached rows ahead of the one in use whose cache lines are requested: one KV
+    /// head's keys or values are a 256-byte piece of every 768-byte cached row, a stride
+    /// the hardware prefetcher followed poorly.
+    const PREFETCH_AHEAD: usize = 8;
+
+    /// For `b`'s columns contiguous (the keys, for scores): each column is loaded once,
+    /// in one sequential piece, and multiplied into every row of `a` at once.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn dot_columns(a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32], out_stride: usize) {
+        match a.rows {
+            0 => {}
+            1 => dot_columns_of::<1>(a, b, out, out_stride),
+            2 => dot_columns_of::<2>(a, b, out, out_stride),
+            3 => dot_columns_of::<3>(a, b, out, out_stride),
+            _ => dot_columns_of::<MAX_ROWS>(a, b, out, out_stride),
+        }
+    }
+
+    /// [`dot_columns`] for `ROWS` rows in `a`: a count known when compiling keeps each
+    /// row's sum in a register of its own.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn dot_columns_of<const ROWS: usize>(
+        a: Matrix<'_>,
+        b: Matrix<'_>,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let depth = a.cols;
+        let main = depth / 8 * 8;
+        let rows: [&[f32]; ROWS] = std::array::from_fn(|r| &a.data[r * a.row_stride..][..depth]);
+        for j in 0..b.cols {
+            let column = &b.data[j * b.col_stride..][..depth];
+            prefetch(b.data.get((j + PREFETCH_AHEAD) * b.col_stride..), depth);
+            let mut sums = [_mm256_setzero_ps(); ROWS];
+            let mut d = 0;
+            while d < main {
+                // SAFETY: d + 8 <= depth, the length of `column` and of every row.
+                unsafe {
+                    let key = _mm256_loadu_ps(column.as_ptr().add(d));
+                    for (sum, row) in sums.iter_mut().zip(rows) {
+                        *sum = _mm256_fmadd_ps(_mm256_loadu_ps(row.as_ptr().add(d)), key, *sum);
+                    }
+                }
+                d += 8;
+            }
+            for (r, (sum, row)) in sums.into_iter().zip(rows).enumerate() {
+                let tail: f32 = row[main..]
+                    .iter()
+                    .zip(&column[main..])
+                    .map(|(x, y)| x * y)
+                    .sum();
+                out[r * out_stride + j] = horizontal_sum(sum) + tail;
+            }
+        }
+    }
+
+    /// For `b`'s rows contiguous (the values, for the context): each row of `b` is
+    /// read once, in one sequential piece, and added into every output row with its
+    /// weight; the output rows stay in the L1 cache. Walking the rows once per block of
+    /// columns instead made four strided passes over the values, which took half as
+    /// long again as the scores.
+    #[target_feature(enable = "avx2,fma")]
+    pub fn weigh_rows(a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32], out_stride: usize) {
+        let cols = b.cols;
+        let main = cols / 8 * 8;
+        for r in 0..a.rows {
+            out[r * out_stride..][..cols].fill(0.0);
+        }
+        for k in 0..a.cols {
+            let b_row = &b.data[k * b.row_stride..][..cols];
+            prefetch(b.data.get((k + PREFETCH_AHEAD) * b.row_stride..), cols);
+            for r in 0..a.rows {
+                let weight = a.data[r * a.row_stride + k];
+                let out = &mut out[r * out_stride..][..cols];
+                let mut c = 0;
+                while c < main {
+                    // SAFETY: c + 8 <= cols, the length of `b_row` and `out`.
+                    unsafe {
+                        let sum = _mm256_fmadd_ps(
+                            _mm256_set1_ps(weight),
+                            _mm256_loadu_ps(b_row.as_ptr().add(c)),
+                            _mm256_loadu_ps(out.as_ptr().add(c)),
+                        );
+                        _mm256_storeu_ps(out.as_mut_ptr().add(c), sum);
+                    }
+                    c += 8;
+                }
+                for (y, v) in out[main..].iter_mut().zip(&b_row[main..]) {
+                    *y += weight * v;
+                }
+            }
+        }
+    }
+
+    /// Asks for the cache lines of the first `len` elements of `ahead`, where it exists.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn prefetch(ahead: Option<&[f32]>, len: usize) {
+        if let Some(ahead) = ahead {
+            for line in ahead[..len.min(ahead.len())].iter().step_by(16) {
+                _mm_prefetch::<_MM_HINT_T0>((line as *const f32).cast());
+            }
+        }
+    }
+}
