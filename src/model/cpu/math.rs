@@ -1,4 +1,5 @@
-//! Element-wise math written so that the compiler vectorizes it.
+//! Math the kernels share: element-wise functions written so that the compiler vectorizes
+//! them, and the horizontal sum that ends the hand-vectorized dot products.
 //!
 //! `f32::exp` is a call into libm per element; the SwiGLU gate and the attention softmax take
 //! millions of exponentials per prompt, so they use this branch-free polynomial instead, which
