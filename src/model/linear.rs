@@ -11,11 +11,16 @@ use super::cpu;
 #[derive(Module, Debug)]
 pub struct Linear {
     weight: Param<Tensor<2>>,
+    /// The same weight as the CPU kernels read it, extracted once (see [`cpu::Weight`]);
+    /// `None` off the CPU backends.
+    #[module(skip)]
+    kernel_weight: Option<cpu::Weight>,
 }
 
 impl Linear {
     pub fn new(weight: Tensor<2>) -> Self {
         Self {
+            kernel_weight: cpu::Weight::of(&weight),
             weight: Param::from_tensor(weight),
         }
     }
@@ -28,21 +33,26 @@ impl Linear {
 
     /// `x`: `[tokens, in]` → `[tokens, out]`.
     pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        project(&self.weight.val(), x, None)
+        project(&self.weight, self.kernel_weight.as_ref(), x, None)
     }
 
     /// `residual + x Wᵀ`: on the CPU the product lands on the residual stream in the same
     /// pass, rounded once.
     pub fn forward_onto(&self, x: Tensor<2>, residual: Tensor<2>) -> Tensor<2> {
-        project(&self.weight.val(), x, Some(residual))
+        project(&self.weight, self.kernel_weight.as_ref(), x, Some(residual))
     }
 }
 
-/// `x Wᵀ` (plus `residual`) for `W` in `[out, in]` layout: the CPU kernels where they apply,
-/// else Burn's matmul, kept 2-D (a batched 3-D matmul against a transposed view is an order
-/// of magnitude slower on the CPU backends).
-pub fn project(weight: &Tensor<2>, x: Tensor<2>, residual: Option<Tensor<2>>) -> Tensor<2> {
-    if let Some(y) = cpu::project(weight, &x, residual.as_ref()) {
+/// `x Wᵀ` (plus `residual`) for `W` in `[out, in]` layout: the CPU kernels where they apply
+/// (`kernel_weight` is `W` as they read it), else Burn's matmul, kept 2-D (a batched 3-D
+/// matmul against a transposed view is an order of magnitude slower on the CPU backends).
+pub fn project(
+    weight: &Tensor<2>,
+    kernel_weight: Option<&cpu::Weight>,
+    x: Tensor<2>,
+    residual: Option<Tensor<2>>,
+) -> Tensor<2> {
+    if let Some(y) = kernel_weight.and_then(|w| cpu::project(w, &x, residual.as_ref())) {
         return y;
     }
     // Float weights may be held narrower than the activations (see `Loader::storage_dtype`).

@@ -263,7 +263,11 @@ impl Llama {
         let hidden = self.norm.forward(hidden);
         let logits = match &self.lm_head {
             Some(head) => head.forward(hidden),
-            None => project(&self.embedding.val(), hidden, None),
+            None => {
+                let embedding = self.embedding.val();
+                let kernel_weight = cpu::Weight::of(&embedding);
+                project(&embedding, kernel_weight.as_ref(), hidden, None)
+            }
         };
         Ok(logits.cast(DType::F32))
     }

@@ -10,7 +10,7 @@
 use burn::backend::flex::FlexTensor;
 use burn::backend::ndarray::NdArrayTensor;
 use burn::backend::{DispatchDevice, Flex, NdArray, TensorMetadata};
-use burn::tensor::{DType, Device, Tensor, TensorData};
+use burn::tensor::{DType, Device, Shape, Tensor, TensorData};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
@@ -184,6 +184,7 @@ pub fn reads_shared_weights_in_place(device: &Device) -> bool {
 }
 
 /// A tensor of a CPU backend, out of Burn's dispatch layer.
+#[derive(Clone, Debug)]
 pub enum HostTensor {
     Flex(FlexTensor),
     NdArray(NdArrayTensor),
@@ -207,6 +208,13 @@ impl HostTensor {
         match self {
             Self::Flex(tensor) => tensor.dtype(),
             Self::NdArray(tensor) => tensor.dtype(),
+        }
+    }
+
+    pub fn shape(&self) -> Shape {
+        match self {
+            Self::Flex(tensor) => tensor.shape(),
+            Self::NdArray(tensor) => tensor.shape(),
         }
     }
 

@@ -14,17 +14,12 @@ use super::weights::Weight;
 /// `x Wᵀ`, plus `residual` when given, for `x`: `[tokens, in]`, `W`: `[out, in]` and
 /// `residual`: `[tokens, out]`; `None` when the kernels do not apply. The sum is formed in
 /// f32 before it is rounded to the activations' type, once.
-pub fn project(
-    weight: &Tensor<2>,
-    x: &Tensor<2>,
-    residual: Option<&Tensor<2>>,
-) -> Option<Tensor<2>> {
+pub fn project(weight: &Weight, x: &Tensor<2>, residual: Option<&Tensor<2>>) -> Option<Tensor<2>> {
     let [tokens, cols] = x.dims();
     let [rows, weight_cols] = weight.dims();
     if weight_cols != cols || residual.is_some_and(|r| r.dims() != [tokens, rows]) {
         return None;
     }
-    let weight = Weight::of(weight)?;
     let weight = weight.rows()?;
     let x = HostTensor::of(x)?;
     let residual = match residual {
@@ -59,6 +54,7 @@ mod tests {
 
     use super::project;
     use crate::model::Precision;
+    use crate::model::cpu::Weight;
 
     fn tensor(rows: usize, cols: usize, seed: usize, device: &Device) -> Tensor<2> {
         let values: Vec<f32> = (0..rows * cols)
@@ -85,9 +81,10 @@ mod tests {
                 let x = tensor(tokens, 70, 4, &device);
                 let residual = tensor(tokens, 40, 6, &device);
                 let product = x.clone().matmul(weight.clone().transpose());
-                let got = project(&weight, &x, None).expect("the kernels take f32 weights");
+                let kernel_weight = Weight::of(&weight).expect("a host tensor");
+                let got = project(&kernel_weight, &x, None).expect("the kernels take f32 weights");
                 assert_close(got, product.clone());
-                let got = project(&weight, &x, Some(&residual)).expect("and a residual");
+                let got = project(&kernel_weight, &x, Some(&residual)).expect("and a residual");
                 assert_close(got, product + residual);
             }
         }
@@ -104,7 +101,9 @@ mod tests {
         let weight = tensor(48, 96, 1, &device).quantize_dynamic(&scheme);
         for tokens in [1, 3] {
             let x = tensor(tokens, 96, 2, &device);
-            let got = project(&weight, &x, None).expect("the kernels take Burn's q8 weights");
+            let kernel_weight = Weight::of(&weight).expect("burn-flex's q8 tensor");
+            let got =
+                project(&kernel_weight, &x, None).expect("the kernels take Burn's q8 weights");
             assert_close(
                 got,
                 x.clone().matmul(weight.clone().dequantize().transpose()),
