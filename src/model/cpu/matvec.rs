@@ -213,6 +213,23 @@ mod avx2 {
     use super::{BlockInts, HostFloat};
     use crate::model::cpu::math::horizontal_sum;
 
+    /// How far ahead of the weights being read the kernels ask for the next ones, in bytes.
+    /// The hardware prefetcher restarts on every range of every matrix, and a decode step is
+    /// ~600 ranges of 10–200 KB; asking ahead hides that ramp. In a C replica of a decode
+    /// step's products on two cores, alternated within one run, it cut the time by 10%
+    /// (bf16, 1 KB ahead) and 13% (8-bit, 2 KB ahead).
+    const PREFETCH_BYTES: usize = 1024;
+    const PREFETCH_BYTES_Q8: usize = 2048;
+
+    /// Asks for the cache line at `bytes` past `at`, which may lie past the end of the
+    /// weights: a prefetch never faults, and `wrapping_add` forms the address without
+    /// claiming it is inside the allocation.
+    #[inline(always)]
+    fn prefetch<T>(at: *const T, bytes: usize) {
+        // SAFETY: a prefetch reads nothing the program can observe and cannot fault.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>().wrapping_add(bytes)) };
+    }
+
     /// One row at a time: interleaving several rows' streams measured half as fast (17 instead
     /// of 35 GB/s), as the hardware prefetcher follows one sequential stream best. Two
     /// accumulators keep two fused multiply-adds in flight.
@@ -224,6 +241,10 @@ mod avx2 {
             let mut sums = [_mm256_setzero_ps(); 4];
             let mut c = 0;
             while c < main {
+                // One 64-byte line per 32 bf16 or f16 weights, two for f32.
+                for line in (0..32 * size_of::<W>()).step_by(64) {
+                    prefetch(row.as_ptr().wrapping_add(c), PREFETCH_BYTES + line);
+                }
                 // SAFETY: c + 32 <= cols, the length of both `x` and `row`.
                 unsafe {
                     let p = row.as_ptr().add(c);
@@ -271,6 +292,12 @@ mod avx2 {
             };
             let mut totals = [_mm256_setzero_ps(); 2];
             for pair in 0..blocks_per_row / 2 {
+                for line in (0..2 * block).step_by(64) {
+                    prefetch(
+                        row.as_ptr().wrapping_add(2 * pair * block),
+                        PREFETCH_BYTES_Q8 + line,
+                    );
+                }
                 for (half, total) in totals.iter_mut().enumerate() {
                     let (sum, scale) = scaled_block(2 * pair + half);
                     *total = _mm256_fmadd_ps(sum, scale, *total);
