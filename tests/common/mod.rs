@@ -41,6 +41,23 @@ pub fn full_forward(model: &Llama, input: &[u32]) -> Vec<f32> {
     .expect("read")
 }
 
+/// The logits of every token of `input`, each from its own call with the KV cache: the path
+/// a decode step takes (matrix-vector products, single-row attention).
+pub fn one_token_at_a_time(model: &Llama, input: &[u32]) -> Vec<f32> {
+    let mut cache = model.new_cache();
+    input
+        .iter()
+        .flat_map(|&token| {
+            logits_to_vec(
+                model
+                    .forward(&[token], &mut cache, Logits::Last)
+                    .expect("step"),
+            )
+            .expect("read")
+        })
+        .collect()
+}
+
 /// `count` greedy ids after `prompt`, decoded one token at a time with the KV cache.
 pub fn greedy_ids(model: &Llama, prompt: &[u32], count: usize) -> Vec<u32> {
     let mut cache = model.new_cache();
