@@ -86,10 +86,10 @@ fn quantized(weight: &[i8], scales: &[f32], block: usize, x: &[f32], out: &mut [
 /// (the weights' blocks): `x[c] ≈ scales[c / block] · values[c]`.
 ///
 /// Integer products let the CPU multiply sixteen weights by sixteen activations and add
-/// them in pairs in one instruction, where widening each weight to f32 first took three;
-/// that widening, not memory, had bounded the 8-bit decode step. Each activation is off by
-/// at most half a step, 1/65534 of its block's largest magnitude: two orders of magnitude
-/// below the weights' own 8-bit rounding.
+/// them in pairs in one instruction, where widening each weight to f32 first took three: in
+/// a C replica on two cores the widening kernel read 20 GB/s where a plain read of the same
+/// bytes ran at 26. Each activation is off by at most half a step, 1/65534 of its block's
+/// largest magnitude: two orders of magnitude below the weights' own 8-bit rounding.
 struct BlockInts {
     values: Vec<i16>,
     scales: Vec<f32>,
