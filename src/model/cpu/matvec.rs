@@ -126,22 +126,20 @@ type RowsDotQ8 = fn(&[i8], &[f32], &BlockInts, &mut [f32]);
 /// short enough that a lane's 32-bit sum cannot overflow (each step adds at most
 /// 4 · 128 · 32767 < 2²⁴, so 64 steps stay below 2³¹).
 fn rows_dot_q8_integer(block: usize) -> Option<RowsDotQ8> {
+    if !block.is_multiple_of(32) || block > 32 * 64 {
+        return None;
+    }
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected;
-        if block.is_multiple_of(32)
-            && block <= 32 * 64
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-        {
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports the kernel's features, checked just above, and
-            // `block` is as it requires.
+            // `block` is as it requires, checked first.
             return Some(|weight, scales, x, out| unsafe {
                 avx2::rows_dot_q8(weight, scales, x, out)
             });
         }
     }
-    let _ = block;
     None
 }
 
