@@ -93,7 +93,6 @@ fn quantized(weight: &[i8], scales: &[f32], block: usize, x: &[f32], out: &mut [
 struct BlockInts {
     values: Vec<i16>,
     scales: Vec<f32>,
-    block: usize,
 }
 
 impl BlockInts {
@@ -102,31 +101,36 @@ impl BlockInts {
         let scales = x
             .chunks_exact(block)
             .zip(values.chunks_exact_mut(block))
-            .map(|(x, values)| {
-                let largest = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-                let scale = largest / f32::from(i16::MAX);
-                let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
-                for (q, v) in values.iter_mut().zip(x) {
-                    *q = (v * inverse).round() as i16;
-                }
-                scale
-            })
+            .map(|(x, values)| round_block(x, values))
             .collect();
-        Self {
-            values,
-            scales,
-            block,
-        }
+        Self { values, scales }
     }
+}
+
+/// Rounds one block to integers and returns its scale. Compiled for AVX2 as well, where the
+/// rounding is one instruction for eight values instead of a call into libm for each: on
+/// the calling thread before every 8-bit product, while the other threads wait, the libm
+/// version was 2% of a decode step.
+#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
+fn round_block(x: &[f32], values: &mut [i16]) -> f32 {
+    let largest = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let scale = largest / f32::from(i16::MAX);
+    let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
+    for (q, v) in values.iter_mut().zip(x) {
+        *q = (v * inverse).round() as i16;
+    }
+    scale
 }
 
 type RowsDotQ8 = fn(&[i8], &[f32], &BlockInts, &mut [f32]);
 
-/// The integer kernel, where the CPU has it and `block` suits it: whole 32-weight steps, and
-/// short enough that a lane's 32-bit sum cannot overflow (each step adds at most
-/// 4 · 128 · 32767 < 2²⁴, so 64 steps stay below 2³¹).
+/// The weights per scale that the integer kernel reads: the block of `--precision q8`.
+/// Other blocks take the portable kernel.
+const INTEGER_BLOCK: usize = 32;
+
+/// The integer kernel, where the CPU has it and `block` is the one it reads.
 fn rows_dot_q8_integer(block: usize) -> Option<RowsDotQ8> {
-    if !block.is_multiple_of(32) || block > 32 * 64 {
+    if block != INTEGER_BLOCK {
         return None;
     }
     #[cfg(target_arch = "x86_64")]
@@ -134,7 +138,7 @@ fn rows_dot_q8_integer(block: usize) -> Option<RowsDotQ8> {
         use std::arch::is_x86_feature_detected;
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             // SAFETY: the CPU supports the kernel's features, checked just above, and
-            // `block` is as it requires, checked first.
+            // `block` is the kernel's, checked first; `quantized` checks the sizes.
             return Some(|weight, scales, x, out| unsafe {
                 avx2::rows_dot_q8(weight, scales, x, out)
             });
@@ -208,7 +212,7 @@ fn rows_dot_portable<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BlockInts, HostFloat};
+    use super::{BlockInts, HostFloat, INTEGER_BLOCK as Q8_BLOCK};
     use crate::model::cpu::math::horizontal_sum;
 
     /// How far ahead of the weights being read the kernels ask for the next ones, in bytes.
@@ -229,8 +233,8 @@ mod avx2 {
     }
 
     /// One row at a time: interleaving several rows' streams measured half as fast (17 instead
-    /// of 35 GB/s), as the hardware prefetcher follows one sequential stream best. Two
-    /// accumulators keep two fused multiply-adds in flight.
+    /// of 35 GB/s), as the hardware prefetcher follows one sequential stream best. Four
+    /// accumulators keep four fused multiply-adds in flight.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn rows_dot<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
         let cols = x.len();
@@ -264,77 +268,83 @@ mod avx2 {
         }
     }
 
-    /// Sixteen weights at a time, widened to 16 bits and multiplied by the activations'
-    /// integers into 32-bit sums (exact); each block's sum then takes both scales in f32.
-    /// Alternate blocks go to two f32 totals, so that one block's multiply-add need not wait
-    /// for the last one's.
+    /// Each block of 32 weights is widened to 16 bits and multiplied by the activations'
+    /// integers into exact 32-bit sums, which then take both scales in f32. Alternate blocks
+    /// go to two f32 totals, so that one block's multiply-add need not wait for the last
+    /// one's.
+    ///
+    /// The block is fixed and the loop runs on raw pointers: written for any block through
+    /// slices, the same arithmetic compiled to bounds checks, a multiply per block and
+    /// spilled registers around it, and read 8-bit weights at half the bytes per second of
+    /// the bf16 kernel.
     ///
     /// # Safety
-    /// `x.block` must be a multiple of 32 and at most 2048 (see `rows_dot_q8_integer`).
+    /// `x` must be rounded in blocks of [`Q8_BLOCK`], `weight` hold
+    /// `out.len()` rows of `x.values.len()` integers and `scales` one per block of them.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn rows_dot_q8(weight: &[i8], scales: &[f32], x: &BlockInts, out: &mut [f32]) {
         let cols = x.values.len();
-        let block = x.block;
-        let blocks_per_row = cols / block;
-        for ((row, scales), y) in weight
-            .chunks_exact(cols)
-            .zip(scales.chunks_exact(blocks_per_row))
-            .zip(out)
-        {
-            let scaled_block = |b: usize| {
-                // SAFETY: b < blocks_per_row, so the block lies inside `row` and `x.values`.
-                let sum = unsafe {
-                    block_sum(row.as_ptr().add(b * block), &x.values[b * block..], block)
-                };
-                (sum, _mm256_set1_ps(scales[b] * x.scales[b]))
+        let blocks = cols / Q8_BLOCK;
+        for (row, y) in out.iter_mut().enumerate() {
+            // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
+            let total = unsafe {
+                q8_row_total(
+                    weight.as_ptr().add(row * cols),
+                    scales.as_ptr().add(row * blocks),
+                    x,
+                    blocks,
+                )
             };
-            let mut totals = [_mm256_setzero_ps(); 2];
-            for pair in 0..blocks_per_row / 2 {
-                for line in (0..2 * block).step_by(64) {
-                    prefetch(
-                        row.as_ptr().wrapping_add(2 * pair * block),
-                        PREFETCH_BYTES_Q8 + line,
-                    );
-                }
-                for (half, total) in totals.iter_mut().enumerate() {
-                    let (sum, scale) = scaled_block(2 * pair + half);
-                    *total = _mm256_fmadd_ps(sum, scale, *total);
-                }
-            }
-            if blocks_per_row % 2 == 1 {
-                let (sum, scale) = scaled_block(blocks_per_row - 1);
-                totals[0] = _mm256_fmadd_ps(sum, scale, totals[0]);
-            }
-            *y += horizontal_sum(_mm256_add_ps(totals[0], totals[1]));
+            *y += horizontal_sum(total);
         }
     }
 
-    /// The integer dot product of one block, 32 weights per step, in f32.
+    /// One row's blocks, its lanes not yet summed.
     ///
     /// # Safety
-    /// `weight` must point to `block` readable integers, `x` must hold at least `block`, and
-    /// `block` must be a multiple of 32 and at most 2048.
+    /// `row` must point to `blocks · 32` integers, `scales` to `blocks` floats, and `x` hold
+    /// as many values and scales.
     #[inline]
-    #[target_feature(enable = "avx2")]
-    unsafe fn block_sum(weight: *const i8, x: &[i16], block: usize) -> __m256 {
-        let mut sum = _mm256_setzero_si256();
-        for c in (0..block).step_by(32) {
-            // SAFETY: c + 32 <= block, within `weight` and `x` as the caller guarantees.
-            unsafe {
-                let w = weight.add(c).cast::<__m128i>();
-                let v = x.as_ptr().add(c).cast::<__m256i>();
-                let low = _mm256_madd_epi16(
-                    _mm256_cvtepi8_epi16(_mm_loadu_si128(w)),
-                    _mm256_loadu_si256(v),
-                );
-                let high = _mm256_madd_epi16(
-                    _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(1))),
-                    _mm256_loadu_si256(v.add(1)),
-                );
-                sum = _mm256_add_epi32(sum, _mm256_add_epi32(low, high));
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn q8_row_total(
+        row: *const i8,
+        scales: *const f32,
+        x: &BlockInts,
+        blocks: usize,
+    ) -> __m256 {
+        let (values, x_scales) = (x.values.as_ptr(), x.scales.as_ptr());
+        // SAFETY (for `block` and the loop below): b < blocks, so block `b` lies inside
+        // `row`, `scales`, `values` and `x_scales`.
+        let block = |b: usize| unsafe {
+            let w = row.add(b * Q8_BLOCK).cast::<__m128i>();
+            let v = values.add(b * Q8_BLOCK).cast::<__m256i>();
+            let low = _mm256_madd_epi16(
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(w)),
+                _mm256_loadu_si256(v),
+            );
+            let high = _mm256_madd_epi16(
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(1))),
+                _mm256_loadu_si256(v.add(1)),
+            );
+            let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(low, high));
+            (sum, _mm256_set1_ps(*scales.add(b) * *x_scales.add(b)))
+        };
+        let mut totals = [_mm256_setzero_ps(); 2];
+        let mut b = 0;
+        while b + 2 <= blocks {
+            // Two blocks are one 64-byte line.
+            prefetch(row.wrapping_add(b * Q8_BLOCK), PREFETCH_BYTES_Q8);
+            for (half, total) in totals.iter_mut().enumerate() {
+                let (sum, scale) = block(b + half);
+                *total = _mm256_fmadd_ps(sum, scale, *total);
             }
+            b += 2;
         }
-        _mm256_cvtepi32_ps(sum)
+        if b < blocks {
+            let (sum, scale) = block(b);
+            totals[0] = _mm256_fmadd_ps(sum, scale, totals[0]);
+        }
+        _mm256_add_ps(totals[0], totals[1])
     }
 }
 
@@ -441,6 +451,7 @@ mod tests {
             (1, 32, 32),
             (7, 96, 32),
             (67, 576, 32),
+            (16, 1536, 32),
             (9, 1536, 64),
             (5, 96, 48),
             (9, 40, 20),
