@@ -113,7 +113,7 @@ fn rotate_and_cache<E: HostFloat>(
                 rotate(head, cos, sin, out);
             }
         }
-        cache.values.extend(values.iter().map(|v| v.to_f32()));
+        cache.values.extend(values.iter().map(|&v| v.to_f32()));
     }
     queries
 }

@@ -202,7 +202,7 @@ fn rows_dot_portable<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
         let tail: f32 = row_tail
             .iter()
             .zip(x_tail)
-            .map(|(w, x)| w.to_f32() * x)
+            .map(|(&w, x)| w.to_f32() * x)
             .sum();
         *y += acc.iter().sum::<f32>() + tail;
     }
@@ -260,7 +260,7 @@ mod avx2 {
             let tail: f32 = row[main..]
                 .iter()
                 .zip(&x[main..])
-                .map(|(w, x)| w.to_f32() * x)
+                .map(|(&w, x)| w.to_f32() * x)
                 .sum();
             let even = _mm256_add_ps(sums[0], sums[2]);
             let odd = _mm256_add_ps(sums[1], sums[3]);

@@ -43,7 +43,7 @@ pub fn project(weight: &Weight, x: &Tensor<2>, residual: Option<&Tensor<2>>) -> 
 
 /// A tensor's elements in f32, the kernels' input type.
 fn widened<E: HostFloat>(x: &HostTensor) -> Option<Vec<f32>> {
-    Some(x.slice::<E>()?.iter().map(|v| v.to_f32()).collect())
+    Some(x.slice::<E>()?.iter().map(|&v| v.to_f32()).collect())
 }
 
 #[cfg(test)]

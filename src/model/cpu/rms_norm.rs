@@ -30,9 +30,9 @@ pub fn normalize_rows<E: HostFloat>(x: &[E], weight: &[E], eps: f32, out: &mut [
     split_rows(out, dim, min_rows, &|first, out: &mut [E]| {
         let x = &x[first * dim..first * dim + out.len()];
         for (x, y) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
-            let sum_of_squares: f32 = x.iter().map(|v| v.to_f32() * v.to_f32()).sum();
+            let sum_of_squares: f32 = x.iter().map(|&v| v.to_f32() * v.to_f32()).sum();
             let scale = 1.0 / (sum_of_squares / dim as f32 + eps).sqrt();
-            for ((y, x), w) in y.iter_mut().zip(x).zip(weight) {
+            for ((y, &x), &w) in y.iter_mut().zip(x).zip(weight) {
                 *y = E::from_f32(x.to_f32() * scale * w.to_f32());
             }
         }

@@ -39,11 +39,11 @@ fn gate<E: HostFloat>(gate_up: &[E], out: &mut [E], inner: usize) {
         .zip(gate_up.chunks_exact(2 * inner))
     {
         let (gate, up) = row.split_at(inner);
-        for (d, g) in decay.iter_mut().zip(gate) {
+        for (d, &g) in decay.iter_mut().zip(gate) {
             *d = -g.to_f32();
         }
         exp_in_place(&mut decay);
-        for (((y, g), u), d) in y.iter_mut().zip(gate).zip(up).zip(&decay) {
+        for (((y, &g), &u), d) in y.iter_mut().zip(gate).zip(up).zip(&decay) {
             *y = E::from_f32(g.to_f32() / (1.0 + d) * u.to_f32());
         }
     }
