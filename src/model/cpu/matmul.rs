@@ -13,6 +13,10 @@ use std::ops::Range;
 use super::threads::{SharedOutput, split_ranges};
 use super::weights::WeightRows;
 
+mod bf16_pairs;
+
+pub use bf16_pairs::product as bf16_matmul;
+
 /// Weight rows per block. Each block packs the whole prompt again, so narrow blocks spend
 /// their time packing: a 128-token f32 prompt ran at ~450 tok/s with 32-row blocks and
 /// ~530 with 96 to 256.

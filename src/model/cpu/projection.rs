@@ -1,15 +1,17 @@
 //! Projections `x Wᵀ` on the CPU: one activation row (every projection of a decode step)
-//! streams the weight through [`matvec`], several rows (a prompt) go to [`matmul`].
+//! streams the weight through [`matvec`], several rows (a prompt) go to [`matmul`], or to
+//! [`bf16_matmul`] when both the prompt and the weight are bf16.
 //!
 //! Any other case (the GPU, quantization schemes the kernels do not read, a strided view)
 //! returns `None` and the caller uses Burn's matmul.
 
 use burn::tensor::Tensor;
+use half::bf16;
 
 use super::host::{HostFloat, HostTensor, with_host_float};
-use super::matmul::matmul;
+use super::matmul::{bf16_matmul, matmul};
 use super::matvec::matvec;
-use super::weights::Weight;
+use super::weights::{Weight, WeightRows};
 
 /// `x Wᵀ`, plus `residual` when given, for `x`: `[tokens, in]`, `W`: `[out, in]` and
 /// `residual`: `[tokens, out]`; `None` when the kernels do not apply. The sum is formed in
@@ -27,18 +29,33 @@ pub fn project(weight: &Weight, x: &Tensor<2>, residual: Option<&Tensor<2>>) -> 
         None => None,
     };
     with_host_float!(x.dtype(), E => {
-        let input = widened::<E>(&x)?;
         let mut y = match &residual {
             Some(residual) => widened::<E>(residual)?,
             None => vec![0.0; tokens * rows],
         };
+        let accumulate = residual.is_some();
         if tokens == 1 {
-            matvec(weight, &input, &mut y);
-        } else {
-            matmul(weight, &input, tokens, &mut y, residual.is_some());
+            matvec(weight, &widened::<E>(&x)?, &mut y);
+        } else if !bf16_product(weight, &x, tokens, &mut y, accumulate) {
+            matmul(weight, &widened::<E>(&x)?, tokens, &mut y, accumulate);
         }
         Some(x.tensor_like(E::narrowed(y), [tokens, rows]))
     })
+}
+
+/// A prompt's product straight from bf16 activations and weights, where the CPU can;
+/// returns whether it ran.
+fn bf16_product(
+    weight: WeightRows<'_>,
+    x: &HostTensor,
+    tokens: usize,
+    out: &mut [f32],
+    accumulate: bool,
+) -> bool {
+    match (weight, x.slice::<bf16>()) {
+        (WeightRows::Bf16(weight), Some(x)) => bf16_matmul(weight, x, tokens, out, accumulate),
+        _ => false,
+    }
 }
 
 /// A tensor's elements in f32, the kernels' input type.
