@@ -27,8 +27,10 @@ pub fn product(a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32], out_stride: usize)
                 return true;
             }
             if b.col_stride == 1 {
-                // SAFETY: as above.
-                unsafe { avx2::weigh_rows(a, b, out, out_stride) };
+                if !avx512::weigh_rows(a, b, out, out_stride) {
+                    // SAFETY: as above.
+                    unsafe { avx2::weigh_rows(a, b, out, out_stride) };
+                }
                 return true;
             }
         }
@@ -47,7 +49,7 @@ mod avx2 {
     /// Cached rows ahead of the one in use whose cache lines are requested: one KV
     /// head's keys or values are a 256-byte piece of every 768-byte cached row, a stride
     /// the hardware prefetcher followed poorly.
-    const PREFETCH_AHEAD: usize = 8;
+    pub(super) const PREFETCH_AHEAD: usize = 8;
 
     /// For `b`'s columns contiguous (the keys, for scores): each column is loaded once,
     /// in one sequential piece, and multiplied into every row of `a` at once.
@@ -142,11 +144,113 @@ mod avx2 {
     /// Asks for the cache lines of the first `len` elements of `ahead`, where it exists.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn prefetch(ahead: Option<&[f32]>, len: usize) {
+    pub(super) fn prefetch(ahead: Option<&[f32]>, len: usize) {
         if let Some(ahead) = ahead {
             for line in ahead[..len.min(ahead.len())].iter().step_by(16) {
                 _mm_prefetch::<_MM_HINT_T0>((line as *const f32).cast());
             }
         }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::avx2::{PREFETCH_AHEAD, prefetch};
+    use super::{MAX_ROWS, Matrix};
+
+    /// f32 values per vector.
+    const LANES: usize = 16;
+
+    /// Most vectors per output row: four rows of four take 16 of the 32 registers.
+    const MAX_VECTORS: usize = 4;
+
+    /// [`super::avx2::weigh_rows`] with the output rows held in registers for the whole
+    /// pass, when each is a multiple of 16 values and at most 64 (a head of 64 values fits):
+    /// each cached row then costs one load and one multiply-add per vector and output row,
+    /// where the AVX2 kernel also loads and stores the output, whose sixteen registers
+    /// cannot hold it. At 2000 cached positions that kernel was a fifth of a bf16 decode
+    /// step. Returns whether it ran: not without AVX-512 or for other shapes.
+    pub fn weigh_rows(a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32], out_stride: usize) -> bool {
+        let vectors = b.cols / LANES;
+        let fits = b.cols.is_multiple_of(LANES)
+            && (1..=MAX_VECTORS).contains(&vectors)
+            && (1..=MAX_ROWS).contains(&a.rows);
+        if !fits || !is_x86_feature_detected!("avx512f") {
+            return false;
+        }
+        // SAFETY: the CPU has AVX-512, checked just above, and `vectors` is b.cols / 16.
+        unsafe {
+            match vectors {
+                1 => by_rows::<1>(a, b, out, out_stride),
+                2 => by_rows::<2>(a, b, out, out_stride),
+                3 => by_rows::<3>(a, b, out, out_stride),
+                _ => by_rows::<MAX_VECTORS>(a, b, out, out_stride),
+            }
+        }
+        true
+    }
+
+    /// # Safety
+    /// The CPU must have AVX-512, and `b.cols` must be `VECTORS · 16`.
+    #[target_feature(enable = "avx512f,avx2")]
+    unsafe fn by_rows<const VECTORS: usize>(
+        a: Matrix<'_>,
+        b: Matrix<'_>,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        match a.rows {
+            1 => weigh::<1, VECTORS>(a, b, out, out_stride),
+            2 => weigh::<2, VECTORS>(a, b, out, out_stride),
+            3 => weigh::<3, VECTORS>(a, b, out, out_stride),
+            _ => weigh::<MAX_ROWS, VECTORS>(a, b, out, out_stride),
+        }
+    }
+
+    /// `ROWS` output rows of `VECTORS` vectors each, known when compiling so that every sum
+    /// has a register of its own. `b.cols` must be `VECTORS · 16`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    fn weigh<const ROWS: usize, const VECTORS: usize>(
+        a: Matrix<'_>,
+        b: Matrix<'_>,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let mut sums = [[_mm512_setzero_ps(); VECTORS]; ROWS];
+        for k in 0..a.cols {
+            let b_row = &b.data[k * b.row_stride..][..VECTORS * LANES];
+            prefetch(b.data.get((k + PREFETCH_AHEAD) * b.row_stride..), b.cols);
+            // A loop, not a closure: a closure does not take its function's target
+            // features, so the loads in it would be calls.
+            let mut values = [_mm512_setzero_ps(); VECTORS];
+            for (v, value) in values.iter_mut().enumerate() {
+                *value = load(b_row, v);
+            }
+            for (r, sums) in sums.iter_mut().enumerate() {
+                let weight = _mm512_set1_ps(a.data[r * a.row_stride + k]);
+                for (sum, &value) in sums.iter_mut().zip(&values) {
+                    *sum = _mm512_fmadd_ps(weight, value, *sum);
+                }
+            }
+        }
+        for (r, sums) in sums.iter().enumerate() {
+            let out = &mut out[r * out_stride..][..VECTORS * LANES];
+            for (v, &sum) in sums.iter().enumerate() {
+                // SAFETY: v · 16 + 16 <= VECTORS · 16, the length of `out`.
+                unsafe { _mm512_storeu_ps(out.as_mut_ptr().add(v * LANES), sum) };
+            }
+        }
+    }
+
+    /// The 16 values of `slice` from vector `v`.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn load(slice: &[f32], v: usize) -> __m512 {
+        let part = &slice[v * LANES..][..LANES];
+        // SAFETY: `part` holds 16 values.
+        unsafe { _mm512_loadu_ps(part.as_ptr()) }
     }
 }
