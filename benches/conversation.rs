@@ -9,7 +9,8 @@ mod common;
 
 use std::time::Duration;
 
-use smolchat::engine::{EngineHandle, Event, ModelSpec};
+use smolchat::engine::{EngineHandle, Event};
+use smolchat::model_source::ModelSource;
 use smolchat::generation::{GenerationStats, ModelOptions};
 use smolchat::stats::summary::Summary;
 use smolchat::text::{ChatMessage, OverflowPolicy, SamplingParams};
@@ -50,7 +51,7 @@ fn ask(engine: &mut EngineHandle, messages: &[ChatMessage]) -> (GenerationStats,
                 text.push_str(&tail);
                 return (stats.generation, text);
             }
-            Ok(Event::Error { message, .. }) => panic!("engine error: {message}"),
+            Ok(Event::Error { error, .. }) => panic!("engine error: {error}"),
             Ok(_) => {}
             Err(err) => panic!("engine did not answer: {err}"),
         }
@@ -60,14 +61,14 @@ fn ask(engine: &mut EngineHandle, messages: &[ChatMessage]) -> (GenerationStats,
 fn main() {
     let dir = common::full_size_checkpoint();
     let mut engine = EngineHandle::spawn(|| {}).expect("spawn engine");
-    engine.load_model(ModelSpec::Folder(dir), ModelOptions::default());
+    engine.load_model(ModelSource::Folder(dir), ModelOptions::default());
     loop {
         match engine.events().recv_timeout(Duration::from_secs(600)) {
             Ok(Event::ModelReady(info)) => {
                 println!("{}", info.description);
                 break;
             }
-            Ok(Event::Error { message, .. }) => panic!("{message}"),
+            Ok(Event::Error { error, .. }) => panic!("{error}"),
             Ok(_) => {}
             Err(err) => panic!("load timed out: {err}"),
         }

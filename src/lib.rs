@@ -1,11 +1,13 @@
 //! smolchat: a local chat app for small Llama-architecture language models, built on Burn.
 
+pub mod atomic_file;
 pub mod backend;
 pub mod cli;
 pub mod engine;
 pub mod generation;
 pub mod hub;
 pub mod model;
+pub mod model_source;
 pub mod stats;
 pub mod store;
 pub mod text;

@@ -2,11 +2,12 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use super::model_source;
-use crate::backend::{BackendKind, ComputeDevice};
-use crate::model::{Llama, Logits, ModelError, Precision, logits_to_vec};
+use crate::backend::BackendKind;
+use crate::generation::{GenerationError, GenerationSession, LoadedModel, ModelOptions, Step};
+use crate::model::Precision;
 use crate::stats::memory;
 use crate::stats::summary::Summary;
+use crate::text::SamplingParams;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
@@ -54,40 +55,34 @@ struct BenchReport {
 }
 
 /// One run: a fresh cache, a prompt prefilled in one pass, then greedy decoding of exactly
-/// `generated` tokens (no stop token ends a benchmark early).
+/// `generated` tokens (no stop token ends a benchmark early), through the same generation
+/// loop as the app.
 struct RunTimes {
     prefill: Duration,
     first_token: Duration,
     decode: Duration,
 }
 
-fn run_once(model: &Llama, prompt: &[u32], generated: usize) -> Result<RunTimes, ModelError> {
-    let mut cache = model.new_cache();
-    let started = Instant::now();
-    let mut logits = logits_to_vec(model.forward(prompt, &mut cache, Logits::Last)?)?;
-    let prefill = started.elapsed();
-    let mut next = argmax(&logits);
-    let first_token = started.elapsed();
-    let decode_started = Instant::now();
-    for _ in 1..generated {
-        logits = logits_to_vec(model.forward(&[next], &mut cache, Logits::Last)?)?;
-        next = argmax(&logits);
-    }
+fn run_once(
+    loaded: &LoadedModel,
+    prompt: &[u32],
+    generated: usize,
+) -> Result<RunTimes, GenerationError> {
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let mut cache = loaded.model.new_cache();
+    let mut session =
+        GenerationSession::start(loaded, &mut cache, prompt, &greedy, generated)?
+            .ignoring_stop_tokens();
+    while let Step::Token(_) = session.step()? {}
+    let stats = session.stats();
     Ok(RunTimes {
-        prefill,
-        first_token,
-        decode: decode_started.elapsed(),
+        prefill: stats.prefill_time,
+        first_token: stats.time_to_first_token,
+        decode: stats.decode_time,
     })
-}
-
-fn argmax(logits: &[f32]) -> u32 {
-    logits
-        .iter()
-        .enumerate()
-        .fold((0, f32::NEG_INFINITY), |best, (i, &v)| {
-            if v > best.1 { (i, v) } else { best }
-        })
-        .0 as u32
 }
 
 pub fn run(args: BenchArgs) -> Result<(), String> {
@@ -96,17 +91,20 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
             "--runs and --prompt-tokens must be at least 1, --gen-tokens at least 2".into(),
         );
     }
-    let dir = model_source::resolve(&args.model)?;
+    let dir = super::resolve_model(super::ModelSource::parse(&args.model))?;
     memory::reset_peak();
     let started = Instant::now();
-    let device = ComputeDevice::open(args.backend);
-    if let Some(reason) = &device.fallback {
+    let options = ModelOptions {
+        backend: args.backend,
+        precision: args.precision,
+    };
+    let loaded = LoadedModel::load(&dir, options).map_err(|err| err.to_string())?;
+    if let Some(reason) = &loaded.device.fallback {
         eprintln!("warning: {reason}");
     }
-    let model =
-        Llama::load_in(&dir, &device.device, args.precision).map_err(|err| err.to_string())?;
     let load_s = started.elapsed().as_secs_f64();
     let peak_rss_load_mb = memory::peak_resident_bytes().map(memory::mib);
+    let (model, device) = (&loaded.model, &loaded.device);
     let config = model.config();
     if args.prompt_tokens + args.gen_tokens > config.max_position_embeddings {
         return Err(format!(
@@ -122,10 +120,10 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         .collect();
 
     memory::reset_peak();
-    run_once(&model, &prompt, 2).map_err(|err| err.to_string())?;
+    run_once(&loaded, &prompt, 2).map_err(|err| err.to_string())?;
     let mut times = Vec::with_capacity(args.runs);
     for _ in 0..args.runs {
-        times.push(run_once(&model, &prompt, args.gen_tokens).map_err(|err| err.to_string())?);
+        times.push(run_once(&loaded, &prompt, args.gen_tokens).map_err(|err| err.to_string())?);
     }
     let peak_rss_generate_mb = memory::peak_resident_bytes().map(memory::mib);
 

@@ -46,7 +46,7 @@ pub fn install(data_home: &Path, exe: &Path) -> Result<(PathBuf, PathBuf), Strin
         .map(|line| line + "\n")
         .collect();
     for (path, bytes) in [(&icon, ICON_PNG), (&desktop, entry.as_bytes())] {
-        crate::store::atomic_file::write_atomic(path, bytes)
+        crate::atomic_file::write_atomic(path, bytes)
             .map_err(|err| format!("cannot write {}: {err}", path.display()))?;
     }
     Ok((desktop, icon))

@@ -11,7 +11,7 @@ pub struct DownloadArgs {
 
 /// Fetches the model into the shared Hugging Face cache and prints the folder it is in.
 pub fn run(args: DownloadArgs) -> Result<(), String> {
-    let dir = super::model_source::resolve(&args.model_id)?;
+    let dir = super::resolve_model(super::ModelSource::Hub(args.model_id))?;
     println!("{}", dir.display());
     Ok(())
 }

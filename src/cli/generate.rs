@@ -2,7 +2,6 @@ use std::io::Write;
 
 use clap::Args;
 
-use super::model_source;
 use super::sampling_args::SamplingArgs;
 use crate::backend::BackendKind;
 use crate::generation::{FinishReason, GenerationSession, LoadedModel, ModelOptions, Step};
@@ -52,7 +51,7 @@ struct JsonReport {
 
 pub fn run(args: GenerateArgs) -> Result<(), String> {
     let params = args.sampling.params().map_err(|err| err.to_string())?;
-    let dir = model_source::resolve(&args.model)?;
+    let dir = super::resolve_model(super::ModelSource::parse(&args.model))?;
     let options = ModelOptions {
         backend: args.backend,
         precision: args.precision,

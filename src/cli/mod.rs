@@ -5,12 +5,16 @@ mod desktop;
 mod dev;
 mod download;
 mod generate;
-mod model_source;
 mod sampling_args;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
 
 use clap::{Parser, Subcommand};
+
+use crate::hub::stderr_progress;
+pub(crate) use crate::model_source::ModelSource;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -59,4 +63,12 @@ pub fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The model's folder, a hub model fetched first with a progress bar on stderr.
+fn resolve_model(source: ModelSource) -> Result<PathBuf, String> {
+    let never_cancelled = AtomicBool::new(false);
+    source
+        .resolve(&mut stderr_progress(), &never_cancelled)
+        .map_err(|err| err.to_string())
 }

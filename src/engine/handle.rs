@@ -4,9 +4,10 @@ use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
-use super::protocol::{Command, Event, GenerateRequest, ModelSpec, RequestId};
+use super::protocol::{Command, Event, GenerateRequest, RequestId};
 use super::worker::Worker;
 use crate::generation::ModelOptions;
+use crate::model_source::ModelSource;
 use crate::text::{ChatMessage, OverflowPolicy, SamplingParams};
 
 /// Stops the running generation (or download) before its next token, from any thread: a
@@ -18,11 +19,19 @@ impl Stopper {
     pub fn stop(&self) {
         self.0.store(true, Ordering::SeqCst);
     }
+
+    /// Whether Stop was pressed since the last generation or load began.
+    pub fn is_stopped(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
 }
 
 /// The caller's side of the engine: commands in, events out, and the Stop flag.
 ///
-/// Dropping the handle stops any generation, shuts the thread down and joins it.
+/// Whatever serves the other ends of the channels is the engine: the inference thread that
+/// [`EngineHandle::spawn`] starts, or anything else [`EngineHandle::connect`] is given, such
+/// as a script that plays back events so the window's logic is tested without a model.
+/// Dropping the handle stops any generation, shuts the engine down and joins its thread.
 pub struct EngineHandle {
     commands: Sender<Command>,
     events: Receiver<Event>,
@@ -51,6 +60,18 @@ impl EngineHandle {
         })
     }
 
+    /// A handle on an engine served elsewhere: it receives `commands`, answers on `events`,
+    /// and is expected to honour the returned handle's [`Stopper`].
+    pub fn connect(commands: Sender<Command>, events: Receiver<Event>) -> Self {
+        Self {
+            commands,
+            events,
+            stop: Arc::new(AtomicBool::new(false)),
+            next_request: 1,
+            thread: None,
+        }
+    }
+
     pub fn events(&self) -> &Receiver<Event> {
         &self.events
     }
@@ -60,8 +81,8 @@ impl EngineHandle {
         self.commands.send(command).is_ok()
     }
 
-    pub fn load_model(&self, spec: ModelSpec, options: ModelOptions) -> bool {
-        self.send(Command::LoadModel { spec, options })
+    pub fn load_model(&self, source: ModelSource, options: ModelOptions) -> bool {
+        self.send(Command::LoadModel { source, options })
     }
 
     /// Starts a generation for `messages`, ending with the user's turn. Returns its id.

@@ -1,37 +1,30 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::error::EngineError;
 use crate::generation::{FinishReason, GenerationStats, ModelOptions, TokenEvent};
 use crate::hub::DownloadProgress;
+use crate::model_source::ModelSource;
 use crate::text::{ChatMessage, OverflowPolicy, SamplingParams};
 
 /// Identifies one generation, so that late events of an old request cannot be mistaken for
 /// the current one.
 pub type RequestId = u64;
 
-/// Where the model comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ModelSpec {
-    /// A local folder with config.json, weights and tokenizer.
-    Folder(PathBuf),
-    /// A hub id, fetched into the shared Hugging Face cache when not there yet.
-    Hub(String),
-}
-
 /// What the engine is asked to do. Stop is not here: it must not wait behind a running
 /// generation, so it is a flag on the handle.
 #[derive(Debug, Clone)]
 pub enum Command {
     LoadModel {
-        spec: ModelSpec,
+        source: ModelSource,
         options: ModelOptions,
     },
     Generate(GenerateRequest),
-    /// Forget the cached conversation (a new chat starts from an empty cache).
+    /// Forget the cached conversation, e.g. to measure a prompt from an empty cache.
     ResetConversation,
     Shutdown,
     /// Panics inside the worker, to prove that a bug in a command is reported and survived.
-    #[doc(hidden)]
+    #[cfg(test)]
     InjectPanic,
 }
 
@@ -101,8 +94,9 @@ pub enum Event {
     Busy {
         refused: RequestId,
     },
+    /// `request` is the generation that failed; `None` for loading and downloading.
     Error {
         request: Option<RequestId>,
-        message: String,
+        error: EngineError,
     },
 }

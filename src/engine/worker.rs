@@ -1,15 +1,15 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::protocol::{Command, Event, GenerateRequest, LiveStats, ModelInfo, ModelSpec};
+use super::error::EngineError;
+use super::protocol::{Command, Event, GenerateRequest, LiveStats, ModelInfo};
 use crate::generation::{FinishReason, GenerationSession, LoadedModel, ModelOptions, Step};
-use crate::hub::ModelDownloader;
 use crate::model::KvCache;
+use crate::model_source::ModelSource;
 use crate::stats::memory;
 use crate::text::ContextWindow;
 
@@ -66,7 +66,7 @@ impl Worker {
                 }
                 self.send(Event::Error {
                     request,
-                    message: "the inference engine hit an internal error and recovered; the conversation cache was reset. Please try again.".into(),
+                    error: EngineError::Internal,
                 });
             }
         }
@@ -80,7 +80,7 @@ impl Worker {
 
     fn handle(&mut self, command: Command) {
         match command {
-            Command::LoadModel { spec, options } => self.load(spec, options),
+            Command::LoadModel { source, options } => self.load(source, options),
             Command::Generate(request) => self.generate(request),
             Command::ResetConversation => {
                 if let Some((_, cache)) = &mut self.model {
@@ -88,18 +88,20 @@ impl Worker {
                 }
             }
             Command::Shutdown => self.shutting_down = true,
+            #[cfg(test)]
             Command::InjectPanic => panic!("panic injected by Command::InjectPanic"),
         }
     }
 
-    fn load(&mut self, spec: ModelSpec, options: ModelOptions) {
+    fn load(&mut self, source: ModelSource, options: ModelOptions) {
         self.stop.store(false, Ordering::SeqCst);
-        let dir = match self.resolve(spec) {
+        let mut progress = |progress| self.send(Event::DownloadProgress(progress));
+        let dir = match source.resolve(&mut progress, &self.stop) {
             Ok(dir) => dir,
-            Err(message) => {
+            Err(error) => {
                 return self.send(Event::Error {
                     request: None,
-                    message,
+                    error,
                 });
             }
         };
@@ -123,35 +125,21 @@ impl Worker {
             }
             Err(err) => self.send(Event::Error {
                 request: None,
-                message: format!("could not load the model from {}: {err}", dir.display()),
+                error: EngineError::ModelLoad {
+                    path: dir,
+                    reason: err.to_string(),
+                },
             }),
         }
     }
 
-    fn resolve(&self, spec: ModelSpec) -> Result<PathBuf, String> {
-        match spec {
-            ModelSpec::Folder(dir) => Ok(dir),
-            ModelSpec::Hub(model_id) => {
-                let mut progress = |progress| self.send(Event::DownloadProgress(progress));
-                ModelDownloader::from_env()
-                    .and_then(|downloader| {
-                        downloader.ensure_model(&model_id, &mut progress, &self.stop)
-                    })
-                    .map_err(|err| err.to_string())
-            }
-        }
-    }
-
     fn generate(&mut self, request: GenerateRequest) {
-        let fail = |message: String| Event::Error {
+        let fail = |error: EngineError| Event::Error {
             request: Some(request.id),
-            message,
+            error,
         };
         let Some((loaded, cache)) = &mut self.model else {
-            return self.send(fail(
-                "no model is loaded yet: choose a model folder or download the default model first"
-                    .into(),
-            ));
+            return self.send(fail(EngineError::NoModel));
         };
         let window = ContextWindow {
             limit: cache.max_len(),
@@ -160,7 +148,7 @@ impl Worker {
         };
         let fitted = match window.fit(&request.messages, &loaded.template, &loaded.tokenizer) {
             Ok(fitted) => fitted,
-            Err(err) => return self.send(fail(err.to_string())),
+            Err(err) => return self.send(fail(EngineError::from_text(err))),
         };
         let device = loaded.device.clone();
         let session = GenerationSession::start(
@@ -173,7 +161,7 @@ impl Worker {
         let mut session = match session {
             Ok(session) => session,
             Err(err) => {
-                let event = fail(err.to_string());
+                let event = fail(EngineError::from_generation(err));
                 return self.send(event);
             }
         };
@@ -235,7 +223,7 @@ impl Worker {
                     let stats = live(&session);
                     send(Event::Error {
                         request: Some(request.id),
-                        message: err.to_string(),
+                        error: EngineError::from_generation(err),
                     });
                     return send(Event::Finished {
                         request: request.id,
@@ -246,5 +234,59 @@ impl Worker {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::engine::EngineHandle;
+    use crate::text::{ChatMessage, OverflowPolicy, SamplingParams};
+
+    fn next_event(engine: &EngineHandle) -> Event {
+        engine
+            .events()
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the engine answers within the time-out")
+    }
+
+    #[test]
+    fn a_panic_in_the_worker_is_reported_and_survived() {
+        let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
+        let tiny = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-smollm");
+        engine.load_model(ModelSource::Folder(tiny), ModelOptions::default());
+        while !matches!(next_event(&engine), Event::ModelReady(_)) {}
+
+        assert!(engine.send(Command::InjectPanic));
+        assert_eq!(
+            next_event(&engine),
+            Event::Error {
+                request: None,
+                error: EngineError::Internal
+            }
+        );
+        let greedy = SamplingParams {
+            temperature: 0.0,
+            ..SamplingParams::default()
+        };
+        let request = engine.generate(
+            vec![ChatMessage::user("still there?")],
+            greedy,
+            3,
+            OverflowPolicy::Stop,
+        );
+        let mut tokens = 0;
+        loop {
+            match next_event(&engine) {
+                Event::Token { .. } => tokens += 1,
+                Event::Finished { request: r, .. } if r == request => break,
+                Event::Error { error, .. } => panic!("{error}"),
+                _ => {}
+            }
+        }
+        assert_eq!(tokens, 3);
     }
 }

@@ -57,6 +57,8 @@ pub struct GenerationSession<'a> {
     /// Logits for the position after the last cached token.
     logits: Vec<f32>,
     max_new_tokens: usize,
+    /// False for a benchmark, which must decode exactly `max_new_tokens`.
+    ends_at_stop_token: bool,
     stats: GenerationStats,
     started: Instant,
     first_token_at: Option<Instant>,
@@ -108,11 +110,19 @@ impl<'a> GenerationSession<'a> {
             cache,
             logits,
             max_new_tokens,
+            ends_at_stop_token: true,
             stats,
             started,
             first_token_at: None,
             finished: None,
         })
+    }
+
+    /// Decodes exactly `max_new_tokens` (or until the context is full): the model's own
+    /// end of reply does not end a measurement early.
+    pub fn ignoring_stop_tokens(mut self) -> Self {
+        self.ends_at_stop_token = false;
+        self
     }
 
     pub fn stats(&self) -> &GenerationStats {
@@ -142,7 +152,7 @@ impl<'a> GenerationSession<'a> {
             }
             Some(first) => self.stats.decode_time = now - first,
         }
-        if self.loaded.stop_tokens.contains(sampled.id) {
+        if self.ends_at_stop_token && self.loaded.stop_tokens.contains(sampled.id) {
             return Ok(self.finish(FinishReason::StopToken));
         }
         self.stats.generated_tokens += 1;

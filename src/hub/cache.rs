@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::error::HubError;
+use crate::atomic_file::write_atomic;
 
 /// Endpoint used when `HF_ENDPOINT` is not set.
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
@@ -184,16 +185,7 @@ pub(crate) fn is_commit_hash(s: &str) -> bool {
     s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
-/// Writes through a temporary file and a rename so a crash never leaves a
-/// half-written ref that would point at the wrong snapshot.
+/// A crash never leaves a half-written ref that would point at the wrong snapshot.
 fn write_atomically(path: &Path, content: &[u8]) -> Result<(), HubError> {
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| HubError::io("cannot create", parent, e))?;
-    }
-    let tmp = path.with_extension("tmp-smolchat");
-    let mut file = fs::File::create(&tmp).map_err(|e| HubError::io("cannot create", &tmp, e))?;
-    file.write_all(content)
-        .map_err(|e| HubError::io("cannot write", &tmp, e))?;
-    drop(file);
-    fs::rename(&tmp, path).map_err(|e| HubError::io("cannot write", path, e))
+    write_atomic(path, content).map_err(|e| HubError::io("cannot write", path, e))
 }

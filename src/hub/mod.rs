@@ -1,21 +1,21 @@
 //! Getting model files from the Hugging Face hub into the shared Hugging
 //! Face cache, so the app can run a model it does not ship with.
 
+mod blob;
 mod cache;
-mod download;
-mod downloader;
 mod error;
 mod http;
 mod model_files;
 mod model_id;
 mod progress;
+mod snapshot;
 
 pub use cache::{
     DEFAULT_ENDPOINT, HubCache, endpoint_from_env, resolve_cache_dir, resolve_endpoint,
 };
-pub use downloader::{HubOptions, ModelDownloader};
+pub use snapshot::{HubOptions, ModelDownloader};
 pub use error::HubError;
 pub use http::Timeouts;
 pub use model_files::{OPTIONAL_FILES, REQUIRED_FILES, SINGLE_WEIGHTS, WEIGHTS_INDEX};
-pub use model_id::{DEFAULT_MODEL_ID, ModelSource, is_hub_model_id};
+pub use model_id::{DEFAULT_MODEL_ID, is_hub_model_id};
 pub use progress::{DownloadProgress, render_progress_line, stderr_progress};

@@ -1,33 +1,9 @@
-//! Telling a hub model id from a local model folder, since the app accepts
-//! either wherever a model is chosen.
-
-use std::path::{Path, PathBuf};
+//! Hub model ids: what the hub accepts as `organisation/name`.
 
 use super::error::HubError;
 
 /// The model the app downloads when the user has not chosen one.
 pub const DEFAULT_MODEL_ID: &str = "HuggingFaceTB/SmolLM2-135M-Instruct";
-
-/// Where a model comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ModelSource {
-    /// `organisation/name` on the hub.
-    Hub(String),
-    /// A folder on disk.
-    Local(PathBuf),
-}
-
-impl ModelSource {
-    /// An existing path always wins, so a local folder that happens to look
-    /// like `org/name` is never sent to the network.
-    pub fn parse(spec: &str) -> ModelSource {
-        if !Path::new(spec).exists() && is_hub_model_id(spec) {
-            ModelSource::Hub(spec.to_string())
-        } else {
-            ModelSource::Local(PathBuf::from(spec))
-        }
-    }
-}
 
 /// `organisation/name` with the characters the hub allows in repo names.
 pub fn is_hub_model_id(spec: &str) -> bool {
@@ -75,22 +51,5 @@ mod tests {
         ] {
             assert!(!is_hub_model_id(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn existing_paths_are_local() {
-        let dir = env!("CARGO_MANIFEST_DIR");
-        assert_eq!(
-            ModelSource::parse(dir),
-            ModelSource::Local(PathBuf::from(dir))
-        );
-        assert_eq!(
-            ModelSource::parse("src/hub"),
-            ModelSource::Local(PathBuf::from("src/hub"))
-        );
-        assert_eq!(
-            ModelSource::parse(DEFAULT_MODEL_ID),
-            ModelSource::Hub(DEFAULT_MODEL_ID.to_string())
-        );
     }
 }

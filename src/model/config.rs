@@ -29,8 +29,6 @@ pub struct LlamaConfig {
     #[serde(default)]
     pub tie_word_embeddings: bool,
     pub torch_dtype: Option<String>,
-    pub bos_token_id: Option<TokenIds>,
-    pub eos_token_id: Option<TokenIds>,
     #[serde(default)]
     pub rope_scaling: Option<serde_json::Value>,
     #[serde(default)]
@@ -42,23 +40,6 @@ pub struct LlamaConfig {
     pub attention_bias: bool,
     #[serde(default)]
     pub mlp_bias: bool,
-}
-
-/// Hugging Face configs give special token ids either as one integer or as a list.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(untagged)]
-pub enum TokenIds {
-    One(u32),
-    Many(Vec<u32>),
-}
-
-impl TokenIds {
-    pub fn to_vec(&self) -> Vec<u32> {
-        match self {
-            TokenIds::One(id) => vec![*id],
-            TokenIds::Many(ids) => ids.clone(),
-        }
-    }
 }
 
 fn default_rope_theta() -> f64 {
@@ -106,13 +87,6 @@ impl LlamaConfig {
     /// Query heads that share one key/value head (1 = MHA, all heads = MQA).
     pub fn group_size(&self) -> usize {
         self.num_attention_heads / self.num_kv_heads()
-    }
-
-    pub fn eos_token_ids(&self) -> Vec<u32> {
-        self.eos_token_id
-            .as_ref()
-            .map(TokenIds::to_vec)
-            .unwrap_or_default()
     }
 
     /// Rejects what the forward pass does not implement, instead of producing wrong logits.
@@ -256,7 +230,6 @@ mod tests {
         assert_eq!(config.rms_norm_eps, 1e-5);
         assert!(config.tie_word_embeddings);
         assert_eq!(config.torch_dtype.as_deref(), Some("bfloat16"));
-        assert_eq!(config.eos_token_ids(), vec![2]);
     }
 
     #[test]

@@ -16,7 +16,7 @@ mod rope;
 mod weight_arena;
 
 pub use checkpoint::Checkpoint;
-pub use config::{LlamaConfig, TokenIds};
+pub use config::LlamaConfig;
 pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;
 pub use llama::{Llama, Logits, logits_to_vec};

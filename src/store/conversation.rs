@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::atomic_file::write_atomic;
+use crate::atomic_file::write_atomic;
 use crate::backend::BackendKind;
 use crate::generation::{FinishReason, GenerationStats};
 use crate::text::{ChatMessage, OverflowPolicy, Role, SamplingParams};

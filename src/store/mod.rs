@@ -1,7 +1,6 @@
 //! What smolchat keeps on disk: settings and conversations, always written atomically so that
 //! a crash or kill never leaves a half-written file behind.
 
-pub mod atomic_file;
 pub mod conversation;
 pub mod settings;
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::atomic_file::write_atomic;
+use crate::atomic_file::write_atomic;
 use crate::backend::BackendKind;
 use crate::model::Precision;
 use crate::text::{OverflowPolicy, SamplingParams};

@@ -9,7 +9,7 @@ use minijinja::{Environment, Value};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
-use super::config::{read_optional_json, special_token};
+use super::json_files::{read_optional_json, special_token};
 use super::error::{Result, TextError};
 use super::template_env::python_like_environment;
 

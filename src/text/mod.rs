@@ -2,7 +2,7 @@
 //! chat templates, stop tokens, sampling, streaming detokenization and fitting
 //! the conversation into the context window. No model code lives here.
 
-mod config;
+mod json_files;
 mod template_env;
 
 pub mod chat_template;

@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::chat_template::TOKENIZER_CONFIG_FILE;
-use super::config::{read_optional_json, special_token};
+use super::json_files::{read_optional_json, special_token};
 use super::error::{Result, TextError};
 use super::tokenizer::TextTokenizer;
 

@@ -5,7 +5,8 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::engine::{EngineHandle, Event, LiveStats, ModelInfo, ModelSpec, RequestId};
+use crate::engine::{EngineError, EngineHandle, Event, LiveStats, ModelInfo, RequestId};
+use crate::model_source::ModelSource;
 use crate::generation::{FinishReason, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
 use crate::store::{
@@ -154,7 +155,7 @@ impl AppState {
     pub fn load_model_folder(&mut self, folder: PathBuf) {
         self.model = ModelStatus::Loading(folder.clone());
         self.engine
-            .load_model(ModelSpec::Folder(folder), self.model_options());
+            .load_model(ModelSource::Folder(folder), self.model_options());
     }
 
     /// Reloads the configured model, e.g. after the backend changed.
@@ -167,7 +168,7 @@ impl AppState {
     pub fn download_default_model(&mut self) {
         self.model = ModelStatus::Downloading(None);
         self.engine.load_model(
-            ModelSpec::Hub(DEFAULT_MODEL_ID.to_string()),
+            ModelSource::Hub(DEFAULT_MODEL_ID.to_string()),
             self.model_options(),
         );
     }
@@ -404,7 +405,7 @@ impl AppState {
             ("json", conversation.to_json())
         };
         let path = dir.join(format!("{stem}-{}.{extension}", conversation.id));
-        match bytes.and_then(|bytes| crate::store::atomic_file::write_atomic(&path, &bytes)) {
+        match bytes.and_then(|bytes| crate::atomic_file::write_atomic(&path, &bytes)) {
             Ok(()) => {
                 self.notice = Some(format!("Exported to {}", path.display()));
                 Some(path)
@@ -542,17 +543,17 @@ impl AppState {
                     self.notice = Some("The engine was busy; send again.".into());
                 }
             }
-            Event::Error { request, message } => {
+            Event::Error { request, error } => {
                 match request {
                     Some(request) if self.is_active(request) => self.abandon_generation(),
                     Some(_) => {}
                     None => {
                         if !self.model_ready() {
-                            self.model = ModelStatus::Failed(message.clone());
+                            self.model = ModelStatus::Failed(error.to_string());
                         }
                     }
                 }
-                self.errors.push(error_advice(&message));
+                self.errors.push(error_advice(&error));
             }
         }
     }
@@ -664,16 +665,24 @@ fn title_from(text: &str) -> String {
     title
 }
 
-/// Engine messages say what went wrong; this adds what the user can do about it.
-fn error_advice(message: &str) -> String {
-    let hint = if message.contains("could not load the model") {
-        "Choose another model folder in the settings, or download the default model."
-    } else if message.contains("download") || message.contains("HF_HOME") {
-        "Check the network connection and try the download again, or choose a local folder."
-    } else if message.contains("no model is loaded") {
-        "Download the default model or choose a model folder first."
-    } else {
-        "Try again; if it keeps happening, restart smolchat."
+/// Engine errors say what went wrong; this adds what the user can do about it.
+fn error_advice(error: &EngineError) -> String {
+    let hint = match error {
+        EngineError::ModelNotFound { .. } | EngineError::ModelLoad { .. } => {
+            "Choose another model folder in the settings, or download the default model."
+        }
+        EngineError::Download { .. } => {
+            "Check the network connection and try the download again, or choose a local folder."
+        }
+        EngineError::DownloadStopped { .. } => "Start the download again when you are ready.",
+        EngineError::NoModel => "Download the default model or choose a model folder first.",
+        EngineError::ContextFull { .. } | EngineError::PromptTooLong { .. } => {
+            "Start a new chat, or set the overflow policy to drop old turns."
+        }
+        EngineError::InvalidSampling { .. } => "Fix it in the settings panel and send again.",
+        EngineError::Prompt { .. } | EngineError::Generation { .. } | EngineError::Internal => {
+            "Try again; if it keeps happening, restart smolchat."
+        }
     };
-    format!("{message}. {hint}")
+    format!("{error}. {hint}")
 }

@@ -1,5 +1,6 @@
 //! Replacing a file so that readers see either the old or the new contents, never a mix:
-//! a kill -9 or power loss mid-write must not corrupt a saved conversation.
+//! a kill -9 or power loss mid-write must not corrupt a saved conversation, the settings or
+//! a hub cache ref. The one writer that the store and the hub cache share.
 
 use std::fs::{self, File};
 use std::io::{self, Write};

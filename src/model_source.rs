@@ -1,0 +1,89 @@
+//! Where a model comes from, from the command line or the window to the inference thread: one
+//! type, and the one place that turns it into a folder on disk.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+
+use crate::engine::EngineError;
+use crate::hub::{DownloadProgress, ModelDownloader, is_hub_model_id};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ModelSource {
+    /// A folder with config.json, weights and tokenizer.
+    Folder(PathBuf),
+    /// `organisation/name` on the hub, fetched into the shared Hugging Face cache when the
+    /// cache does not hold it complete.
+    Hub(String),
+}
+
+impl ModelSource {
+    /// What the user typed for `--model` or in the model field. An existing path always
+    /// wins, so a local folder that happens to look like `org/name` never goes to the
+    /// network.
+    pub fn parse(spec: &str) -> Self {
+        if !Path::new(spec).exists() && is_hub_model_id(spec) {
+            ModelSource::Hub(spec.to_string())
+        } else {
+            ModelSource::Folder(PathBuf::from(spec))
+        }
+    }
+
+    /// The model folder, downloading a hub model first. `progress` hears about each chunk;
+    /// setting `cancel` ends a download early.
+    pub fn resolve(
+        &self,
+        progress: &mut dyn FnMut(DownloadProgress),
+        cancel: &AtomicBool,
+    ) -> Result<PathBuf, EngineError> {
+        match self {
+            ModelSource::Folder(path) if path.is_dir() => Ok(path.clone()),
+            ModelSource::Folder(path) => Err(EngineError::ModelNotFound { path: path.clone() }),
+            ModelSource::Hub(model_id) => ModelDownloader::from_env()
+                .and_then(|downloader| downloader.ensure_model(model_id, progress, cancel))
+                .map_err(|err| EngineError::from_hub(model_id, err)),
+        }
+    }
+}
+
+impl fmt::Display for ModelSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ModelSource::Folder(path) => write!(f, "{}", path.display()),
+            ModelSource::Hub(model_id) => f.write_str(model_id),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::DEFAULT_MODEL_ID;
+
+    #[test]
+    fn existing_paths_are_folders() {
+        let dir = env!("CARGO_MANIFEST_DIR");
+        assert_eq!(
+            ModelSource::parse(dir),
+            ModelSource::Folder(PathBuf::from(dir))
+        );
+        assert_eq!(
+            ModelSource::parse("src/hub"),
+            ModelSource::Folder(PathBuf::from("src/hub"))
+        );
+        assert_eq!(
+            ModelSource::parse(DEFAULT_MODEL_ID),
+            ModelSource::Hub(DEFAULT_MODEL_ID.to_string())
+        );
+    }
+
+    #[test]
+    fn a_missing_folder_is_named() {
+        let never = AtomicBool::new(false);
+        let missing = PathBuf::from("/no/such/model/folder");
+        let error = ModelSource::Folder(missing.clone())
+            .resolve(&mut |_| {}, &never)
+            .unwrap_err();
+        assert_eq!(error, EngineError::ModelNotFound { path: missing });
+    }
+}
