@@ -26,9 +26,11 @@ pub struct TokenEvent {
     pub id: u32,
     /// New text this token completes; empty while a multi-byte character is still partial.
     pub text: String,
-    /// Probability of this token under the model (temperature 1, before truncation).
+    /// Probability of this token in the distribution it was drawn from (after temperature
+    /// and the top-k/top-p/min-p filters); for greedy decoding, its softmax probability at
+    /// temperature 1. See [`crate::text::SampledToken`].
     pub probability: f32,
-    /// The most likely tokens at this position, with their text and probability.
+    /// The likeliest tokens of that same distribution, with their text and probability.
     pub alternatives: Vec<(u32, String, f32)>,
 }
 
