@@ -10,8 +10,8 @@ mod common;
 use std::time::Duration;
 
 use smolchat::engine::{EngineHandle, Event};
-use smolchat::model_source::ModelSource;
 use smolchat::generation::{GenerationStats, ModelOptions};
+use smolchat::model_source::ModelSource;
 use smolchat::stats::summary::Summary;
 use smolchat::text::{ChatMessage, OverflowPolicy, SamplingParams};
 

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod cli;
 pub mod engine;
 pub mod generation;
+pub mod gguf;
 pub mod hub;
 pub mod model;
 pub mod model_source;

@@ -12,6 +12,8 @@ use crate::hub::{DownloadProgress, ModelDownloader, is_hub_model_id};
 pub enum ModelSource {
     /// A folder with config.json, weights and tokenizer.
     Folder(PathBuf),
+    /// A `.gguf` file, which holds the config, tokenizer, chat template and weights in one.
+    GgufFile(PathBuf),
     /// `organisation/name` on the hub, fetched into the shared Hugging Face cache when the
     /// cache does not hold it complete.
     Hub(String),
@@ -22,14 +24,27 @@ impl ModelSource {
     /// wins, so a local folder that happens to look like `org/name` never goes to the
     /// network.
     pub fn parse(spec: &str) -> Self {
-        if !Path::new(spec).exists() && is_hub_model_id(spec) {
+        let path = Path::new(spec);
+        if !path.exists() && is_hub_model_id(spec) {
             ModelSource::Hub(spec.to_string())
+        } else if is_gguf(path) {
+            ModelSource::GgufFile(path.to_path_buf())
         } else {
-            ModelSource::Folder(PathBuf::from(spec))
+            ModelSource::Folder(path.to_path_buf())
         }
     }
 
-    /// The model folder, downloading a hub model first. `progress` hears about each chunk;
+    /// The source a local path names: a `.gguf` file or a model folder (what a file dialog
+    /// or a drop on the window gives).
+    pub fn local(path: PathBuf) -> Self {
+        if is_gguf(&path) {
+            ModelSource::GgufFile(path)
+        } else {
+            ModelSource::Folder(path)
+        }
+    }
+
+    /// The model folder or GGUF file, downloading a hub model first. `progress` hears about each chunk;
     /// setting `cancel` ends a download early.
     pub fn resolve(
         &self,
@@ -38,7 +53,10 @@ impl ModelSource {
     ) -> Result<PathBuf, EngineError> {
         match self {
             ModelSource::Folder(path) if path.is_dir() => Ok(path.clone()),
-            ModelSource::Folder(path) => Err(EngineError::ModelNotFound { path: path.clone() }),
+            ModelSource::GgufFile(path) if path.is_file() => Ok(path.clone()),
+            ModelSource::Folder(path) | ModelSource::GgufFile(path) => {
+                Err(EngineError::ModelNotFound { path: path.clone() })
+            }
             ModelSource::Hub(model_id) => ModelDownloader::from_env()
                 .and_then(|downloader| downloader.ensure_model(model_id, progress, cancel))
                 .map_err(|err| EngineError::from_hub(model_id, err)),
@@ -49,10 +67,18 @@ impl ModelSource {
 impl fmt::Display for ModelSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ModelSource::Folder(path) => write!(f, "{}", path.display()),
+            ModelSource::Folder(path) | ModelSource::GgufFile(path) => {
+                write!(f, "{}", path.display())
+            }
             ModelSource::Hub(model_id) => f.write_str(model_id),
         }
     }
+}
+
+/// Whether `path` names a GGUF file, by its extension (as every app that opens them does).
+pub fn is_gguf(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|extension| extension.eq_ignore_ascii_case("gguf"))
 }
 
 #[cfg(test)]
@@ -74,6 +100,10 @@ mod tests {
         assert_eq!(
             ModelSource::parse(DEFAULT_MODEL_ID),
             ModelSource::Hub(DEFAULT_MODEL_ID.to_string())
+        );
+        assert_eq!(
+            ModelSource::parse("models/SmolLM2.Q4_1.GGUF"),
+            ModelSource::GgufFile(PathBuf::from("models/SmolLM2.Q4_1.GGUF"))
         );
     }
 

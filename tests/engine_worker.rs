@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::tiny_model_dir;
 use smolchat::engine::{EngineError, EngineHandle, Event, RequestId, Stopper};
-use smolchat::model_source::ModelSource;
 use smolchat::generation::{FinishReason, GenerationStats, ModelOptions};
+use smolchat::model_source::ModelSource;
 use smolchat::text::{ChatMessage, ChatTemplate, OverflowPolicy, SamplingParams, TextTokenizer};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -29,7 +29,10 @@ fn next_event(engine: &EngineHandle) -> Event {
 }
 
 fn load_tiny(engine: &EngineHandle) {
-    assert!(engine.load_model(ModelSource::Folder(tiny_model_dir()), ModelOptions::default()));
+    assert!(engine.load_model(
+        ModelSource::Folder(tiny_model_dir()),
+        ModelOptions::default()
+    ));
     loop {
         match next_event(engine) {
             Event::Loading { .. } => {}
@@ -229,7 +232,10 @@ fn missing_model_folder_is_an_error_and_the_next_load_works() {
     let request = ask(&mut engine, "hi", 4);
     assert_eq!(expect_error(&engine, request), EngineError::NoModel);
     let missing = tiny_model_dir().join("does-not-exist");
-    engine.load_model(ModelSource::Folder(missing.clone()), ModelOptions::default());
+    engine.load_model(
+        ModelSource::Folder(missing.clone()),
+        ModelOptions::default(),
+    );
     loop {
         match next_event(&engine) {
             Event::Loading { .. } => {}

@@ -73,9 +73,8 @@ fn run_once(
         ..SamplingParams::default()
     };
     let mut cache = loaded.model.new_cache();
-    let mut session =
-        GenerationSession::start(loaded, &mut cache, prompt, &greedy, generated)?
-            .ignoring_stop_tokens();
+    let mut session = GenerationSession::start(loaded, &mut cache, prompt, &greedy, generated)?
+        .ignoring_stop_tokens();
     while let Step::Token(_) = session.step()? {}
     let stats = session.stats();
     Ok(RunTimes {

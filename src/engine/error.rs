@@ -12,7 +12,10 @@ use crate::text::TextError;
 /// type are cloned and compared, which `std::io::Error` inside `HubError` would not allow.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum EngineError {
-    #[error("model folder {} does not exist", path.display())]
+    #[error(
+        "{} does not exist: give a model folder (config.json, weights, tokenizer), a .gguf file, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct",
+        path.display()
+    )]
     ModelNotFound { path: PathBuf },
 
     #[error("could not get {model} from the hub: {reason}")]

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use ureq::Agent;
 
-use super::cache::{HubCache, endpoint_from_env};
 use super::blob::{BlobRequest, download_blob};
+use super::cache::{HubCache, endpoint_from_env};
 use super::error::HubError;
 use super::http::{self, FileMetadata, Lookup, Timeouts};
 use super::model_files::{

@@ -9,8 +9,8 @@ use minijinja::{Environment, Value};
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
-use super::json_files::{read_optional_json, special_token};
 use super::error::{Result, TextError};
+use super::json_files::{read_optional_json, special_token};
 use super::template_env::python_like_environment;
 
 pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
@@ -108,6 +108,28 @@ impl ChatTemplate {
 
         let (template, source) = match find_template(dir, config.as_ref(), &config_path)? {
             Some((template, path)) => (template, TemplateSource::File(path)),
+            None => (CHATML_TEMPLATE.to_owned(), TemplateSource::FallbackChatMl),
+        };
+        Self::from_source(template, source, special_tokens)
+    }
+
+    /// The template a model file carries inside it (a GGUF file's `tokenizer.chat_template`),
+    /// or ChatML when it carries none.
+    pub fn embedded(
+        path: &Path,
+        template: Option<&str>,
+        bos_token: Option<&str>,
+        eos_token: Option<&str>,
+    ) -> Result<Self> {
+        let special_tokens = [("bos_token", bos_token), ("eos_token", eos_token)]
+            .into_iter()
+            .filter_map(|(name, token)| Some((name, token?.to_owned())))
+            .collect();
+        let (template, source) = match template {
+            Some(template) => (
+                template.to_owned(),
+                TemplateSource::File(path.to_path_buf()),
+            ),
             None => (CHATML_TEMPLATE.to_owned(), TemplateSource::FallbackChatMl),
         };
         Self::from_source(template, source, special_tokens)

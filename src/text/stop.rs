@@ -8,8 +8,8 @@ use std::path::Path;
 use serde_json::Value;
 
 use super::chat_template::TOKENIZER_CONFIG_FILE;
-use super::json_files::{read_optional_json, special_token};
 use super::error::{Result, TextError};
+use super::json_files::{read_optional_json, special_token};
 use super::tokenizer::TextTokenizer;
 
 pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";

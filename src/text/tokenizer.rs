@@ -42,6 +42,11 @@ impl TextTokenizer {
         Ok(Self { inner, path })
     }
 
+    /// A tokenizer built elsewhere, e.g. from the vocabulary inside a GGUF file at `path`.
+    pub fn from_parts(inner: Tokenizer, path: PathBuf) -> Self {
+        Self { inner, path }
+    }
+
     /// Where the tokenizer was loaded from, for messages shown to the user.
     pub fn path(&self) -> &Path {
         &self.path

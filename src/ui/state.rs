@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::engine::{EngineError, EngineHandle, Event, LiveStats, ModelInfo, RequestId};
-use crate::model_source::ModelSource;
 use crate::generation::{FinishReason, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
+use crate::model_source::ModelSource;
 use crate::store::{
     Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, SeedMode, Settings,
     StoredMessage, StoredToken,

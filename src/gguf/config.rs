@@ -1,0 +1,197 @@
+//! The Llama hyperparameters a GGUF file declares, gathered into one plain struct.
+//!
+//! The model code should not know GGUF key names, and a file that would build a wrong model
+//! should be refused here, with the key named, rather than produce garbage tokens later. So
+//! this reads every key once, applies llama.cpp's defaults where a key is optional, and checks
+//! the relations the forward pass relies on (heads divide the width, KV heads divide heads).
+//! RoPE scaling is reported, not applied or refused: whether the model supports it is the
+//! model code's decision.
+
+use super::error::{GgufError, GgufErrorKind};
+use super::file::GgufFile;
+
+/// The only architecture smolchat runs.
+pub const ARCHITECTURE: &str = "llama";
+/// Token embedding tensor; doubles as the output head when [`OUTPUT_TENSOR`] is absent.
+pub const TOKEN_EMBD_TENSOR: &str = "token_embd.weight";
+pub const OUTPUT_TENSOR: &str = "output.weight";
+/// Per-dimension RoPE frequency divisors llama.cpp's converter writes for Llama 3.1-style
+/// scaling instead of metadata keys.
+pub const ROPE_FREQS_TENSOR: &str = "rope_freqs.weight";
+
+/// Hyperparameters of a Llama-architecture model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GgufConfig {
+    /// Context length the model was trained for (`llama.context_length`).
+    pub context_length: u32,
+    /// Model width (`llama.embedding_length`).
+    pub embedding_length: u32,
+    /// Number of transformer blocks (`llama.block_count`).
+    pub block_count: u32,
+    /// Hidden width of the MLP (`llama.feed_forward_length`).
+    pub feed_forward_length: u32,
+    /// Query heads (`llama.attention.head_count`).
+    pub head_count: u32,
+    /// Key/value heads (`llama.attention.head_count_kv`; defaults to `head_count`).
+    pub head_count_kv: u32,
+    /// RoPE base θ (`llama.rope.freq_base`; defaults to 10000).
+    pub rope_freq_base: f32,
+    /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`).
+    pub rms_norm_eps: f32,
+    /// Vocabulary size (`llama.vocab_size`, else the length of `tokenizer.ggml.tokens`).
+    pub vocab_size: u32,
+    /// Dimensions per head that RoPE rotates (`llama.rope.dimension_count`; defaults to the
+    /// head dimension).
+    pub rope_dimension_count: u32,
+    /// RoPE scaling, if the file declares any other than `"none"`.
+    pub rope_scaling: Option<RopeScaling>,
+    /// Whether the file carries a [`ROPE_FREQS_TENSOR`] (Llama 3.1-style scaling baked into
+    /// per-dimension factors).
+    pub has_rope_freqs_tensor: bool,
+    /// The output head reuses the token embedding: there is no [`OUTPUT_TENSOR`].
+    pub tied_embeddings: bool,
+}
+
+/// RoPE scaling as declared by `llama.rope.scaling.*`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RopeScaling {
+    /// `llama.rope.scaling.type`: `"linear"`, `"yarn"`, `"llama3"`, `"longrope"`, ...
+    pub kind: String,
+    pub factor: Option<f32>,
+    pub original_context_length: Option<u32>,
+    /// Llama 3's band edges. llama.cpp's converter does not write these (it writes
+    /// [`ROPE_FREQS_TENSOR`]); other writers do, under `llama.rope.scaling.{low,high}_freq_factor`.
+    pub low_freq_factor: Option<f32>,
+    pub high_freq_factor: Option<f32>,
+}
+
+impl GgufConfig {
+    /// Reads and checks the configuration of `file`.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, GgufError> {
+        let arch = file.get_str("general.architecture")?;
+        if arch != ARCHITECTURE {
+            return Err(file.error(GgufErrorKind::UnsupportedArchitecture {
+                found: arch.to_owned(),
+            }));
+        }
+        let head_count = file.get_u32("llama.attention.head_count")?;
+        let embedding_length = file.get_u32("llama.embedding_length")?;
+        let invalid = |reason: String| file.error(GgufErrorKind::InvalidConfig { reason });
+        if head_count == 0 || !embedding_length.is_multiple_of(head_count) {
+            return Err(invalid(format!(
+                "llama.embedding_length {embedding_length} is not a multiple of llama.attention.head_count {head_count}"
+            )));
+        }
+        let head_dim = embedding_length / head_count;
+        let vocab_size = match file.get_u32_opt("llama.vocab_size")? {
+            Some(v) => v,
+            None => {
+                let n = file.get_str_array("tokenizer.ggml.tokens")?.len();
+                u32::try_from(n).map_err(|_| invalid(format!("{n} tokens is too many")))?
+            }
+        };
+        let config = Self {
+            context_length: file.get_u32("llama.context_length")?,
+            embedding_length,
+            block_count: file.get_u32("llama.block_count")?,
+            feed_forward_length: file.get_u32("llama.feed_forward_length")?,
+            head_count,
+            head_count_kv: file
+                .get_u32_opt("llama.attention.head_count_kv")?
+                .unwrap_or(head_count),
+            rope_freq_base: file
+                .get_f32_opt("llama.rope.freq_base")?
+                .unwrap_or(10_000.0),
+            rms_norm_eps: file.get_f32("llama.attention.layer_norm_rms_epsilon")?,
+            vocab_size,
+            rope_dimension_count: file
+                .get_u32_opt("llama.rope.dimension_count")?
+                .unwrap_or(head_dim),
+            rope_scaling: rope_scaling(file)?,
+            has_rope_freqs_tensor: file.tensor_info(ROPE_FREQS_TENSOR).is_some(),
+            tied_embeddings: file.tensor_info(OUTPUT_TENSOR).is_none(),
+        };
+        config.check(file).map_err(invalid)?;
+        Ok(config)
+    }
+
+    /// Dimensions per attention head.
+    pub fn head_dim(&self) -> u32 {
+        self.embedding_length / self.head_count
+    }
+
+    fn check(&self, file: &GgufFile) -> Result<(), String> {
+        let c = self;
+        let positive = [
+            ("llama.context_length", c.context_length),
+            ("llama.block_count", c.block_count),
+            ("llama.feed_forward_length", c.feed_forward_length),
+            ("llama.attention.head_count_kv", c.head_count_kv),
+            ("llama.vocab_size", c.vocab_size),
+            ("llama.rope.dimension_count", c.rope_dimension_count),
+        ];
+        if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(format!("{key} is 0"));
+        }
+        if !c.head_count.is_multiple_of(c.head_count_kv) {
+            return Err(format!(
+                "llama.attention.head_count {} is not a multiple of llama.attention.head_count_kv {}",
+                c.head_count, c.head_count_kv
+            ));
+        }
+        if c.rope_dimension_count > c.head_dim() || !c.rope_dimension_count.is_multiple_of(2) {
+            return Err(format!(
+                "llama.rope.dimension_count {} must be even and at most the head dimension {}",
+                c.rope_dimension_count,
+                c.head_dim()
+            ));
+        }
+        if !(c.rms_norm_eps.is_finite() && c.rms_norm_eps > 0.0) {
+            return Err(format!(
+                "llama.attention.layer_norm_rms_epsilon {} is not positive",
+                c.rms_norm_eps
+            ));
+        }
+        if !(c.rope_freq_base.is_finite() && c.rope_freq_base > 0.0) {
+            return Err(format!(
+                "llama.rope.freq_base {} is not positive",
+                c.rope_freq_base
+            ));
+        }
+        // The embedding is the one tensor whose shape the vocabulary size must match; every
+        // other shape is the model loader's to check.
+        let embd = file
+            .tensor_info(TOKEN_EMBD_TENSOR)
+            .ok_or_else(|| format!("tensor {TOKEN_EMBD_TENSOR:?} is missing"))?;
+        let expected = [u64::from(c.embedding_length), u64::from(c.vocab_size)];
+        if embd.dims != expected {
+            return Err(format!(
+                "tensor {TOKEN_EMBD_TENSOR:?} has dims {:?}, expected {expected:?} (embedding_length, vocab_size)",
+                embd.dims
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn rope_scaling(file: &GgufFile) -> Result<Option<RopeScaling>, GgufError> {
+    let kind = file.get_str_opt("llama.rope.scaling.type")?;
+    // Before `rope.scaling.type` existed, linear scaling was written as `rope.scale_linear`.
+    let legacy_linear = file.get_f32_opt("llama.rope.scale_linear")?;
+    let factor = file
+        .get_f32_opt("llama.rope.scaling.factor")?
+        .or(legacy_linear);
+    let kind = match (kind, factor) {
+        (Some("none"), _) | (None, None) => return Ok(None),
+        (None, Some(1.0)) => return Ok(None),
+        (None, Some(_)) => "linear".to_owned(),
+        (Some(k), _) => k.to_owned(),
+    };
+    Ok(Some(RopeScaling {
+        kind,
+        factor,
+        original_context_length: file.get_u32_opt("llama.rope.scaling.original_context_length")?,
+        low_freq_factor: file.get_f32_opt("llama.rope.scaling.low_freq_factor")?,
+        high_freq_factor: file.get_f32_opt("llama.rope.scaling.high_freq_factor")?,
+    }))
+}

@@ -1,0 +1,594 @@
+//! ggml tensor types: their block layouts, and exact scalar dequantization to `f32`.
+//!
+//! The parser must know the byte size of *every* type ggml defines, not only the ones smolchat
+//! can compute with: a tensor's size is what lets us check that it lies inside the file, and a
+//! file with one exotic tensor should still open, list its metadata, and fail only when that
+//! tensor is used, with an error naming it. Ids ggml has retired (4, 5, 31–33, 36–38) or not
+//! yet assigned (43 and up, as of ggml's `GGML_TYPE_COUNT` = 43) are refused at parse time
+//! because nothing can size them.
+//!
+//! The layouts follow `ggml-common.h`; the arithmetic follows `dequantize_row_*` in
+//! `ggml-quants.c` operation for operation (same products in the same order, no fused
+//! multiply-add), so results are bit-identical to ggml's reference CPU path. This is the
+//! slow, obviously-correct path: it exists to load weights once and to check faster kernels.
+//!
+//! All multi-byte fields are little-endian and read with `from_le_bytes`, so nothing here
+//! depends on the slice's alignment (an owned `Vec<u8>` gives no alignment guarantee).
+
+use half::{bf16, f16};
+
+/// Elements per block of the k-quants (`QK_K` in ggml).
+const QK_K: usize = 256;
+
+macro_rules! ggml_types {
+    ($( $variant:ident = $id:literal, $name:literal, $block:expr, $bytes:expr; )*) => {
+        /// A tensor element type, as numbered in ggml's `enum ggml_type`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[allow(non_camel_case_types)]
+        pub enum GgmlType { $( $variant, )* }
+
+        impl GgmlType {
+            /// Every type ggml currently defines, in id order.
+            pub const ALL: &[GgmlType] = &[ $( GgmlType::$variant, )* ];
+
+            /// The type with this ggml id; `None` for ids ggml retired or never assigned.
+            pub fn from_id(id: u32) -> Option<Self> {
+                match id { $( $id => Some(Self::$variant), )* _ => None }
+            }
+
+            /// The ggml type id, as stored in a GGUF tensor info.
+            pub fn id(self) -> u32 {
+                match self { $( Self::$variant => $id, )* }
+            }
+
+            /// ggml's name for the type (`"Q4_K"`, `"IQ2_XXS"`), for messages.
+            pub fn name(self) -> &'static str {
+                match self { $( Self::$variant => $name, )* }
+            }
+
+            /// Elements per block; a row's length must be a multiple of it.
+            pub fn block_size(self) -> usize {
+                match self { $( Self::$variant => $block, )* }
+            }
+
+            /// Bytes per block.
+            pub fn type_size(self) -> usize {
+                match self { $( Self::$variant => $bytes, )* }
+            }
+        }
+    };
+}
+
+// Sizes are the `sizeof(block_*)` of ggml-common.h: f16 scales are 2 bytes, `QK_K` = 256.
+ggml_types! {
+    F32 = 0, "F32", 1, 4;
+    F16 = 1, "F16", 1, 2;
+    Q4_0 = 2, "Q4_0", 32, 2 + 16;
+    Q4_1 = 3, "Q4_1", 32, 2 + 2 + 16;
+    Q5_0 = 6, "Q5_0", 32, 2 + 4 + 16;
+    Q5_1 = 7, "Q5_1", 32, 2 + 2 + 4 + 16;
+    Q8_0 = 8, "Q8_0", 32, 2 + 32;
+    Q8_1 = 9, "Q8_1", 32, 2 + 2 + 32;
+    Q2_K = 10, "Q2_K", QK_K, QK_K / 16 + QK_K / 4 + 2 + 2;
+    Q3_K = 11, "Q3_K", QK_K, QK_K / 8 + QK_K / 4 + 12 + 2;
+    Q4_K = 12, "Q4_K", QK_K, 2 + 2 + 12 + QK_K / 2;
+    Q5_K = 13, "Q5_K", QK_K, 2 + 2 + 12 + QK_K / 8 + QK_K / 2;
+    Q6_K = 14, "Q6_K", QK_K, QK_K / 2 + QK_K / 4 + QK_K / 16 + 2;
+    Q8_K = 15, "Q8_K", QK_K, 4 + QK_K + QK_K / 16 * 2;
+    IQ2_XXS = 16, "IQ2_XXS", QK_K, 2 + QK_K / 8 * 2;
+    IQ2_XS = 17, "IQ2_XS", QK_K, 2 + QK_K / 8 * 2 + QK_K / 32;
+    IQ3_XXS = 18, "IQ3_XXS", QK_K, 2 + 3 * QK_K / 8;
+    IQ1_S = 19, "IQ1_S", QK_K, 2 + QK_K / 8 + QK_K / 32 * 2;
+    IQ4_NL = 20, "IQ4_NL", 32, 2 + 16;
+    IQ3_S = 21, "IQ3_S", QK_K, 2 + QK_K / 4 + QK_K / 32 + QK_K / 8 + QK_K / 64;
+    IQ2_S = 22, "IQ2_S", QK_K, 2 + QK_K / 4 + QK_K / 32 + QK_K / 32;
+    IQ4_XS = 23, "IQ4_XS", QK_K, 2 + 2 + QK_K / 64 + QK_K / 2;
+    I8 = 24, "I8", 1, 1;
+    I16 = 25, "I16", 1, 2;
+    I32 = 26, "I32", 1, 4;
+    I64 = 27, "I64", 1, 8;
+    F64 = 28, "F64", 1, 8;
+    IQ1_M = 29, "IQ1_M", QK_K, QK_K / 8 + QK_K / 16 + QK_K / 32;
+    BF16 = 30, "BF16", 1, 2;
+    TQ1_0 = 34, "TQ1_0", QK_K, (QK_K - 4 * QK_K / 64) / 5 + QK_K / 64 + 2;
+    TQ2_0 = 35, "TQ2_0", QK_K, QK_K / 4 + 2;
+    MXFP4 = 39, "MXFP4", 32, 1 + 16;
+    NVFP4 = 40, "NVFP4", 64, 64 / 16 + 64 / 2;
+    Q1_0 = 41, "Q1_0", 128, 2 + 128 / 8;
+    Q2_0 = 42, "Q2_0", 64, 2 + 64 / 4;
+}
+
+impl GgmlType {
+    /// Whether [`dequantize_row`] handles this type.
+    pub fn can_dequantize(self) -> bool {
+        use GgmlType::*;
+        matches!(
+            self,
+            F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K
+        )
+    }
+
+    /// Bytes taken by `n_elements` elements, or `None` if `n_elements` is not a whole number
+    /// of blocks or the size overflows.
+    pub fn bytes_for(self, n_elements: u64) -> Option<u64> {
+        let block = self.block_size() as u64;
+        if !n_elements.is_multiple_of(block) {
+            return None;
+        }
+        (n_elements / block).checked_mul(self.type_size() as u64)
+    }
+}
+
+impl std::fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Why a row could not be dequantized.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DequantError {
+    #[error("type {} cannot be dequantized", .0.name())]
+    Unsupported(GgmlType),
+    #[error("{ty}: {n_out} outputs is not a whole number of {}-element blocks", ty.block_size())]
+    PartialBlock { ty: GgmlType, n_out: usize },
+    #[error("{ty}: {n_out} outputs need {expected} input bytes, got {got}")]
+    LengthMismatch {
+        ty: GgmlType,
+        n_out: usize,
+        expected: usize,
+        got: usize,
+    },
+}
+
+/// Dequantizes `out.len()` elements of type `ty` from `bytes` into `out`.
+///
+/// `bytes` must hold exactly the blocks for `out.len()` elements (a whole row, or any whole
+/// number of blocks). Types outside [`GgmlType::can_dequantize`] give
+/// [`DequantError::Unsupported`]; callers that know the tensor name should say which tensor.
+pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), DequantError> {
+    if !ty.can_dequantize() {
+        return Err(DequantError::Unsupported(ty));
+    }
+    let n_out = out.len();
+    let expected = ty
+        .bytes_for(n_out as u64)
+        .ok_or(DequantError::PartialBlock { ty, n_out })? as usize;
+    if bytes.len() != expected {
+        return Err(DequantError::LengthMismatch {
+            ty,
+            n_out,
+            expected,
+            got: bytes.len(),
+        });
+    }
+    let blocks = bytes
+        .chunks_exact(ty.type_size())
+        .zip(out.chunks_exact_mut(ty.block_size()));
+    match ty {
+        GgmlType::F32 => blocks.for_each(|(b, y)| y[0] = f32::from_le_bytes(le4(b, 0))),
+        GgmlType::F16 => blocks.for_each(|(b, y)| y[0] = f16_at(b, 0)),
+        GgmlType::BF16 => blocks.for_each(|(b, y)| y[0] = bf16::from_bits(u16_at(b, 0)).to_f32()),
+        GgmlType::Q4_0 => blocks.for_each(|(b, y)| dequant_q4_0(b, y)),
+        GgmlType::Q4_1 => blocks.for_each(|(b, y)| dequant_q4_1(b, y)),
+        GgmlType::Q5_0 => blocks.for_each(|(b, y)| dequant_q5_0(b, y)),
+        GgmlType::Q5_1 => blocks.for_each(|(b, y)| dequant_q5_1(b, y)),
+        GgmlType::Q8_0 => blocks.for_each(|(b, y)| dequant_q8_0(b, y)),
+        GgmlType::Q4_K => blocks.for_each(|(b, y)| dequant_q4_k(b, y)),
+        GgmlType::Q5_K => blocks.for_each(|(b, y)| dequant_q5_k(b, y)),
+        GgmlType::Q6_K => blocks.for_each(|(b, y)| dequant_q6_k(b, y)),
+        _ => unreachable!("can_dequantize() admitted {ty}"),
+    }
+    Ok(())
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+fn le4(b: &[u8], at: usize) -> [u8; 4] {
+    [b[at], b[at + 1], b[at + 2], b[at + 3]]
+}
+
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_bits(u16_at(b, at)).to_f32()
+}
+
+// block_q4_0 { f16 d; u8 qs[16] }: element j is the low nibble of qs[j], element j+16 the high
+// nibble, both offset by 8.
+fn dequant_q4_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let qs = &b[2..18];
+    for j in 0..16 {
+        y[j] = ((qs[j] & 0x0F) as i32 - 8) as f32 * d;
+        y[j + 16] = ((qs[j] >> 4) as i32 - 8) as f32 * d;
+    }
+}
+
+// block_q4_1 { f16 d; f16 m; u8 qs[16] }: as Q4_0 but unsigned nibbles plus a minimum.
+fn dequant_q4_1(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let m = f16_at(b, 2);
+    let qs = &b[4..20];
+    for j in 0..16 {
+        y[j] = (qs[j] & 0x0F) as f32 * d + m;
+        y[j + 16] = (qs[j] >> 4) as f32 * d + m;
+    }
+}
+
+// block_q5_0 { f16 d; u8 qh[4]; u8 qs[16] }: bit j of qh is the fifth bit of element j.
+fn dequant_q5_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let qh = u32::from_le_bytes(le4(b, 2));
+    let qs = &b[6..22];
+    for j in 0..16 {
+        let (lo, hi) = q5_pair(qs[j], qh, j);
+        y[j] = (lo as i32 - 16) as f32 * d;
+        y[j + 16] = (hi as i32 - 16) as f32 * d;
+    }
+}
+
+// block_q5_1 { f16 d; f16 m; u8 qh[4]; u8 qs[16] }
+fn dequant_q5_1(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let m = f16_at(b, 2);
+    let qh = u32::from_le_bytes(le4(b, 4));
+    let qs = &b[8..24];
+    for j in 0..16 {
+        let (lo, hi) = q5_pair(qs[j], qh, j);
+        y[j] = lo as f32 * d + m;
+        y[j + 16] = hi as f32 * d + m;
+    }
+}
+
+/// The 5-bit values of elements `j` and `j + 16` of a Q5_0/Q5_1 block.
+fn q5_pair(q: u8, qh: u32, j: usize) -> (u32, u32) {
+    let lo = (q & 0x0F) as u32 | (((qh >> j) & 1) << 4);
+    let hi = (q >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4);
+    (lo, hi)
+}
+
+// block_q8_0 { f16 d; i8 qs[32] }
+fn dequant_q8_0(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    for (yj, &q) in y.iter_mut().zip(&b[2..34]) {
+        *yj = (q as i8) as f32 * d;
+    }
+}
+
+/// Scale and minimum of sub-block `j` (0..8) of a Q4_K/Q5_K block, packed as 6-bit values in
+/// 12 bytes (ggml's `get_scale_min_k4`): sub-blocks 0–3 use the low 6 bits of bytes 0–3 and
+/// 4–7; sub-blocks 4–7 take their low 4 bits from bytes 8–11 and their top 2 bits from the
+/// spare top bits of bytes 0–7.
+fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+// block_q4_K { f16 d; f16 dmin; u8 scales[12]; u8 qs[128] }: four 64-element chunks; in chunk
+// c, elements 0..32 are the low nibbles of qs[32c..32c+32] (sub-block 2c), elements 32..64 the
+// high nibbles (sub-block 2c+1).
+fn dequant_q4_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let scales = &b[4..16];
+    let qs = &b[16..144];
+    for (c, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
+        let (sc1, m1) = scale_min_k4(2 * c, scales);
+        let (sc2, m2) = scale_min_k4(2 * c + 1, scales);
+        let (d1, min1) = (d * sc1 as f32, dmin * m1 as f32);
+        let (d2, min2) = (d * sc2 as f32, dmin * m2 as f32);
+        for l in 0..32 {
+            y[l] = d1 * (q[l] & 0x0F) as f32 - min1;
+            y[l + 32] = d2 * (q[l] >> 4) as f32 - min2;
+        }
+    }
+}
+
+// block_q5_K { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128] }: as Q4_K, with the
+// fifth bit of element l of sub-block s in bit s of qh[l].
+fn dequant_q5_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 0);
+    let dmin = f16_at(b, 2);
+    let scales = &b[4..16];
+    let qh = &b[16..48];
+    let qs = &b[48..176];
+    for (c, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
+        let (sc1, m1) = scale_min_k4(2 * c, scales);
+        let (sc2, m2) = scale_min_k4(2 * c + 1, scales);
+        let (d1, min1) = (d * sc1 as f32, dmin * m1 as f32);
+        let (d2, min2) = (d * sc2 as f32, dmin * m2 as f32);
+        let (u1, u2) = (1u8 << (2 * c), 2u8 << (2 * c));
+        for l in 0..32 {
+            let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
+            let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
+            y[l] = d1 * ((q[l] & 0x0F) + h1) as f32 - min1;
+            y[l + 32] = d2 * ((q[l] >> 4) + h2) as f32 - min2;
+        }
+    }
+}
+
+// block_q6_K { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d }: two 128-element halves; in a
+// half, element 32g + l (g = 0..4) takes its low 4 bits from ql[l + 32(g&1)] (low nibble for
+// g < 2, high for g >= 2), its top 2 bits from bits 2g..2g+2 of qh[l], and scale l/16 + 2g.
+fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
+    let d = f16_at(b, 208);
+    for half in 0..2 {
+        let ql = &b[64 * half..64 * half + 64];
+        let qh = &b[128 + 32 * half..128 + 32 * half + 32];
+        let sc = &b[192 + 8 * half..192 + 8 * half + 8];
+        let y = &mut y[128 * half..128 * half + 128];
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) as i32 - 32;
+            let q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+            y[l] = d * (sc[is] as i8) as f32 * q1 as f32;
+            y[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
+            y[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
+            y[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Each test builds blocks from chosen scales and quantized values with an *encoder* that
+    //! states the layout element by element, then checks the decoder's output against
+    //! `scale * q (+/- min)` computed from those same chosen values.
+    use super::*;
+
+    fn f16_bytes(x: f32) -> [u8; 2] {
+        f16::from_f32(x).to_le_bytes()
+    }
+
+    fn dequant(ty: GgmlType, bytes: &[u8]) -> Vec<f32> {
+        let n = bytes.len() / ty.type_size() * ty.block_size();
+        let mut out = vec![f32::NAN; n];
+        dequantize_row(ty, bytes, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn block_sizes_match_ggml() {
+        use GgmlType::*;
+        let expected = [
+            (Q4_0, 18),
+            (Q4_1, 20),
+            (Q5_0, 22),
+            (Q5_1, 24),
+            (Q8_0, 34),
+            (Q8_1, 36),
+            (Q2_K, 84),
+            (Q3_K, 110),
+            (Q4_K, 144),
+            (Q5_K, 176),
+            (Q6_K, 210),
+            (Q8_K, 292),
+            (IQ2_XXS, 66),
+            (IQ2_XS, 74),
+            (IQ3_XXS, 98),
+            (IQ1_S, 50),
+            (IQ4_NL, 18),
+            (IQ3_S, 110),
+            (IQ2_S, 82),
+            (IQ4_XS, 136),
+            (IQ1_M, 56),
+            (TQ1_0, 54),
+            (TQ2_0, 66),
+            (MXFP4, 17),
+            (NVFP4, 36),
+            (Q1_0, 18),
+            (Q2_0, 18),
+        ];
+        for (ty, size) in expected {
+            assert_eq!(ty.type_size(), size, "{ty}");
+        }
+        for &ty in GgmlType::ALL {
+            assert_eq!(GgmlType::from_id(ty.id()), Some(ty));
+        }
+        for retired in [4, 5, 31, 32, 33, 36, 37, 38, 43, u32::MAX] {
+            assert_eq!(GgmlType::from_id(retired), None, "id {retired}");
+        }
+    }
+
+    #[test]
+    fn plain_floats() {
+        let xs = [1.5f32, -0.0, f32::INFINITY, 3.0e-5];
+        let f32_bytes: Vec<u8> = xs.iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(dequant(GgmlType::F32, &f32_bytes), xs);
+        let f16b: Vec<u8> = [1.5f32, -2.0, 65504.0]
+            .iter()
+            .flat_map(|&x| f16_bytes(x))
+            .collect();
+        assert_eq!(dequant(GgmlType::F16, &f16b), [1.5, -2.0, 65504.0]);
+        // bf16 is the top half of an f32: 0x3FC0 = 1.5, 0xC000 = -2.0, 0x4049 = 3.140625.
+        let bf: Vec<u8> = [0x3FC0u16, 0xC000, 0x4049]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
+        assert_eq!(dequant(GgmlType::BF16, &bf), [1.5, -2.0, 3.140625]);
+    }
+
+    #[test]
+    fn q8_0() {
+        let mut b = f16_bytes(0.5).to_vec();
+        b.extend((0..32).map(|i| (i as i8 - 16) as u8));
+        let y = dequant(GgmlType::Q8_0, &b);
+        let want: Vec<f32> = (0..32).map(|i| (i - 16) as f32 * 0.5).collect();
+        assert_eq!(y, want);
+    }
+
+    /// Packs 32 4-bit values: element j in the low nibble of byte j, element j+16 in the high.
+    fn pack_nibbles(q: &[u8; 32]) -> [u8; 16] {
+        std::array::from_fn(|j| q[j] | (q[j + 16] << 4))
+    }
+
+    #[test]
+    fn q4_0_and_q4_1() {
+        let q: [u8; 32] = std::array::from_fn(|i| (i * 7 % 16) as u8);
+        let mut b0 = f16_bytes(0.25).to_vec();
+        b0.extend(pack_nibbles(&q));
+        let want0: Vec<f32> = q.iter().map(|&v| (v as f32 - 8.0) * 0.25).collect();
+        assert_eq!(dequant(GgmlType::Q4_0, &b0), want0);
+
+        let mut b1 = f16_bytes(0.125).to_vec();
+        b1.extend(f16_bytes(-1.0));
+        b1.extend(pack_nibbles(&q));
+        let want1: Vec<f32> = q.iter().map(|&v| v as f32 * 0.125 - 1.0).collect();
+        assert_eq!(dequant(GgmlType::Q4_1, &b1), want1);
+        // Two blocks in a row decode independently.
+        let two = [b1.clone(), b1].concat();
+        assert_eq!(
+            dequant(GgmlType::Q4_1, &two),
+            [want1.clone(), want1].concat()
+        );
+    }
+
+    /// Packs 32 5-bit values as Q5 stores them: low nibbles like Q4, fifth bits in a u32.
+    fn pack_q5(q: &[u8; 32]) -> ([u8; 4], [u8; 16]) {
+        let lows: [u8; 32] = std::array::from_fn(|i| q[i] & 0x0F);
+        let qh: u32 = (0..32).map(|i| ((q[i] >> 4) as u32 & 1) << i).sum();
+        (qh.to_le_bytes(), pack_nibbles(&lows))
+    }
+
+    #[test]
+    fn q5_0_and_q5_1() {
+        let q: [u8; 32] = std::array::from_fn(|i| (i * 11 % 32) as u8);
+        let (qh, qs) = pack_q5(&q);
+        let mut b0 = f16_bytes(2.0).to_vec();
+        b0.extend(qh);
+        b0.extend(qs);
+        let want0: Vec<f32> = q.iter().map(|&v| (v as f32 - 16.0) * 2.0).collect();
+        assert_eq!(dequant(GgmlType::Q5_0, &b0), want0);
+
+        let mut b1 = f16_bytes(0.5).to_vec();
+        b1.extend(f16_bytes(3.0));
+        b1.extend(qh);
+        b1.extend(qs);
+        let want1: Vec<f32> = q.iter().map(|&v| v as f32 * 0.5 + 3.0).collect();
+        assert_eq!(dequant(GgmlType::Q5_1, &b1), want1);
+    }
+
+    /// Packs eight 6-bit (scale, min) pairs the way `get_scale_min_k4` unpacks them.
+    fn pack_scale_min_k4(sm: &[(u8, u8); 8]) -> [u8; 12] {
+        let mut p = [0u8; 12];
+        for (j, &(s, m)) in sm.iter().enumerate() {
+            if j < 4 {
+                p[j] |= s & 63;
+                p[j + 4] |= m & 63;
+            } else {
+                p[j + 4] |= (s & 0x0F) | ((m & 0x0F) << 4);
+                p[j - 4] |= (s >> 4) << 6;
+                p[j] |= (m >> 4) << 6;
+            }
+        }
+        p
+    }
+
+    /// Sub-block scales and mins that exercise all six bits, and one value per element.
+    fn k_fixture(bits: u32) -> ([(u8, u8); 8], [u8; 256]) {
+        let sm: [(u8, u8); 8] =
+            std::array::from_fn(|j| ((j * 9 + 1) as u8 % 64, (63 - j * 5) as u8));
+        let q: [u8; 256] = std::array::from_fn(|i| ((i * 13 + i / 7) % (1 << bits)) as u8);
+        (sm, q)
+    }
+
+    #[test]
+    fn q4_k() {
+        let (sm, q) = k_fixture(4);
+        let (d, dmin) = (0.5f32, 0.25f32);
+        let mut qs = [0u8; 128];
+        for (i, &v) in q.iter().enumerate() {
+            let (chunk, k) = (i / 64, i % 64);
+            qs[chunk * 32 + k % 32] |= v << (4 * (k / 32));
+        }
+        let mut b = [f16_bytes(d), f16_bytes(dmin)].concat();
+        b.extend(pack_scale_min_k4(&sm));
+        b.extend(qs);
+        let y = dequant(GgmlType::Q4_K, &b);
+        for i in 0..256 {
+            let (s, m) = sm[i / 32];
+            let want = d * s as f32 * q[i] as f32 - dmin * m as f32;
+            assert_eq!(y[i], want, "element {i}");
+        }
+    }
+
+    #[test]
+    fn q5_k() {
+        let (sm, q) = k_fixture(5);
+        let (d, dmin) = (0.125f32, 1.5f32);
+        let mut qs = [0u8; 128];
+        let mut qh = [0u8; 32];
+        for (i, &v) in q.iter().enumerate() {
+            let (chunk, k) = (i / 64, i % 64);
+            qs[chunk * 32 + k % 32] |= (v & 0x0F) << (4 * (k / 32));
+            qh[k % 32] |= (v >> 4) << (i / 32);
+        }
+        let mut b = [f16_bytes(d), f16_bytes(dmin)].concat();
+        b.extend(pack_scale_min_k4(&sm));
+        b.extend(qh);
+        b.extend(qs);
+        let y = dequant(GgmlType::Q5_K, &b);
+        for i in 0..256 {
+            let (s, m) = sm[i / 32];
+            let want = d * s as f32 * q[i] as f32 - dmin * m as f32;
+            assert_eq!(y[i], want, "element {i}");
+        }
+    }
+
+    #[test]
+    fn q6_k() {
+        let q: [u8; 256] = std::array::from_fn(|i| ((i * 29 + 3) % 64) as u8);
+        let scales: [i8; 16] = std::array::from_fn(|j| (j as i8 - 8) * 15);
+        let d = 0.0625f32;
+        let (mut ql, mut qh) = ([0u8; 128], [0u8; 64]);
+        for (i, &v) in q.iter().enumerate() {
+            let (half, r) = (i / 128, i % 128);
+            let (g, l) = (r / 32, r % 32);
+            ql[64 * half + l + 32 * (g & 1)] |= (v & 0x0F) << (4 * (g / 2));
+            qh[32 * half + l] |= (v >> 4) << (2 * g);
+        }
+        let mut b = ql.to_vec();
+        b.extend(qh);
+        b.extend(scales.map(|s| s as u8));
+        b.extend(f16_bytes(d));
+        let y = dequant(GgmlType::Q6_K, &b);
+        for i in 0..256 {
+            let (half, r) = (i / 128, i % 128);
+            let sc = scales[8 * half + (r % 32) / 16 + 2 * (r / 32)];
+            let want = d * sc as f32 * (q[i] as i32 - 32) as f32;
+            assert_eq!(y[i], want, "element {i}");
+        }
+    }
+
+    #[test]
+    fn wrong_lengths_and_unsupported_types_are_errors() {
+        let mut out = [0f32; 32];
+        assert_eq!(
+            dequantize_row(GgmlType::Q4_1, &[0; 19], &mut out),
+            Err(DequantError::LengthMismatch {
+                ty: GgmlType::Q4_1,
+                n_out: 32,
+                expected: 20,
+                got: 19
+            })
+        );
+        assert_eq!(
+            dequantize_row(GgmlType::Q4_K, &[0; 144], &mut out),
+            Err(DequantError::PartialBlock {
+                ty: GgmlType::Q4_K,
+                n_out: 32
+            })
+        );
+        let err = dequantize_row(GgmlType::IQ2_XXS, &[0; 66], &mut [0f32; 256]).unwrap_err();
+        assert_eq!(err.to_string(), "type IQ2_XXS cannot be dequantized");
+    }
+}
