@@ -1,25 +1,30 @@
+//! Checkpoints in Hugging Face's safetensors format, read in place from memory-mapped files.
+
 use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use ::safetensors::SafeTensors;
+use ::safetensors::tensor::{Dtype, Metadata, TensorInfo};
 use burn::tensor::{Bytes, DType, TensorData};
 use half::{bf16, f16};
 use memmap2::{Mmap, UncheckedAdvice};
-use safetensors::SafeTensors;
-use safetensors::tensor::{Dtype, Metadata, TensorInfo};
 
-use super::error::{ModelError, Result};
-use super::weight_arena::WeightArena;
+use super::{Checkpoint, TensorRole};
+use crate::model::error::{ModelError, Result};
+use crate::model::weight_arena::WeightArena;
 
-const SINGLE_FILE: &str = "model.safetensors";
-const SHARD_INDEX: &str = "model.safetensors.index.json";
+/// The weights of a checkpoint folder that holds them in one file.
+pub const SINGLE_FILE: &str = "model.safetensors";
+/// The list of shard files, in a folder whose weights are split over several.
+pub const SHARD_INDEX: &str = "model.safetensors.index.json";
 
-/// The weights of a checkpoint folder: one `model.safetensors`, or the shards listed in
-/// `model.safetensors.index.json`.
+/// The weights of a Hugging Face checkpoint folder: one [`SINGLE_FILE`], or the shards listed
+/// in [`SHARD_INDEX`].
 ///
 /// Files are memory-mapped and each tensor is converted straight from the mapping into the
 /// compute precision, so loading never holds the checkpoint in memory twice.
-pub struct Checkpoint {
+pub struct SafetensorsCheckpoint {
     shards: Vec<Shard>,
     tensor_shard: HashMap<String, usize>,
     location: PathBuf,
@@ -37,7 +42,7 @@ struct ShardIndex {
     weight_map: HashMap<String, String>,
 }
 
-impl Checkpoint {
+impl SafetensorsCheckpoint {
     pub fn open(dir: &Path) -> Result<Self> {
         let index_path = dir.join(SHARD_INDEX);
         if index_path.is_file() {
@@ -94,62 +99,7 @@ impl Checkpoint {
         })
     }
 
-    pub fn contains(&self, name: &str) -> bool {
-        self.tensor_shard.contains_key(name)
-    }
-
-    /// One tensor, checked against the shape the config implies, in the compute precision,
-    /// decoded into `arena` when one is given and has room.
-    pub fn tensor(
-        &self,
-        name: &str,
-        shape: &[usize],
-        dtype: DType,
-        arena: Option<&mut WeightArena>,
-    ) -> Result<TensorData> {
-        let part = self.part(name, shape)?;
-        convert(&[part], shape.to_vec(), dtype, arena)
-    }
-
-    /// Matrices of one column count stacked row-wise into one, e.g. the q, k and v
-    /// projections into the single matrix that one fused matmul multiplies by.
-    pub fn stacked(
-        &self,
-        parts: &[(&str, [usize; 2])],
-        dtype: DType,
-        arena: Option<&mut WeightArena>,
-    ) -> Result<TensorData> {
-        let parts = parts
-            .iter()
-            .map(|(name, shape)| self.part(name, shape))
-            .collect::<Result<Vec<_>>>()?;
-        let rows = parts.iter().map(|part| part.info.shape[0]).sum();
-        let cols = parts.first().map_or(0, |part| part.info.shape[1]);
-        convert(&parts, vec![rows, cols], dtype, arena)
-    }
-
-    /// The float type a tensor is stored in, if the checkpoint has it.
-    pub fn stored_dtype(&self, name: &str) -> Option<DType> {
-        let shard = &self.shards[*self.tensor_shard.get(name)?];
-        match shard.metadata.info(name)?.dtype {
-            Dtype::F32 => Some(DType::F32),
-            Dtype::BF16 => Some(DType::BF16),
-            Dtype::F16 => Some(DType::F16),
-            _ => None,
-        }
-    }
-
-    /// Values stored across all tensors of the checkpoint: what an arena for all of them
-    /// needs to hold.
-    pub fn stored_values(&self) -> usize {
-        self.shards
-            .iter()
-            .flat_map(|shard| shard.metadata.tensors().into_values())
-            .map(|info| info.shape.iter().product::<usize>())
-            .sum()
-    }
-
-    fn part<'a>(&'a self, name: &'a str, shape: &[usize]) -> Result<Part<'a>> {
+    fn part(&self, name: &str, shape: &[usize]) -> Result<Part<'_>> {
         let missing = || ModelError::MissingTensor {
             name: name.to_string(),
             location: self.location.clone(),
@@ -170,6 +120,57 @@ impl Checkpoint {
             });
         }
         Ok(Part { shard, info })
+    }
+}
+
+impl Checkpoint for SafetensorsCheckpoint {
+    fn contains(&self, role: TensorRole) -> bool {
+        self.tensor_shard.contains_key(&role.safetensors_name())
+    }
+
+    fn stored_dtype(&self, role: TensorRole) -> Option<DType> {
+        let name = role.safetensors_name();
+        let shard = &self.shards[*self.tensor_shard.get(&name)?];
+        match shard.metadata.info(&name)?.dtype {
+            Dtype::F32 => Some(DType::F32),
+            Dtype::BF16 => Some(DType::BF16),
+            Dtype::F16 => Some(DType::F16),
+            _ => None,
+        }
+    }
+
+    fn stored_values(&self) -> usize {
+        self.shards
+            .iter()
+            .flat_map(|shard| shard.metadata.tensors().into_values())
+            .map(|info| info.shape.iter().product::<usize>())
+            .sum()
+    }
+
+    fn tensor(
+        &self,
+        role: TensorRole,
+        shape: &[usize],
+        dtype: DType,
+        arena: Option<&mut WeightArena>,
+    ) -> Result<TensorData> {
+        let part = self.part(&role.safetensors_name(), shape)?;
+        convert(&[part], shape.to_vec(), dtype, arena)
+    }
+
+    fn stacked(
+        &self,
+        parts: &[(TensorRole, Vec<usize>)],
+        dtype: DType,
+        arena: Option<&mut WeightArena>,
+    ) -> Result<TensorData> {
+        let parts = parts
+            .iter()
+            .map(|(role, shape)| self.part(&role.safetensors_name(), shape))
+            .collect::<Result<Vec<_>>>()?;
+        let rows = parts.iter().map(|part| part.info.shape[0]).sum();
+        let cols = parts.first().map_or(0, |part| part.info.shape[1]);
+        convert(&parts, vec![rows, cols], dtype, arena)
     }
 }
 
@@ -311,9 +312,9 @@ impl Shard {
     }
 }
 
-impl std::fmt::Debug for Checkpoint {
+impl std::fmt::Debug for SafetensorsCheckpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Checkpoint")
+        f.debug_struct("SafetensorsCheckpoint")
             .field(
                 "files",
                 &self.shards.iter().map(|s| &s.path).collect::<Vec<_>>(),

@@ -1,0 +1,47 @@
+//! Where the weights come from: the tensors the model needs, by role ([`TensorRole`]), read
+//! from a weight format behind the [`Checkpoint`] trait, so that the model's loading code
+//! names no file format.
+
+use burn::tensor::{DType, TensorData};
+
+use super::error::Result;
+use super::weight_arena::WeightArena;
+
+mod layout;
+pub mod safetensors;
+
+pub use layout::{LayerRole, TensorRole};
+
+/// A checkpoint's tensors, read by role and converted to the type the model holds them in.
+///
+/// Shapes are the ones the config implies; a reader refuses a tensor stored in another shape,
+/// or missing, with an error that names it as the file does.
+pub trait Checkpoint {
+    /// Whether the checkpoint holds the tensor at all.
+    fn contains(&self, role: TensorRole) -> bool;
+
+    /// The float type a tensor is stored in, if the checkpoint has it.
+    fn stored_dtype(&self, role: TensorRole) -> Option<DType>;
+
+    /// Values stored across all tensors of the checkpoint: what an arena for all of them
+    /// needs to hold.
+    fn stored_values(&self) -> usize;
+
+    /// One tensor in `dtype`, decoded into `arena` when one is given and has room.
+    fn tensor(
+        &self,
+        role: TensorRole,
+        shape: &[usize],
+        dtype: DType,
+        arena: Option<&mut WeightArena>,
+    ) -> Result<TensorData>;
+
+    /// Matrices of one column count stacked row-wise into one, e.g. the q, k and v
+    /// projections into the single matrix that one fused matmul multiplies by.
+    fn stacked(
+        &self,
+        parts: &[(TensorRole, Vec<usize>)],
+        dtype: DType,
+        arena: Option<&mut WeightArena>,
+    ) -> Result<TensorData>;
+}
