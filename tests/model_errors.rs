@@ -193,7 +193,10 @@ fn untied_config_without_lm_head_names_it() {
     let dir = tiny_model_copy();
     edit_config(dir.path(), "tie_word_embeddings", false.into());
     let err = load(dir.path()).unwrap_err().to_string();
-    assert!(err.contains(&TensorRole::LmHead.safetensors_name()), "{err}");
+    assert!(
+        err.contains(&TensorRole::LmHead.safetensors_name()),
+        "{err}"
+    );
 }
 
 #[test]

@@ -32,7 +32,8 @@ impl Attention {
         let config = loader.config();
         let role = |role| TensorRole::Layer(layer, role);
         Ok(Self {
-            qkv: loader.projection(&[LayerRole::Query, LayerRole::Key, LayerRole::Value].map(role))?,
+            qkv: loader
+                .projection(&[LayerRole::Query, LayerRole::Key, LayerRole::Value].map(role))?,
             output: loader.projection(&[role(LayerRole::AttentionOutput)])?,
             layer,
             num_heads: config.num_attention_heads,

@@ -49,13 +49,9 @@ impl DecoderLayer {
     ) -> Result<Tensor<2>> {
         // x + attention(norm(x)), then x + mlp(norm(x)); each sum is formed inside the
         // block's output projection, in the same pass as the product.
-        let x = self.attention.add_to(
-            x.clone(),
-            self.attention_norm.forward(x),
-            rope,
-            cache,
-            mask,
-        )?;
+        let x =
+            self.attention
+                .add_to(x.clone(), self.attention_norm.forward(x), rope, cache, mask)?;
         Ok(self.mlp.add_to(x.clone(), self.mlp_norm.forward(x)))
     }
 }
@@ -201,8 +197,8 @@ impl Llama {
             });
         }
         let mut hidden = self.embedding.forward(tokens).cast(self.dtype);
-        let mask = (count > 1 && !cache.is_host())
-            .then(|| self.causal_mask(start, count, &self.device()));
+        let mask =
+            (count > 1 && !cache.is_host()).then(|| self.causal_mask(start, count, &self.device()));
         for layer in &self.layers {
             hidden = layer.forward(hidden, &self.rope, cache, mask.as_ref())?;
         }

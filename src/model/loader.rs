@@ -78,7 +78,10 @@ impl<'a> Loader<'a> {
     pub fn projection(&mut self, parts: &[TensorRole]) -> Result<Linear> {
         let (arena, dtype) = match self.quantization {
             Some(_) => (None, self.dtype),
-            None => (self.arena.as_mut(), self.storage_dtype(parts)),
+            None => {
+                let dtype = self.storage_dtype(parts);
+                (self.arena.as_mut(), dtype)
+            }
         };
         let parts: Vec<(TensorRole, Vec<usize>)> = parts
             .iter()

@@ -73,4 +73,3 @@ fn rotate<E: HostFloat>(x: &[E], cos: &[E], signed_sin: &[E], out: &mut [f32]) {
         out_high[i] = high * cos_high[i].to_f32() + low * sin_high[i].to_f32();
     }
 }
-
