@@ -9,6 +9,8 @@ use common::tiny_model_copy;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use smolchat::backend::BackendKind;
+use smolchat::model::checkpoint::safetensors::SINGLE_FILE;
+use smolchat::model::checkpoint::{LayerRole, TensorRole};
 use smolchat::model::{Llama, ModelError};
 
 fn load(dir: &Path) -> Result<Llama, ModelError> {
@@ -20,7 +22,7 @@ fn rewrite_weights(
     dir: &Path,
     edit: impl Fn(&str, TensorView) -> Option<(Dtype, Vec<usize>, Vec<u8>)>,
 ) {
-    let path = dir.join("model.safetensors");
+    let path = dir.join(SINGLE_FILE);
     let bytes = std::fs::read(&path).expect("read weights");
     let file = SafeTensors::deserialize(&bytes).expect("parse weights");
     let tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = file
@@ -70,15 +72,15 @@ fn missing_folder_names_the_config_file() {
 #[test]
 fn missing_weights_file_is_named() {
     let dir = tiny_model_copy();
-    std::fs::remove_file(dir.path().join("model.safetensors")).expect("remove");
+    std::fs::remove_file(dir.path().join(SINGLE_FILE)).expect("remove");
     let err = load(dir.path()).unwrap_err().to_string();
-    assert!(err.contains("model.safetensors"), "{err}");
+    assert!(err.contains(SINGLE_FILE), "{err}");
 }
 
 #[test]
 fn truncated_weights_are_reported_as_corrupt() {
     let dir = tiny_model_copy();
-    let path = dir.path().join("model.safetensors");
+    let path = dir.path().join(SINGLE_FILE);
     let bytes = std::fs::read(&path).expect("read");
     std::fs::write(&path, &bytes[..bytes.len() - 1000]).expect("truncate");
     let err = load(dir.path()).unwrap_err();
@@ -97,7 +99,7 @@ fn corrupt_header_is_reported_as_corrupt() {
         &[0xff; 64][..],
     ] {
         let dir = tiny_model_copy();
-        std::fs::write(dir.path().join("model.safetensors"), garbage).expect("write garbage");
+        std::fs::write(dir.path().join(SINGLE_FILE), garbage).expect("write garbage");
         let err = load(dir.path()).unwrap_err();
         assert!(matches!(err, ModelError::CorruptWeights { .. }), "{err:?}");
     }
@@ -106,35 +108,28 @@ fn corrupt_header_is_reported_as_corrupt() {
 #[test]
 fn missing_tensor_is_named() {
     let dir = tiny_model_copy();
+    let missing = LayerRole::Up.safetensors_name(1);
     rewrite_weights(dir.path(), |name, view| {
-        (name != "model.layers.1.mlp.up_proj.weight")
-            .then(|| keep(view))
-            .flatten()
+        (name != missing).then(|| keep(view)).flatten()
     });
     let err = load(dir.path()).unwrap_err();
     assert!(matches!(err, ModelError::MissingTensor { .. }), "{err:?}");
-    assert!(
-        err.to_string()
-            .contains("model.layers.1.mlp.up_proj.weight"),
-        "{err}"
-    );
+    assert!(err.to_string().contains(&missing), "{err}");
 }
 
 #[test]
 fn wrong_shape_names_tensor_expected_and_found() {
     let dir = tiny_model_copy();
+    let keys = LayerRole::Key.safetensors_name(0);
     rewrite_weights(dir.path(), |name, view| {
-        if name == "model.layers.0.self_attn.k_proj.weight" {
+        if name == keys {
             Some((view.dtype(), vec![64, 32], view.data().to_vec()))
         } else {
             keep(view)
         }
     });
     let err = load(dir.path()).unwrap_err().to_string();
-    assert!(
-        err.contains("model.layers.0.self_attn.k_proj.weight"),
-        "{err}"
-    );
+    assert!(err.contains(&keys), "{err}");
     assert!(
         err.contains("[64, 32]") && err.contains("[32, 64]"),
         "{err}"
@@ -144,8 +139,9 @@ fn wrong_shape_names_tensor_expected_and_found() {
 #[test]
 fn unsupported_dtype_is_named() {
     let dir = tiny_model_copy();
+    let norm = TensorRole::FinalNorm.safetensors_name();
     rewrite_weights(dir.path(), |name, view| {
-        if name == "model.norm.weight" {
+        if name == norm {
             Some((Dtype::I16, view.shape().to_vec(), view.data().to_vec()))
         } else {
             keep(view)
@@ -158,7 +154,7 @@ fn unsupported_dtype_is_named() {
     );
     let message = err.to_string();
     assert!(
-        message.contains("model.norm.weight") && message.contains("I16"),
+        message.contains(&norm) && message.contains("I16"),
         "{message}"
     );
 }
@@ -184,7 +180,12 @@ fn config_with_more_layers_than_weights_names_the_missing_tensor() {
     let dir = tiny_model_copy();
     edit_config(dir.path(), "num_hidden_layers", 3.into());
     let err = load(dir.path()).unwrap_err().to_string();
-    assert!(err.contains("model.layers.2."), "{err}");
+    assert!(
+        LayerRole::ALL
+            .iter()
+            .any(|role| err.contains(&role.safetensors_name(2))),
+        "{err}"
+    );
 }
 
 #[test]
@@ -192,7 +193,10 @@ fn untied_config_without_lm_head_names_it() {
     let dir = tiny_model_copy();
     edit_config(dir.path(), "tie_word_embeddings", false.into());
     let err = load(dir.path()).unwrap_err().to_string();
-    assert!(err.contains("lm_head.weight"), "{err}");
+    assert!(
+        err.contains(&TensorRole::LmHead.safetensors_name()),
+        "{err}"
+    );
 }
 
 #[test]

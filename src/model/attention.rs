@@ -2,10 +2,12 @@ use burn::module::Module;
 use burn::tensor::Tensor;
 use burn::tensor::activation::softmax;
 
+use super::checkpoint::{LayerRole, TensorRole};
 use super::cpu::{self, HeadLayout};
 use super::error::{ModelError, Result};
 use super::kv_cache::{DeviceLayer, KvCache, LayerCache};
 use super::linear::Linear;
+use super::loader::Loader;
 use super::rope::RotaryEmbedding;
 
 /// Grouped-query self-attention: `num_heads` query heads share `num_kv_heads` key/value heads
@@ -18,37 +20,36 @@ use super::rope::RotaryEmbedding;
 pub struct Attention {
     qkv: Linear,
     output: Linear,
+    /// Which layer's keys and values in the cache are this block's.
+    layer: usize,
     num_heads: usize,
     num_kv_heads: usize,
     head_dim: usize,
 }
 
 impl Attention {
-    pub fn new(
-        qkv: Linear,
-        output: Linear,
-        num_heads: usize,
-        num_kv_heads: usize,
-        head_dim: usize,
-    ) -> Self {
-        Self {
-            qkv,
-            output,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-        }
+    pub fn load(loader: &mut Loader, layer: usize) -> Result<Self> {
+        let config = loader.config();
+        let role = |role| TensorRole::Layer(layer, role);
+        Ok(Self {
+            qkv: loader
+                .projection(&[LayerRole::Query, LayerRole::Key, LayerRole::Value].map(role))?,
+            output: loader.projection(&[role(LayerRole::AttentionOutput)])?,
+            layer,
+            num_heads: config.num_attention_heads,
+            num_kv_heads: config.num_kv_heads(),
+            head_dim: config.head_dim(),
+        })
     }
 
     /// `residual + attention(x)` for `x`: `[tokens, hidden]` at positions `cache.len()..`;
     /// `mask`: additive causal mask `[1, group · tokens, cached + tokens]` for a device cache,
     /// `None` for a single token (it sees everything) or a host cache (the CPU kernel masks
     /// by position).
-    pub fn forward(
+    pub fn add_to(
         &self,
-        x: Tensor<2>,
         residual: Tensor<2>,
-        layer: usize,
+        x: Tensor<2>,
         rope: &RotaryEmbedding,
         cache: &mut KvCache,
         mask: Option<&Tensor<3>>,
@@ -56,7 +57,7 @@ impl Attention {
         let [tokens, _] = x.dims();
         let start = cache.len();
         let qkv = self.qkv.forward(x);
-        let context = match cache.layer(layer, tokens) {
+        let context = match cache.layer(self.layer, tokens) {
             LayerCache::Host(rows) => {
                 let (cos, signed_sin) = rope.tables();
                 cpu::self_attention(&qkv, cos, signed_sin, rows, start, self.layout()).ok_or_else(
@@ -69,7 +70,7 @@ impl Attention {
             }
             LayerCache::Device(slot) => self.attend_on_device(qkv, slot, start, rope, mask),
         };
-        Ok(self.output.forward_onto(context, residual))
+        Ok(self.output.add_to(residual, context))
     }
 
     fn layout(&self) -> HeadLayout {

@@ -1,323 +1,47 @@
-use std::collections::HashMap;
-use std::fs::File;
-use std::path::{Path, PathBuf};
+//! Where the weights come from: the tensors the model needs, by role ([`TensorRole`]), read
+//! from a weight format behind the [`Checkpoint`] trait, so that the model's loading code
+//! names no file format.
 
-use burn::tensor::{Bytes, DType, TensorData};
-use half::{bf16, f16};
-use memmap2::{Mmap, UncheckedAdvice};
-use safetensors::SafeTensors;
-use safetensors::tensor::{Dtype, Metadata, TensorInfo};
+use burn::tensor::{DType, TensorData};
 
-use super::error::{ModelError, Result};
+use super::error::Result;
 use super::weight_arena::WeightArena;
 
-const SINGLE_FILE: &str = "model.safetensors";
-const SHARD_INDEX: &str = "model.safetensors.index.json";
+mod layout;
+pub mod safetensors;
 
-/// The weights of a checkpoint folder: one `model.safetensors`, or the shards listed in
-/// `model.safetensors.index.json`.
+pub use layout::{LayerRole, TensorRole};
+
+/// A checkpoint's tensors, read by role and converted to the type the model holds them in.
 ///
-/// Files are memory-mapped and each tensor is converted straight from the mapping into the
-/// compute precision, so loading never holds the checkpoint in memory twice.
-pub struct Checkpoint {
-    shards: Vec<Shard>,
-    tensor_shard: HashMap<String, usize>,
-    location: PathBuf,
-}
-
-struct Shard {
-    path: PathBuf,
-    mmap: Mmap,
-    data_start: usize,
-    metadata: Metadata,
-}
-
-#[derive(serde::Deserialize)]
-struct ShardIndex {
-    weight_map: HashMap<String, String>,
-}
-
-impl Checkpoint {
-    pub fn open(dir: &Path) -> Result<Self> {
-        let index_path = dir.join(SHARD_INDEX);
-        if index_path.is_file() {
-            Self::open_sharded(dir, &index_path)
-        } else {
-            let path = dir.join(SINGLE_FILE);
-            let shard = Shard::open(&path)?;
-            let tensor_shard = shard
-                .metadata
-                .tensors()
-                .into_keys()
-                .map(|name| (name, 0))
-                .collect();
-            Ok(Self {
-                shards: vec![shard],
-                tensor_shard,
-                location: path,
-            })
-        }
-    }
-
-    fn open_sharded(dir: &Path, index_path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(index_path).map_err(|source| ModelError::Io {
-            path: index_path.to_path_buf(),
-            source,
-        })?;
-        let index: ShardIndex =
-            serde_json::from_str(&text).map_err(|err| ModelError::CorruptWeights {
-                path: index_path.to_path_buf(),
-                reason: err.to_string(),
-            })?;
-        let mut file_names: Vec<&String> = index.weight_map.values().collect();
-        file_names.sort();
-        file_names.dedup();
-        let shards = file_names
-            .iter()
-            .map(|name| Shard::open(&dir.join(name)))
-            .collect::<Result<Vec<_>>>()?;
-        let mut tensor_shard = HashMap::new();
-        for (tensor, file) in &index.weight_map {
-            let shard =
-                file_names
-                    .binary_search(&file)
-                    .map_err(|_| ModelError::CorruptWeights {
-                        path: index_path.to_path_buf(),
-                        reason: format!("shard {file} of tensor {tensor} is not listed"),
-                    })?;
-            tensor_shard.insert(tensor.clone(), shard);
-        }
-        Ok(Self {
-            shards,
-            tensor_shard,
-            location: index_path.to_path_buf(),
-        })
-    }
-
-    pub fn contains(&self, name: &str) -> bool {
-        self.tensor_shard.contains_key(name)
-    }
-
-    /// One tensor, checked against the shape the config implies, in the compute precision,
-    /// decoded into `arena` when one is given and has room.
-    pub fn tensor(
-        &self,
-        name: &str,
-        shape: &[usize],
-        dtype: DType,
-        arena: Option<&mut WeightArena>,
-    ) -> Result<TensorData> {
-        let part = self.part(name, shape)?;
-        convert(&[part], shape.to_vec(), dtype, arena)
-    }
-
-    /// Matrices of one column count stacked row-wise into one, e.g. the q, k and v
-    /// projections into the single matrix that one fused matmul multiplies by.
-    pub fn stacked(
-        &self,
-        parts: &[(&str, [usize; 2])],
-        dtype: DType,
-        arena: Option<&mut WeightArena>,
-    ) -> Result<TensorData> {
-        let parts = parts
-            .iter()
-            .map(|(name, shape)| self.part(name, shape))
-            .collect::<Result<Vec<_>>>()?;
-        let rows = parts.iter().map(|part| part.info.shape[0]).sum();
-        let cols = parts.first().map_or(0, |part| part.info.shape[1]);
-        convert(&parts, vec![rows, cols], dtype, arena)
-    }
+/// Shapes are the ones the config implies; a reader refuses a tensor stored in another shape,
+/// or missing, with an error that names it as the file does.
+pub trait Checkpoint {
+    /// Whether the checkpoint holds the tensor at all.
+    fn contains(&self, role: TensorRole) -> bool;
 
     /// The float type a tensor is stored in, if the checkpoint has it.
-    pub fn stored_dtype(&self, name: &str) -> Option<DType> {
-        let shard = &self.shards[*self.tensor_shard.get(name)?];
-        match shard.metadata.info(name)?.dtype {
-            Dtype::F32 => Some(DType::F32),
-            Dtype::BF16 => Some(DType::BF16),
-            Dtype::F16 => Some(DType::F16),
-            _ => None,
-        }
-    }
+    fn stored_dtype(&self, role: TensorRole) -> Option<DType>;
 
     /// Values stored across all tensors of the checkpoint: what an arena for all of them
     /// needs to hold.
-    pub fn stored_values(&self) -> usize {
-        self.shards
-            .iter()
-            .flat_map(|shard| shard.metadata.tensors().into_values())
-            .map(|info| info.shape.iter().product::<usize>())
-            .sum()
-    }
+    fn stored_values(&self) -> usize;
 
-    fn part<'a>(&'a self, name: &'a str, shape: &[usize]) -> Result<Part<'a>> {
-        let missing = || ModelError::MissingTensor {
-            name: name.to_string(),
-            location: self.location.clone(),
-        };
-        let shard = &self.shards[*self.tensor_shard.get(name).ok_or_else(missing)?];
-        let info = shard.metadata.info(name).ok_or_else(missing)?;
-        if info.shape != shape {
-            return Err(ModelError::WrongShape {
-                name: name.to_string(),
-                expected: shape.to_vec(),
-                found: info.shape.clone(),
-            });
-        }
-        if !matches!(info.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
-            return Err(ModelError::UnsupportedDtype {
-                name: name.to_string(),
-                dtype: format!("{:?}", info.dtype),
-            });
-        }
-        Ok(Part { shard, info })
-    }
-}
+    /// One tensor in `dtype`, decoded into `arena` when one is given and has room.
+    fn tensor(
+        &self,
+        role: TensorRole,
+        shape: &[usize],
+        dtype: DType,
+        arena: Option<&mut WeightArena>,
+    ) -> Result<TensorData>;
 
-fn convert(
-    parts: &[Part],
-    shape: Vec<usize>,
-    dtype: DType,
-    arena: Option<&mut WeightArena>,
-) -> Result<TensorData> {
-    let len = shape.iter().product();
-    let bytes = match dtype {
-        DType::F32 => decoded(parts, len, arena, |x| x),
-        DType::BF16 => decoded(parts, len, arena, bf16::from_f32),
-        DType::F16 => decoded(parts, len, arena, f16::from_f32),
-        other => {
-            return Err(ModelError::Backend(format!(
-                "weights cannot be held as {other:?}"
-            )));
-        }
-    };
-    Ok(TensorData::from_bytes(bytes, shape, dtype))
-}
-
-/// A tensor found in a shard, already checked for shape and dtype.
-struct Part<'a> {
-    shard: &'a Shard,
-    info: &'a TensorInfo,
-}
-
-/// The parts decoded one after another into `len` values of the compute element type, in
-/// the arena when there is room, else in a buffer of their own.
-fn decoded<T: bytemuck::Pod + Send + Sync>(
-    parts: &[Part],
-    len: usize,
-    arena: Option<&mut WeightArena>,
-    from_f32: impl Fn(f32) -> T + Copy,
-) -> Bytes {
-    let fill = |out: &mut [T]| decode_into(parts, out, from_f32);
-    if let Some(bytes) = arena.and_then(|arena| arena.push(len, fill)) {
-        return bytes;
-    }
-    let mut out = bytemuck::zeroed_vec(len);
-    fill(&mut out);
-    Bytes::from_elems(out)
-}
-
-/// Decodes the little-endian bytes of each part into `out`, which has room for all of them.
-fn decode_into<T>(parts: &[Part], out: &mut [T], from_f32: impl Fn(f32) -> T + Copy) {
-    let mut written = 0;
-    for Part { shard, info } in parts {
-        let bytes = shard.bytes(info);
-        let out = &mut out[written..];
-        written += match info.dtype {
-            Dtype::BF16 => write(
-                out,
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()),
-                from_f32,
-            ),
-            Dtype::F16 => write(
-                out,
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32()),
-                from_f32,
-            ),
-            _ => write(
-                out,
-                bytes
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                from_f32,
-            ),
-        };
-        shard.release(info);
-    }
-}
-
-/// Writes `values` into the front of `out`; returns how many.
-fn write<T>(
-    out: &mut [T],
-    values: impl Iterator<Item = f32>,
-    from_f32: impl Fn(f32) -> T,
-) -> usize {
-    let mut count = 0;
-    for (slot, value) in out.iter_mut().zip(values) {
-        *slot = from_f32(value);
-        count += 1;
-    }
-    count
-}
-
-impl Shard {
-    fn open(path: &Path) -> Result<Self> {
-        let io_error = |source| ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = File::open(path).map_err(io_error)?;
-        // SAFETY: the mapping is read-only and private to this process. Another program
-        // truncating the file while we read it could fault; that is the accepted trade of every
-        // memory-mapped model loader, and it is what keeps loading at one copy of the weights.
-        let mmap = unsafe { Mmap::map(&file) }.map_err(io_error)?;
-        let (header_len, metadata) =
-            SafeTensors::read_metadata(&mmap).map_err(|err| ModelError::CorruptWeights {
-                path: path.to_path_buf(),
-                reason: err.to_string(),
-            })?;
-        Ok(Self {
-            path: path.to_path_buf(),
-            mmap,
-            data_start: 8 + header_len,
-            metadata,
-        })
-    }
-
-    fn bytes(&self, info: &TensorInfo) -> &[u8] {
-        let (start, end) = info.data_offsets;
-        &self.mmap[self.data_start + start..self.data_start + end]
-    }
-
-    /// Hands the pages of a converted tensor back to the kernel so that resident memory while
-    /// loading stays near one copy of the weights instead of growing by the whole file.
-    fn release(&self, info: &TensorInfo) {
-        let (start, end) = info.data_offsets;
-        let page = 4096;
-        let first = (self.data_start + start).div_ceil(page) * page;
-        let last = (self.data_start + end) / page * page;
-        if last > first {
-            // SAFETY: the mapping is a read-only private file mapping; dropping its pages only
-            // means a later read faults them in again from the file, and no slice into this
-            // range outlives the conversion that just finished.
-            let _ = unsafe {
-                self.mmap
-                    .unchecked_advise_range(UncheckedAdvice::DontNeed, first, last - first)
-            };
-        }
-    }
-}
-
-impl std::fmt::Debug for Checkpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Checkpoint")
-            .field(
-                "files",
-                &self.shards.iter().map(|s| &s.path).collect::<Vec<_>>(),
-            )
-            .finish()
-    }
+    /// Matrices of one column count stacked row-wise into one, e.g. the q, k and v
+    /// projections into the single matrix that one fused matmul multiplies by.
+    fn stacked(
+        &self,
+        parts: &[(TensorRole, Vec<usize>)],
+        dtype: DType,
+        arena: Option<&mut WeightArena>,
+    ) -> Result<TensorData>;
 }

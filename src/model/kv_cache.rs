@@ -1,7 +1,7 @@
 use burn::tensor::{DType, Device, Tensor};
 
 use super::config::LlamaConfig;
-use super::cpu::{self, CachedRows};
+use super::cpu;
 
 /// Cached keys and values of every layer for the tokens seen so far.
 ///
@@ -175,6 +175,16 @@ impl KvCache {
         }
         needed.max(current * 2).max(FIRST_BLOCK).min(self.max_len)
     }
+}
+
+/// One layer's cached keys and values in host memory, row `p` holding position `p`'s
+/// `kv_heads · head_dim` values, so that new positions are appended and a shorter prefix is
+/// a truncation. Kept in f32 whatever the model's dtype: the attention arithmetic is f32, and
+/// widening bf16 keys on every read would cost more than the memory saved.
+#[derive(Debug, Default)]
+pub struct CachedRows {
+    pub keys: Vec<f32>,
+    pub values: Vec<f32>,
 }
 
 /// One layer's storage, as [`KvCache::layer`] hands it to attention.

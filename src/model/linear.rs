@@ -33,38 +33,38 @@ impl Linear {
 
     /// `x`: `[tokens, in]` → `[tokens, out]`.
     pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
-        project(&self.weight, self.kernel_weight.as_ref(), x, None)
+        self.product(x, None)
     }
 
     /// `residual + x Wᵀ`: on the CPU the product lands on the residual stream in the same
     /// pass, rounded once.
-    pub fn forward_onto(&self, x: Tensor<2>, residual: Tensor<2>) -> Tensor<2> {
-        project(&self.weight, self.kernel_weight.as_ref(), x, Some(residual))
+    pub fn add_to(&self, residual: Tensor<2>, x: Tensor<2>) -> Tensor<2> {
+        self.product(x, Some(residual))
     }
-}
 
-/// `x Wᵀ` (plus `residual`) for `W` in `[out, in]` layout: the CPU kernels where they apply
-/// (`kernel_weight` is `W` as they read it), else Burn's matmul, kept 2-D (a batched 3-D
-/// matmul against a transposed view is an order of magnitude slower on the CPU backends).
-pub fn project(
-    weight: &Tensor<2>,
-    kernel_weight: Option<&cpu::Weight>,
-    x: Tensor<2>,
-    residual: Option<Tensor<2>>,
-) -> Tensor<2> {
-    if let Some(y) = kernel_weight.and_then(|w| cpu::project(w, &x, residual.as_ref())) {
-        return y;
-    }
-    // Float weights may be held narrower than the activations (see `Loader::storage_dtype`).
-    let weight = match weight.dtype() {
-        stored @ (DType::F32 | DType::BF16 | DType::F16) if stored != x.dtype() => {
-            weight.clone().cast(x.dtype())
+    /// `x Wᵀ` (plus `residual`): the CPU kernels where they apply, else Burn's matmul, kept
+    /// 2-D (a batched 3-D matmul against a transposed view is an order of magnitude slower on
+    /// the CPU backends).
+    fn product(&self, x: Tensor<2>, residual: Option<Tensor<2>>) -> Tensor<2> {
+        if let Some(y) = self
+            .kernel_weight
+            .as_ref()
+            .and_then(|w| cpu::project(w, &x, residual.as_ref()))
+        {
+            return y;
         }
-        _ => weight.clone(),
-    };
-    let y = x.matmul(weight.transpose());
-    match residual {
-        Some(residual) => residual + y,
-        None => y,
+        // Float weights may be held narrower than the activations (see `Loader::storage_dtype`).
+        let weight = self.weight.val();
+        let weight = match weight.dtype() {
+            stored @ (DType::F32 | DType::BF16 | DType::F16) if stored != x.dtype() => {
+                weight.cast(x.dtype())
+            }
+            _ => weight,
+        };
+        let y = x.matmul(weight.transpose());
+        match residual {
+            Some(residual) => residual + y,
+            None => y,
+        }
     }
 }

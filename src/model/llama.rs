@@ -1,21 +1,22 @@
 use std::path::Path;
 
-use burn::module::{Module, Param};
+use burn::module::Module;
 use burn::tensor::quantization::QuantScheme;
-use burn::tensor::{DType, Device, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, Tensor, TensorData};
 
 use super::attention::Attention;
-use super::checkpoint::Checkpoint;
+use super::checkpoint::safetensors::SafetensorsCheckpoint;
+use super::checkpoint::{Checkpoint, LayerRole, TensorRole};
 use super::config::LlamaConfig;
-use super::cpu;
+use super::embedding::Embedding;
 use super::error::{ModelError, Result};
 use super::kv_cache::KvCache;
-use super::linear::{Linear, project};
+use super::linear::Linear;
+use super::loader::Loader;
 use super::mlp::Mlp;
 use super::precision::Precision;
 use super::rms_norm::RmsNorm;
 use super::rope::RotaryEmbedding;
-use super::weight_arena::WeightArena;
 
 /// One transformer block: pre-norm attention and pre-norm SwiGLU, each added to the residual.
 #[derive(Module, Debug)]
@@ -26,16 +27,43 @@ pub struct DecoderLayer {
     mlp: Mlp,
 }
 
+impl DecoderLayer {
+    fn load(loader: &mut Loader, layer: usize) -> Result<Self> {
+        let norm = |role| TensorRole::Layer(layer, role);
+        Ok(Self {
+            attention_norm: RmsNorm::load(loader, norm(LayerRole::AttentionNorm))?,
+            attention: Attention::load(loader, layer)?,
+            mlp_norm: RmsNorm::load(loader, norm(LayerRole::MlpNorm))?,
+            mlp: Mlp::load(loader, layer)?,
+        })
+    }
+
+    /// `x`: `[tokens, hidden]` at positions `cache.len()..`; `mask` as [`Attention::add_to`]
+    /// takes it.
+    fn forward(
+        &self,
+        x: Tensor<2>,
+        rope: &RotaryEmbedding,
+        cache: &mut KvCache,
+        mask: Option<&Tensor<3>>,
+    ) -> Result<Tensor<2>> {
+        // x + attention(norm(x)), then x + mlp(norm(x)); each sum is formed inside the
+        // block's output projection, in the same pass as the product.
+        let x =
+            self.attention
+                .add_to(x.clone(), self.attention_norm.forward(x), rope, cache, mask)?;
+        Ok(self.mlp.add_to(x.clone(), self.mlp_norm.forward(x)))
+    }
+}
+
 /// A Llama-architecture causal language model, written once for every Burn backend: the
 /// device it was loaded on decides where it runs.
 #[derive(Module, Debug)]
 pub struct Llama {
-    /// `[vocab, hidden]`
-    embedding: Param<Tensor<2>>,
+    embedding: Embedding,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
-    /// `None` when the head is tied to the embedding matrix.
-    lm_head: Option<Linear>,
+    lm_head: Linear,
     rope: RotaryEmbedding,
     #[module(skip)]
     config: LlamaConfig,
@@ -74,93 +102,30 @@ impl Llama {
         quantization: Option<QuantScheme>,
     ) -> Result<Self> {
         let config = LlamaConfig::from_file(&dir.join("config.json"))?;
-        let checkpoint = Checkpoint::open(dir)?;
+        let checkpoint = SafetensorsCheckpoint::open(dir)?;
         if !device.supports_dtype(dtype) {
             return Err(ModelError::UnsupportedComputeDtype {
                 dtype: format!("{dtype:?}"),
             });
         }
-        // On burn-flex the float weights go into one arena on huge pages (see `WeightArena`);
-        // burn-ndarray would copy them out of it on every use, an accelerator copies them to
-        // its own memory, and quantized weights are replaced.
-        let arena = cpu::reads_shared_weights_in_place(device)
-            .then(|| WeightArena::with_capacity(checkpoint.stored_values() * dtype.size()))
-            .flatten();
-        let mut loader = Loader {
-            checkpoint: &checkpoint,
-            device,
-            dtype,
-            arena,
-            quantization,
-        };
-        let hidden = config.hidden_size;
-        let head_dim = config.head_dim();
-        let (heads, kv_heads) = (config.num_attention_heads, config.num_kv_heads());
-        let inter = config.intermediate_size;
-        let eps = config.rms_norm_eps;
-
+        let mut loader = Loader::new(&checkpoint, &config, device, dtype, quantization);
+        let embedding = Embedding::load(&mut loader)?;
         let layers = (0..config.num_hidden_layers)
-            .map(|i| {
-                let p = format!("model.layers.{i}");
-                let qkv = loader.projection(&[
-                    (
-                        &format!("{p}.self_attn.q_proj.weight"),
-                        [heads * head_dim, hidden],
-                    ),
-                    (
-                        &format!("{p}.self_attn.k_proj.weight"),
-                        [kv_heads * head_dim, hidden],
-                    ),
-                    (
-                        &format!("{p}.self_attn.v_proj.weight"),
-                        [kv_heads * head_dim, hidden],
-                    ),
-                ])?;
-                let output = loader.projection(&[(
-                    &format!("{p}.self_attn.o_proj.weight"),
-                    [hidden, heads * head_dim],
-                )])?;
-                let gate_up = loader.projection(&[
-                    (&format!("{p}.mlp.gate_proj.weight"), [inter, hidden]),
-                    (&format!("{p}.mlp.up_proj.weight"), [inter, hidden]),
-                ])?;
-                let down = loader
-                    .projection(&[(&format!("{p}.mlp.down_proj.weight"), [hidden, inter])])?;
-                Ok(DecoderLayer {
-                    attention_norm: RmsNorm::new(
-                        loader.vector(&format!("{p}.input_layernorm.weight"), hidden)?,
-                        eps,
-                    ),
-                    attention: Attention::new(qkv, output, heads, kv_heads, head_dim),
-                    mlp_norm: RmsNorm::new(
-                        loader.vector(&format!("{p}.post_attention_layernorm.weight"), hidden)?,
-                        eps,
-                    ),
-                    mlp: Mlp::new(gate_up, down, inter),
-                })
-            })
+            .map(|layer| DecoderLayer::load(&mut loader, layer))
             .collect::<Result<Vec<_>>>()?;
-
-        let embedding = loader.matrix("model.embed_tokens.weight", [config.vocab_size, hidden])?;
-        let lm_head = if config.tie_word_embeddings {
-            None
-        } else {
-            Some(Linear::new(
-                loader.matrix("lm_head.weight", [config.vocab_size, hidden])?,
-            ))
-        };
-        let norm = RmsNorm::new(loader.vector("model.norm.weight", hidden)?, eps);
+        let norm = RmsNorm::load(&mut loader, TensorRole::FinalNorm)?;
+        let lm_head = load_lm_head(&mut loader, &embedding)?;
         check_no_extra_layers(&config, &checkpoint)?;
 
         let rope = RotaryEmbedding::new(
-            head_dim,
+            config.head_dim(),
             config.max_position_embeddings,
             config.rope_theta,
             device,
             dtype,
         );
         Ok(Self {
-            embedding: Param::from_tensor(embedding),
+            embedding,
             layers,
             norm,
             lm_head,
@@ -181,11 +146,11 @@ impl Llama {
     /// The float type the weight matrices are held in, which can be narrower than
     /// [`Llama::dtype`] (see `Loader::storage_dtype`); 8-bit projections aside.
     pub fn weight_dtype(&self) -> DType {
-        self.embedding.val().dtype()
+        self.embedding.dtype()
     }
 
     pub fn device(&self) -> Device {
-        self.embedding.val().device()
+        self.embedding.device()
     }
 
     /// An empty cache sized for this model.
@@ -231,44 +196,18 @@ impl Llama {
                 limit: cache.max_len(),
             });
         }
-        let device = self.device();
-        let ids = Tensor::<1, Int>::from_data(
-            TensorData::new(
-                tokens.iter().map(|&id| id as i64).collect::<Vec<_>>(),
-                [count],
-            ),
-            &device,
-        );
-        let mut hidden = self.embedding.val().select(0, ids).cast(self.dtype);
-        let mask = (count > 1 && !cache.is_host()).then(|| self.causal_mask(start, count, &device));
-        // Each sub-block adds its output to the residual stream `hidden`.
-        for (index, layer) in self.layers.iter().enumerate() {
-            hidden = layer.attention.forward(
-                layer.attention_norm.forward(hidden.clone()),
-                hidden,
-                index,
-                &self.rope,
-                cache,
-                mask.as_ref(),
-            )?;
-            hidden = layer
-                .mlp
-                .forward(layer.mlp_norm.forward(hidden.clone()), hidden);
+        let mut hidden = self.embedding.forward(tokens).cast(self.dtype);
+        let mask =
+            (count > 1 && !cache.is_host()).then(|| self.causal_mask(start, count, &self.device()));
+        for layer in &self.layers {
+            hidden = layer.forward(hidden, &self.rope, cache, mask.as_ref())?;
         }
         cache.advance(tokens);
 
         if logits == Logits::Last {
             hidden = hidden.narrow(0, count - 1, 1);
         }
-        let hidden = self.norm.forward(hidden);
-        let logits = match &self.lm_head {
-            Some(head) => head.forward(hidden),
-            None => {
-                let embedding = self.embedding.val();
-                let kernel_weight = cpu::Weight::of(&embedding);
-                project(&embedding, kernel_weight.as_ref(), hidden, None)
-            }
-        };
+        let logits = self.lm_head.forward(self.norm.forward(hidden));
         Ok(logits.cast(DType::F32))
     }
 
@@ -294,88 +233,20 @@ impl Llama {
     }
 }
 
-/// Reads tensors from a checkpoint straight into tensors on the target device, in the compute
-/// dtype: `from_data` alone would convert them to the device's default float type.
-struct Loader<'a> {
-    checkpoint: &'a Checkpoint,
-    device: &'a Device,
-    dtype: DType,
-    /// Where float weights are decoded on the CPU.
-    arena: Option<WeightArena>,
-    /// The integers the decoder layers' projection weights are stored in, if any. The
-    /// embedding (and the LM head tied to it) stays in float: a row lookup into a
-    /// block-quantized matrix would dequantize all of it on every token.
-    quantization: Option<QuantScheme>,
-}
-
-impl Loader<'_> {
-    fn matrix(&mut self, name: &str, shape: [usize; 2]) -> Result<Tensor<2>> {
-        let dtype = self.storage_dtype(&[name]);
-        let data = self
-            .checkpoint
-            .tensor(name, &shape, dtype, self.arena.as_mut())?;
-        Ok(Tensor::from_data(data, (self.device, dtype)))
-    }
-
-    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor<1>> {
-        let data = self
-            .checkpoint
-            .tensor(name, &[len], self.dtype, self.arena.as_mut())?;
-        Ok(Tensor::from_data(data, (self.device, self.dtype)))
-    }
-
-    /// A projection, its parts stacked row-wise into one matrix (e.g. q, k and v, which
-    /// one fused product then multiplies by), quantized as soon as it is read so that memory
-    /// never holds the float copy of more than one.
-    fn projection(&mut self, parts: &[(&str, [usize; 2])]) -> Result<Linear> {
-        let (arena, dtype) = match self.quantization {
-            Some(_) => (None, self.dtype),
-            None => {
-                let names: Vec<&str> = parts.iter().map(|(name, _)| *name).collect();
-                let dtype = self.storage_dtype(&names);
-                (self.arena.as_mut(), dtype)
-            }
-        };
-        let data = self.checkpoint.stacked(parts, dtype, arena)?;
-        let weight = Tensor::from_data(data, (self.device, dtype));
-        Ok(match &self.quantization {
-            Some(scheme) => Linear::new(weight).quantized(scheme),
-            None => Linear::new(weight),
-        })
-    }
-
-    /// The type a weight matrix is held in: the compute type, except where that is f32 on
-    /// the CPU and the checkpoint stores the weight in bf16 or f16. Widening those to f32 is
-    /// exact and the CPU kernels widen each weight as they read it, so they compute the very
-    /// same products from half the bytes; decode, which streams every weight once per token,
-    /// runs nearly twice as fast and the model takes half the memory.
-    fn storage_dtype(&self, names: &[&str]) -> DType {
-        let stored: Vec<Option<DType>> = names
-            .iter()
-            .map(|name| self.checkpoint.stored_dtype(name))
-            .collect();
-        match stored.first() {
-            Some(&Some(half @ (DType::BF16 | DType::F16)))
-                if cpu::is_host(self.device)
-                    && self.dtype == DType::F32
-                    && self.device.supports_dtype(half)
-                    && stored.iter().all(|&dtype| dtype == Some(half)) =>
-            {
-                half
-            }
-            _ => self.dtype,
-        }
+/// The projection onto the vocabulary: the embedding matrix itself when the config ties them.
+fn load_lm_head(loader: &mut Loader, embedding: &Embedding) -> Result<Linear> {
+    if loader.config().tie_word_embeddings {
+        Ok(embedding.tied_head())
+    } else {
+        Ok(Linear::new(loader.matrix(TensorRole::LmHead)?))
     }
 }
 
 /// A checkpoint with more layers than `num_hidden_layers` means the config belongs to another
 /// model; running a prefix of its layers would produce fluent-looking nonsense.
-fn check_no_extra_layers(config: &LlamaConfig, checkpoint: &Checkpoint) -> Result<()> {
-    let extra = format!(
-        "model.layers.{}.input_layernorm.weight",
-        config.num_hidden_layers
-    );
-    if checkpoint.contains(&extra) {
+fn check_no_extra_layers(config: &LlamaConfig, checkpoint: &dyn Checkpoint) -> Result<()> {
+    let extra = TensorRole::Layer(config.num_hidden_layers, LayerRole::AttentionNorm);
+    if checkpoint.contains(extra) {
         return Err(ModelError::UnsupportedConfig {
             field: "num_hidden_layers",
             value: config.num_hidden_layers.to_string(),

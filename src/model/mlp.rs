@@ -2,8 +2,11 @@ use burn::module::Module;
 use burn::tensor::Tensor;
 use burn::tensor::activation::silu;
 
+use super::checkpoint::{LayerRole, TensorRole};
 use super::cpu;
+use super::error::Result;
 use super::linear::Linear;
+use super::loader::Loader;
 
 /// The SwiGLU feed-forward block: `down(silu(gate(x)) ⊙ up(x))`.
 ///
@@ -16,22 +19,23 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn new(gate_up: Linear, down: Linear, intermediate: usize) -> Self {
-        Self {
-            gate_up,
-            down,
-            intermediate,
-        }
+    pub fn load(loader: &mut Loader, layer: usize) -> Result<Self> {
+        let role = |role| TensorRole::Layer(layer, role);
+        Ok(Self {
+            gate_up: loader.projection(&[role(LayerRole::Gate), role(LayerRole::Up)])?,
+            down: loader.projection(&[role(LayerRole::Down)])?,
+            intermediate: loader.config().intermediate_size,
+        })
     }
 
     /// `residual + mlp(x)` for `x`: `[tokens, hidden]`.
-    pub fn forward(&self, x: Tensor<2>, residual: Tensor<2>) -> Tensor<2> {
+    pub fn add_to(&self, residual: Tensor<2>, x: Tensor<2>) -> Tensor<2> {
         let gate_up = self.gate_up.forward(x);
         let gated = cpu::swiglu(&gate_up).unwrap_or_else(|| {
             let gate = gate_up.clone().narrow(1, 0, self.intermediate);
             let up = gate_up.narrow(1, self.intermediate, self.intermediate);
             silu(gate) * up
         });
-        self.down.forward_onto(gated, residual)
+        self.down.add_to(residual, gated)
     }
 }

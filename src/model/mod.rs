@@ -1,13 +1,15 @@
 //! The Llama-architecture language model: config, weights, layers and the KV cache.
 
 mod attention;
-mod checkpoint;
+pub mod checkpoint;
 mod config;
 mod cpu;
+mod embedding;
 mod error;
 mod kv_cache;
 mod linear;
 mod llama;
+mod loader;
 mod mlp;
 mod precision;
 pub mod random_checkpoint;
@@ -15,7 +17,6 @@ mod rms_norm;
 mod rope;
 mod weight_arena;
 
-pub use checkpoint::Checkpoint;
 pub use config::LlamaConfig;
 pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;

@@ -8,6 +8,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use safetensors::tensor::{Dtype, TensorView};
 
+use super::checkpoint::TensorRole;
+use super::checkpoint::safetensors::SINGLE_FILE;
 use super::config::LlamaConfig;
 use super::error::{ModelError, Result};
 
@@ -52,40 +54,6 @@ impl StorageDtype {
     }
 }
 
-/// Every tensor a Llama checkpoint of `config` holds, with its Hugging Face name and shape.
-pub fn tensor_shapes(config: &LlamaConfig) -> Vec<(String, Vec<usize>)> {
-    let hidden = config.hidden_size;
-    let q = config.num_attention_heads * config.head_dim();
-    let kv = config.num_kv_heads() * config.head_dim();
-    let inter = config.intermediate_size;
-    let mut shapes = vec![(
-        "model.embed_tokens.weight".to_string(),
-        vec![config.vocab_size, hidden],
-    )];
-    for i in 0..config.num_hidden_layers {
-        let p = format!("model.layers.{i}");
-        shapes.extend([
-            (format!("{p}.input_layernorm.weight"), vec![hidden]),
-            (format!("{p}.self_attn.q_proj.weight"), vec![q, hidden]),
-            (format!("{p}.self_attn.k_proj.weight"), vec![kv, hidden]),
-            (format!("{p}.self_attn.v_proj.weight"), vec![kv, hidden]),
-            (format!("{p}.self_attn.o_proj.weight"), vec![hidden, q]),
-            (format!("{p}.post_attention_layernorm.weight"), vec![hidden]),
-            (format!("{p}.mlp.gate_proj.weight"), vec![inter, hidden]),
-            (format!("{p}.mlp.up_proj.weight"), vec![inter, hidden]),
-            (format!("{p}.mlp.down_proj.weight"), vec![hidden, inter]),
-        ]);
-    }
-    shapes.push(("model.norm.weight".to_string(), vec![hidden]));
-    if !config.tie_word_embeddings {
-        shapes.push((
-            "lm_head.weight".to_string(),
-            vec![config.vocab_size, hidden],
-        ));
-    }
-    shapes
-}
-
 /// Writes `model.safetensors` with random weights for `config` into `dir`.
 ///
 /// Matrices are uniform with the standard deviation of the config's `initializer_range`
@@ -99,9 +67,10 @@ pub fn write_random_weights(
 ) -> Result<()> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let half_width = config.initializer_range.unwrap_or(0.02) as f32 * 3f32.sqrt();
-    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = tensor_shapes(config)
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = TensorRole::all(config)
         .into_iter()
-        .map(|(name, shape)| {
+        .map(|role| {
+            let shape = role.shape(config);
             let count = shape.iter().product();
             let values: Vec<f32> = if shape.len() == 1 {
                 (0..count)
@@ -113,7 +82,7 @@ pub fn write_random_weights(
                     .collect()
             };
             let bytes = dtype.encode(&values);
-            (name, shape, bytes)
+            (role.safetensors_name(), shape, bytes)
         })
         .collect();
     let views = tensors
@@ -124,7 +93,7 @@ pub fn write_random_weights(
         })
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|err| ModelError::Backend(err.to_string()))?;
-    let path = dir.join("model.safetensors");
+    let path = dir.join(SINGLE_FILE);
     let metadata = Some([("format".to_string(), "pt".to_string())].into());
     safetensors::serialize_to_file(views, metadata, &path).map_err(|err| ModelError::WriteFailed {
         path,

@@ -1,7 +1,10 @@
 use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 
+use super::checkpoint::TensorRole;
 use super::cpu;
+use super::error::Result;
+use super::loader::Loader;
 
 /// Root-mean-square layer norm: `x / sqrt(mean(x²) + ε) · w`, per token.
 #[derive(Module, Debug)]
@@ -11,11 +14,12 @@ pub struct RmsNorm {
 }
 
 impl RmsNorm {
-    pub fn new(weight: Tensor<1>, eps: f64) -> Self {
-        Self {
-            weight: Param::from_tensor(weight),
-            eps,
-        }
+    /// The norm whose weight is `role`, with the config's ε.
+    pub fn load(loader: &mut Loader, role: TensorRole) -> Result<Self> {
+        Ok(Self {
+            weight: Param::from_tensor(loader.vector(role)?),
+            eps: loader.config().rms_norm_eps,
+        })
     }
 
     /// `x`: `[tokens, hidden]`.

@@ -8,8 +8,7 @@
 //! when they decline: on the GPU, or for a layout they do not handle. Each kernel is tested
 //! against that composition or an f64 reference.
 
-mod attend;
-mod attention;
+mod attention_kernel;
 mod host;
 mod math;
 mod matmul;
@@ -21,7 +20,7 @@ mod swiglu;
 mod threads;
 mod weights;
 
-pub use attention::{CachedRows, HeadLayout, self_attention};
+pub use attention_kernel::{HeadLayout, self_attention};
 pub use host::{is_host, reads_shared_weights_in_place};
 pub use projection::project;
 pub use quantize::quantize;

@@ -16,9 +16,10 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::attention::{CachedRows, HeadLayout};
-use super::math::exp_in_place;
-use super::threads::{split_rows, thread_count};
+use super::HeadLayout;
+use crate::model::cpu::math::exp_in_place;
+use crate::model::cpu::threads::{split_rows, thread_count};
+use crate::model::kv_cache::CachedRows;
 
 mod few_rows;
 

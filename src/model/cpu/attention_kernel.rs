@@ -1,6 +1,6 @@
 //! Causal grouped-query self-attention of new tokens against the KV cache on the host: the
-//! rotary embedding of queries and keys and the cache write here, then
-//! `softmax(q·kᵀ / √d)·v` for every query head ([`attend`]).
+//! rotary embedding of queries and keys and the cache write ([`rope_append`]), then
+//! `softmax(q·kᵀ / √d)·v` for every query head ([`sdpa`]).
 //!
 //! Burn's composition of these steps is about twenty operations per layer, and in bf16 its
 //! matrix products widen the whole cache to f32 on every call; in a decode step that cost
@@ -8,8 +8,13 @@
 
 use burn::tensor::Tensor;
 
-use super::attend::attend;
 use super::host::{HostFloat, HostTensor, with_host_float};
+use crate::model::kv_cache::CachedRows;
+use rope_append::{RopeTables, rotate_and_cache};
+use sdpa::attend;
+
+mod rope_append;
+mod sdpa;
 
 /// How query heads share key/value heads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,16 +34,6 @@ impl HeadLayout {
     pub fn kv_width(&self) -> usize {
         self.kv_heads * self.head_dim
     }
-}
-
-/// One layer's cached keys and values in host memory, row `p` holding position `p`'s
-/// `kv_heads · head_dim` values, so that new positions are appended and a shorter prefix is
-/// a truncation. Kept in f32 whatever the model's dtype: the attention arithmetic is f32, and
-/// widening bf16 keys on every read would cost more than the memory saved.
-#[derive(Debug, Default)]
-pub struct CachedRows {
-    pub keys: Vec<f32>,
-    pub values: Vec<f32>,
 }
 
 /// `qkv`: `[tokens, (heads + 2·kv_heads)·head_dim]`, each row the fused projection of one new
@@ -68,80 +63,11 @@ pub fn self_attention(
     })
 }
 
-/// `[max_positions, head_dim]` tables of the rotary embedding, the sine's first half negated.
-#[derive(Clone, Copy)]
-struct RopeTables<'a, E> {
-    cos: &'a [E],
-    signed_sin: &'a [E],
-}
-
-/// Rotates each new token's queries (returned, `[tokens, heads, head_dim]`) and keys, and
-/// appends its keys and values to the cache after its first `start` positions.
-fn rotate_and_cache<E: HostFloat>(
-    qkv: &[E],
-    tables: RopeTables<'_, E>,
-    cache: &mut CachedRows,
-    start: usize,
-    layout: HeadLayout,
-) -> Vec<f32> {
-    let HeadLayout {
-        heads,
-        kv_heads,
-        head_dim,
-    } = layout;
-    let width = (heads + 2 * kv_heads) * head_dim;
-    let kv_width = layout.kv_width();
-    let tokens = qkv.len() / width;
-    cache.keys.truncate(start * kv_width);
-    cache.values.truncate(start * kv_width);
-    cache.keys.resize((start + tokens) * kv_width, 0.0);
-    let mut queries = vec![0.0; tokens * heads * head_dim];
-    let new_keys = &mut cache.keys[start * kv_width..];
-    for (t, row) in qkv.chunks_exact(width).enumerate() {
-        let position = start + t;
-        let table = position * head_dim..(position + 1) * head_dim;
-        let (cos, sin) = (&tables.cos[table.clone()], &tables.signed_sin[table]);
-        let (heads_in, values) = row.split_at((heads + kv_heads) * head_dim);
-        let (queries_in, keys_in) = heads_in.split_at(heads * head_dim);
-        let rotated_queries = &mut queries[t * heads * head_dim..(t + 1) * heads * head_dim];
-        let rotated_keys = &mut new_keys[t * kv_width..(t + 1) * kv_width];
-        for (input, output) in [(queries_in, rotated_queries), (keys_in, rotated_keys)] {
-            for (head, out) in input
-                .chunks_exact(head_dim)
-                .zip(output.chunks_exact_mut(head_dim))
-            {
-                rotate(head, cos, sin, out);
-            }
-        }
-        cache.values.extend(values.iter().map(|&v| v.to_f32()));
-    }
-    queries
-}
-
-/// `x·cos + swap_halves(x)·signed_sin`: Hugging Face's `rotate_half` layout.
-///
-/// Both halves are walked side by side, so that the loop has no branch and compiles to
-/// vector code (here for AVX2 too): choosing each element's partner by index took 7 ns per
-/// element, 2.4% of a bf16 prompt's time, on the calling thread alone.
-#[multiversion::multiversion(targets("x86_64+avx2+fma"))]
-fn rotate<E: HostFloat>(x: &[E], cos: &[E], signed_sin: &[E], out: &mut [f32]) {
-    let half = x.len() / 2;
-    let (x_low, x_high) = (&x[..half], &x[half..2 * half]);
-    let (cos_low, cos_high) = (&cos[..half], &cos[half..2 * half]);
-    let (sin_low, sin_high) = (&signed_sin[..half], &signed_sin[half..2 * half]);
-    let (out_low, out_high) = out[..2 * half].split_at_mut(half);
-    for i in 0..half {
-        let (low, high) = (x_low[i].to_f32(), x_high[i].to_f32());
-        out_low[i] = low * cos_low[i].to_f32() + high * sin_low[i].to_f32();
-        out_high[i] = high * cos_high[i].to_f32() + low * sin_high[i].to_f32();
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{CachedRows, HeadLayout, RopeTables, rotate_and_cache};
-    use crate::model::cpu::attend::attend;
+    use super::{HeadLayout, RopeTables, attend, rotate_and_cache};
     use crate::model::cpu::test_values as values;
+    use crate::model::kv_cache::CachedRows;
 
     /// The textbook computation in f64, one query head at a time: rotate, score every visible
     /// key of the head's group, softmax, weigh the values.

@@ -1,0 +1,165 @@
+//! Every tensor of a Llama checkpoint by its role in the model, with its name in each weight
+//! format and its shape from the config: the one place a tensor name is spelled.
+//!
+//! The model asks for roles, and each weight format's reader turns a role into its own name,
+//! so a second format is a second column here and a second reader, with no change to the
+//! model. Only the safetensors reader exists; the GGUF column is llama.cpp's naming, kept
+//! beside it so that the table shows the mapping a GGUF reader would use.
+
+use crate::model::config::LlamaConfig;
+
+/// A tensor of the model, by what it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TensorRole {
+    /// The token embeddings, which the LM head also reads when the config ties them.
+    Embedding,
+    /// `Layer(i, role)`: a tensor of decoder layer `i`.
+    Layer(usize, LayerRole),
+    /// The norm before the LM head.
+    FinalNorm,
+    /// Only in checkpoints whose config does not tie the head to the embedding.
+    LmHead,
+}
+
+/// A tensor of one decoder layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerRole {
+    AttentionNorm,
+    Query,
+    Key,
+    Value,
+    AttentionOutput,
+    MlpNorm,
+    Gate,
+    Up,
+    Down,
+}
+
+/// One role's names: Hugging Face safetensors (`model.layers.{i}.` + name + `.weight` in a
+/// layer) and GGUF (`blk.{i}.` + name + `.weight`).
+struct Names {
+    safetensors: &'static str,
+    gguf: &'static str,
+}
+
+const fn names(safetensors: &'static str, gguf: &'static str) -> Names {
+    Names { safetensors, gguf }
+}
+
+impl LayerRole {
+    /// A layer's tensors in the order its forward pass uses them.
+    pub const ALL: [LayerRole; 9] = [
+        Self::AttentionNorm,
+        Self::Query,
+        Self::Key,
+        Self::Value,
+        Self::AttentionOutput,
+        Self::MlpNorm,
+        Self::Gate,
+        Self::Up,
+        Self::Down,
+    ];
+
+    fn names(self) -> Names {
+        match self {
+            Self::AttentionNorm => names("input_layernorm", "attn_norm"),
+            Self::Query => names("self_attn.q_proj", "attn_q"),
+            Self::Key => names("self_attn.k_proj", "attn_k"),
+            Self::Value => names("self_attn.v_proj", "attn_v"),
+            Self::AttentionOutput => names("self_attn.o_proj", "attn_output"),
+            Self::MlpNorm => names("post_attention_layernorm", "ffn_norm"),
+            Self::Gate => names("mlp.gate_proj", "ffn_gate"),
+            Self::Up => names("mlp.up_proj", "ffn_up"),
+            Self::Down => names("mlp.down_proj", "ffn_down"),
+        }
+    }
+
+    pub fn safetensors_name(self, layer: usize) -> String {
+        format!("model.layers.{layer}.{}.weight", self.names().safetensors)
+    }
+
+    pub fn gguf_name(self, layer: usize) -> String {
+        format!("blk.{layer}.{}.weight", self.names().gguf)
+    }
+
+    /// The shape `config` implies, matrices in Hugging Face's `[out, in]` layout.
+    pub fn shape(self, config: &LlamaConfig) -> Vec<usize> {
+        let hidden = config.hidden_size;
+        let queries = config.num_attention_heads * config.head_dim();
+        let keys = config.num_kv_heads() * config.head_dim();
+        let inter = config.intermediate_size;
+        match self {
+            Self::AttentionNorm | Self::MlpNorm => vec![hidden],
+            Self::Query => vec![queries, hidden],
+            Self::Key | Self::Value => vec![keys, hidden],
+            Self::AttentionOutput => vec![hidden, queries],
+            Self::Gate | Self::Up => vec![inter, hidden],
+            Self::Down => vec![hidden, inter],
+        }
+    }
+}
+
+impl TensorRole {
+    /// Every tensor a checkpoint of `config` holds, in the order the forward pass uses them.
+    pub fn all(config: &LlamaConfig) -> Vec<TensorRole> {
+        let layers = (0..config.num_hidden_layers)
+            .flat_map(|layer| LayerRole::ALL.map(|role| TensorRole::Layer(layer, role)));
+        let head = (!config.tie_word_embeddings).then_some(TensorRole::LmHead);
+        std::iter::once(TensorRole::Embedding)
+            .chain(layers)
+            .chain([TensorRole::FinalNorm])
+            .chain(head)
+            .collect()
+    }
+
+    pub fn safetensors_name(self) -> String {
+        match self {
+            Self::Layer(layer, role) => role.safetensors_name(layer),
+            Self::Embedding => "model.embed_tokens.weight".into(),
+            Self::FinalNorm => "model.norm.weight".into(),
+            Self::LmHead => "lm_head.weight".into(),
+        }
+    }
+
+    pub fn gguf_name(self) -> String {
+        match self {
+            Self::Layer(layer, role) => role.gguf_name(layer),
+            Self::Embedding => "token_embd.weight".into(),
+            Self::FinalNorm => "output_norm.weight".into(),
+            Self::LmHead => "output.weight".into(),
+        }
+    }
+
+    /// The shape `config` implies, matrices in Hugging Face's `[out, in]` layout.
+    pub fn shape(self, config: &LlamaConfig) -> Vec<usize> {
+        match self {
+            Self::Layer(_, role) => role.shape(config),
+            Self::Embedding | Self::LmHead => vec![config.vocab_size, config.hidden_size],
+            Self::FinalNorm => vec![config.hidden_size],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::TensorRole;
+    use crate::model::config::LlamaConfig;
+
+    /// Two roles under one name would load one tensor twice and never read the other.
+    #[test]
+    fn every_role_has_its_own_name_in_each_format() {
+        let config = LlamaConfig::from_json(
+            r#"{"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "intermediate_size": 16, "vocab_size": 10, "max_position_embeddings": 4}"#,
+        )
+        .expect("config");
+        let roles = TensorRole::all(&config);
+        assert_eq!(roles.len(), 1 + 2 * 9 + 1 + 1);
+        for name in [TensorRole::safetensors_name, TensorRole::gguf_name] {
+            let names: HashSet<String> = roles.iter().map(|&role| name(role)).collect();
+            assert_eq!(names.len(), roles.len());
+        }
+    }
+}

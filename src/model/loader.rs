@@ -1,0 +1,120 @@
+//! Reads tensors from a [`Checkpoint`] into tensors on the target device, by role, in the
+//! types the model holds them in.
+
+use burn::tensor::quantization::QuantScheme;
+use burn::tensor::{DType, Device, Tensor};
+
+use super::checkpoint::{Checkpoint, TensorRole};
+use super::config::LlamaConfig;
+use super::cpu;
+use super::error::Result;
+use super::linear::Linear;
+use super::weight_arena::WeightArena;
+
+/// What each module's `load` reads its weights through. Shapes come from the config, so a
+/// module asks only for roles; tensors are made in the compute dtype (`from_data` alone would
+/// convert them to the device's default float type).
+pub struct Loader<'a> {
+    checkpoint: &'a dyn Checkpoint,
+    config: &'a LlamaConfig,
+    device: &'a Device,
+    dtype: DType,
+    /// Where float weights are decoded on the CPU.
+    arena: Option<WeightArena>,
+    /// The integers the decoder layers' projection weights are stored in, if any. The
+    /// embedding (and the LM head tied to it) stays in float: a row lookup into a
+    /// block-quantized matrix would dequantize all of it on every token.
+    quantization: Option<QuantScheme>,
+}
+
+impl<'a> Loader<'a> {
+    pub fn new(
+        checkpoint: &'a dyn Checkpoint,
+        config: &'a LlamaConfig,
+        device: &'a Device,
+        dtype: DType,
+        quantization: Option<QuantScheme>,
+    ) -> Self {
+        // On burn-flex the float weights go into one arena on huge pages (see `WeightArena`);
+        // burn-ndarray would copy them out of it on every use, an accelerator copies them to
+        // its own memory, and quantized weights are replaced.
+        let arena = cpu::reads_shared_weights_in_place(device)
+            .then(|| WeightArena::with_capacity(checkpoint.stored_values() * dtype.size()))
+            .flatten();
+        Self {
+            checkpoint,
+            config,
+            device,
+            dtype,
+            arena,
+            quantization,
+        }
+    }
+
+    pub fn config(&self) -> &'a LlamaConfig {
+        self.config
+    }
+
+    pub fn matrix(&mut self, role: TensorRole) -> Result<Tensor<2>> {
+        let dtype = self.storage_dtype(&[role]);
+        let shape = role.shape(self.config);
+        let data = self
+            .checkpoint
+            .tensor(role, &shape, dtype, self.arena.as_mut())?;
+        Ok(Tensor::from_data(data, (self.device, dtype)))
+    }
+
+    pub fn vector(&mut self, role: TensorRole) -> Result<Tensor<1>> {
+        let shape = role.shape(self.config);
+        let data = self
+            .checkpoint
+            .tensor(role, &shape, self.dtype, self.arena.as_mut())?;
+        Ok(Tensor::from_data(data, (self.device, self.dtype)))
+    }
+
+    /// A projection, its parts stacked row-wise into one matrix (e.g. q, k and v, which
+    /// one fused product then multiplies by), quantized as soon as it is read so that memory
+    /// never holds the float copy of more than one.
+    pub fn projection(&mut self, parts: &[TensorRole]) -> Result<Linear> {
+        let (arena, dtype) = match self.quantization {
+            Some(_) => (None, self.dtype),
+            None => {
+                let dtype = self.storage_dtype(parts);
+                (self.arena.as_mut(), dtype)
+            }
+        };
+        let parts: Vec<(TensorRole, Vec<usize>)> = parts
+            .iter()
+            .map(|&role| (role, role.shape(self.config)))
+            .collect();
+        let data = self.checkpoint.stacked(&parts, dtype, arena)?;
+        let weight = Tensor::from_data(data, (self.device, dtype));
+        Ok(match &self.quantization {
+            Some(scheme) => Linear::new(weight).quantized(scheme),
+            None => Linear::new(weight),
+        })
+    }
+
+    /// The type a weight matrix is held in: the compute type, except where that is f32 on
+    /// the CPU and the checkpoint stores the weight in bf16 or f16. Widening those to f32 is
+    /// exact and the CPU kernels widen each weight as they read it, so they compute the very
+    /// same products from half the bytes; decode, which streams every weight once per token,
+    /// runs nearly twice as fast and the model takes half the memory.
+    fn storage_dtype(&self, roles: &[TensorRole]) -> DType {
+        let stored: Vec<Option<DType>> = roles
+            .iter()
+            .map(|&role| self.checkpoint.stored_dtype(role))
+            .collect();
+        match stored.first() {
+            Some(&Some(half @ (DType::BF16 | DType::F16)))
+                if cpu::is_host(self.device)
+                    && self.dtype == DType::F32
+                    && self.device.supports_dtype(half)
+                    && stored.iter().all(|&dtype| dtype == Some(half)) =>
+            {
+                half
+            }
+            _ => self.dtype,
+        }
+    }
+}
