@@ -1,3 +1,4 @@
+use crate::gguf::GgufError;
 use crate::model::ModelError;
 use crate::text::{SamplingError, TextError};
 
@@ -7,6 +8,8 @@ pub enum GenerationError {
     Model(#[from] ModelError),
     #[error(transparent)]
     Text(#[from] TextError),
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
     #[error(transparent)]
     Sampling(#[from] SamplingError),
     #[error("the prompt is empty: there is nothing to continue")]

@@ -3,7 +3,10 @@ use std::time::{Duration, Instant};
 
 use super::error::GenerationError;
 use crate::backend::{BackendKind, ComputeDevice};
-use crate::model::{Llama, Precision};
+use crate::gguf::{GgufConfig, GgufFile, GgufTokenizer};
+use crate::model::checkpoint::gguf::GgufCheckpoint;
+use crate::model::{Llama, LlamaConfig, Precision};
+use crate::model_source::is_gguf;
 use crate::text::{ChatTemplate, StopTokens, TextTokenizer};
 
 /// How to load a model: where it runs and in which precision.
@@ -13,14 +16,15 @@ pub struct ModelOptions {
     pub precision: Precision,
 }
 
-/// Everything generation needs from a model folder: the network, its tokenizer, its chat
-/// template and the tokens that end a reply.
+/// Everything generation needs from a model: the network, its tokenizer, its chat template
+/// and the tokens that end a reply.
 #[derive(Debug)]
 pub struct LoadedModel {
     pub model: Llama,
     pub tokenizer: TextTokenizer,
     pub template: ChatTemplate,
     pub stop_tokens: StopTokens,
+    /// The model folder or GGUF file.
     pub dir: PathBuf,
     /// What the model runs on, which is not what was asked for when the GPU is unusable.
     pub device: ComputeDevice,
@@ -30,19 +34,21 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
-    pub fn load(dir: &Path, options: ModelOptions) -> Result<Self, GenerationError> {
+    /// Loads a model folder (Hugging Face layout) or a `.gguf` file.
+    pub fn load(path: &Path, options: ModelOptions) -> Result<Self, GenerationError> {
         let started = Instant::now();
-        let tokenizer = TextTokenizer::load(dir)?;
-        let template = ChatTemplate::from_dir(dir)?;
         let device = ComputeDevice::open(options.backend);
-        let model = Llama::load_in(dir, &device.device, options.precision)?;
-        let stop_tokens = StopTokens::from_dir(dir, &tokenizer)?;
+        let parts = if is_gguf(path) {
+            Parts::from_gguf(path, &device, options.precision)?
+        } else {
+            Parts::from_folder(path, &device, options.precision)?
+        };
         Ok(Self {
-            model,
-            tokenizer,
-            template,
-            stop_tokens,
-            dir: dir.to_path_buf(),
+            model: parts.model,
+            tokenizer: parts.tokenizer,
+            template: parts.template,
+            stop_tokens: parts.stop_tokens,
+            dir: path.to_path_buf(),
             options: ModelOptions {
                 backend: device.backend,
                 ..options
@@ -67,5 +73,61 @@ impl LoadedModel {
             self.options.precision,
             self.device.name()
         )
+    }
+}
+
+/// What a model file or folder provides, whichever format it is in.
+struct Parts {
+    model: Llama,
+    tokenizer: TextTokenizer,
+    template: ChatTemplate,
+    stop_tokens: StopTokens,
+}
+
+impl Parts {
+    fn from_folder(
+        dir: &Path,
+        device: &ComputeDevice,
+        precision: Precision,
+    ) -> Result<Self, GenerationError> {
+        let tokenizer = TextTokenizer::load(dir)?;
+        let template = ChatTemplate::from_dir(dir)?;
+        let model = Llama::load_in(dir, &device.device, precision)?;
+        let stop_tokens = StopTokens::from_dir(dir, &tokenizer)?;
+        Ok(Self {
+            model,
+            tokenizer,
+            template,
+            stop_tokens,
+        })
+    }
+
+    /// Everything from the one file: the config and tokenizer from its metadata, the chat
+    /// template it carries, and the end-of-turn token it names.
+    fn from_gguf(
+        path: &Path,
+        device: &ComputeDevice,
+        precision: Precision,
+    ) -> Result<Self, GenerationError> {
+        let file = GgufFile::open(path)?;
+        let config = LlamaConfig::from_gguf(&GgufConfig::from_gguf(&file)?)?;
+        let vocabulary = GgufTokenizer::from_gguf(&file)?;
+        let token_text = |id: Option<u32>| id.and_then(|id| vocabulary.tokenizer.id_to_token(id));
+        let template = ChatTemplate::embedded(
+            path,
+            vocabulary.chat_template.as_deref(),
+            token_text(vocabulary.bos_token_id).as_deref(),
+            token_text(vocabulary.eos_token_id).as_deref(),
+        )?;
+        let stop_tokens = StopTokens::from_ids(vocabulary.eos_token_id.into_iter().collect());
+        let tokenizer = TextTokenizer::from_parts(vocabulary.tokenizer, path.to_path_buf());
+        let checkpoint = GgufCheckpoint::new(file, config.head_dim());
+        let model = Llama::from_checkpoint(config, &checkpoint, &device.device, precision)?;
+        Ok(Self {
+            model,
+            tokenizer,
+            template,
+            stop_tokens,
+        })
     }
 }

@@ -15,7 +15,7 @@ pub use cache::{
 };
 pub use error::HubError;
 pub use http::Timeouts;
-pub use model_files::{OPTIONAL_FILES, REQUIRED_FILES, SINGLE_WEIGHTS, WEIGHTS_INDEX};
+pub use model_files::{OPTIONAL_FILES, REQUIRED_FILES};
 pub use model_id::{DEFAULT_MODEL_ID, is_hub_model_id};
 pub use progress::{DownloadProgress, render_progress_line, stderr_progress};
 pub use snapshot::{HubOptions, ModelDownloader};

@@ -5,6 +5,7 @@ use std::fs;
 use std::path::Path;
 
 use super::error::HubError;
+use crate::model::checkpoint::safetensors::{SHARD_INDEX, SINGLE_FILE};
 
 /// Files without which the model cannot be loaded.
 pub const REQUIRED_FILES: [&str; 3] = ["config.json", "tokenizer.json", "tokenizer_config.json"];
@@ -12,8 +13,6 @@ pub const REQUIRED_FILES: [&str; 3] = ["config.json", "tokenizer.json", "tokeniz
 /// Files some repositories lack; defaults are used instead.
 pub const OPTIONAL_FILES: [&str; 2] = ["generation_config.json", "special_tokens_map.json"];
 
-pub const SINGLE_WEIGHTS: &str = "model.safetensors";
-pub const WEIGHTS_INDEX: &str = "model.safetensors.index.json";
 
 /// Shard file names listed in a `model.safetensors.index.json`, each once.
 pub(crate) fn shards_in_index(path: &Path) -> Result<Vec<String>, HubError> {
@@ -63,9 +62,9 @@ pub(crate) fn is_complete(dir: &Path, known_missing: impl Fn(&str) -> bool) -> b
         && OPTIONAL_FILES
             .iter()
             .all(|f| present(f) || known_missing(f));
-    let weights_ok = present(SINGLE_WEIGHTS)
-        || (present(WEIGHTS_INDEX)
-            && shards_in_index(&dir.join(WEIGHTS_INDEX))
+    let weights_ok = present(SINGLE_FILE)
+        || (present(SHARD_INDEX)
+            && shards_in_index(&dir.join(SHARD_INDEX))
                 .is_ok_and(|shards| shards.iter().all(|s| present(s))));
     files_ok && weights_ok
 }

@@ -8,9 +8,10 @@ use ureq::Agent;
 use super::blob::{BlobRequest, download_blob};
 use super::cache::{HubCache, endpoint_from_env};
 use super::error::HubError;
+use crate::model::checkpoint::safetensors::{SHARD_INDEX, SINGLE_FILE};
 use super::http::{self, FileMetadata, Lookup, Timeouts};
 use super::model_files::{
-    OPTIONAL_FILES, REQUIRED_FILES, SINGLE_WEIGHTS, WEIGHTS_INDEX, is_complete, shards_in_index,
+    OPTIONAL_FILES, REQUIRED_FILES, is_complete, shards_in_index,
 };
 use super::model_id::validate_model_id;
 use super::progress::{DownloadProgress, ProgressTracker};
@@ -116,14 +117,14 @@ impl ModelDownloader {
                 None => cache.mark_missing(model_id, &commit, file)?,
             }
         }
-        match self.lookup(model_id, &commit, SINGLE_WEIGHTS)? {
+        match self.lookup(model_id, &commit, SINGLE_FILE)? {
             Some(meta) => plan.push(Planned {
-                file: SINGLE_WEIGHTS.to_string(),
+                file: SINGLE_FILE.to_string(),
                 meta,
             }),
             None => {
                 // The shard list is inside the index, so it is fetched now.
-                let index = self.require(model_id, &commit, WEIGHTS_INDEX)?;
+                let index = self.require(model_id, &commit, SHARD_INDEX)?;
                 let index_path = self.fetch(model_id, &index, 1, 1, &mut |_| {}, cancel)?;
                 for shard in shards_in_index(&index_path)? {
                     plan.push(self.require(model_id, &commit, &shard)?);

@@ -8,6 +8,7 @@ use super::error::Result;
 use super::weight_arena::WeightArena;
 
 mod layout;
+pub mod gguf;
 pub mod safetensors;
 
 pub use layout::{LayerRole, TensorRole};

@@ -3,6 +3,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::error::{ModelError, Result};
+use crate::gguf::GgufConfig;
 
 /// The hyper-parameters of a Llama-architecture checkpoint, read from its `config.json`.
 ///
@@ -71,6 +72,57 @@ impl LlamaConfig {
             path: "config.json".into(),
             source,
         })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The same facts from a GGUF file's metadata, in `config.json`'s terms, so one model code
+    /// serves both formats; validated like a `config.json`.
+    pub fn from_gguf(gguf: &GgufConfig) -> Result<Self> {
+        let rope_scaling = gguf
+            .rope_scaling
+            .as_ref()
+            .map(|scaling| {
+                serde_json::json!({
+                    "rope_type": scaling.kind,
+                    "factor": scaling.factor,
+                    "original_max_position_embeddings": scaling.original_context_length,
+                    "low_freq_factor": scaling.low_freq_factor,
+                    "high_freq_factor": scaling.high_freq_factor,
+                })
+            })
+            .or_else(|| {
+                gguf.has_rope_freqs_tensor
+                    .then(|| serde_json::json!({"rope_type": "rope_freqs.weight"}))
+            });
+        let head_dim = gguf.head_dim() as usize;
+        let config = Self {
+            architectures: vec!["LlamaForCausalLM".into()],
+            hidden_size: gguf.embedding_length as usize,
+            num_hidden_layers: gguf.block_count as usize,
+            num_attention_heads: gguf.head_count as usize,
+            num_key_value_heads: Some(gguf.head_count_kv as usize),
+            head_dim: Some(head_dim),
+            intermediate_size: gguf.feed_forward_length as usize,
+            vocab_size: gguf.vocab_size as usize,
+            rope_theta: f64::from(gguf.rope_freq_base),
+            rms_norm_eps: f64::from(gguf.rms_norm_eps),
+            max_position_embeddings: gguf.context_length as usize,
+            tie_word_embeddings: gguf.tied_embeddings,
+            torch_dtype: None,
+            rope_scaling,
+            hidden_act: None,
+            initializer_range: None,
+            attention_bias: false,
+            mlp_bias: false,
+        };
+        if gguf.rope_dimension_count as usize != head_dim {
+            return Err(ModelError::UnsupportedConfig {
+                field: "llama.rope.dimension_count",
+                value: gguf.rope_dimension_count.to_string(),
+                reason: "RoPE over part of each head is not supported",
+            });
+        }
         config.validate()?;
         Ok(config)
     }

@@ -85,37 +85,55 @@ impl Llama {
     /// Loads `config.json` and the safetensors weights of a checkpoint folder onto `device`,
     /// holding weights and activations in `dtype` (F32, BF16 or F16).
     pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
-        Self::read(dir, device, dtype, None)
+        let config = LlamaConfig::from_file(&dir.join("config.json"))?;
+        Self::read(config, &SafetensorsCheckpoint::open(dir)?, device, dtype, None)
     }
 
     /// Loads at a precision the user picked: compute in its float type, and quantize the
     /// projection weights when it asks for integers.
     pub fn load_in(dir: &Path, device: &Device, precision: Precision) -> Result<Self> {
+        let config = LlamaConfig::from_file(&dir.join("config.json"))?;
+        let checkpoint = SafetensorsCheckpoint::open(dir)?;
+        Self::from_checkpoint(config, &checkpoint, device, precision)
+    }
+
+    /// Loads the weights of any format: whatever reads them implements [`Checkpoint`].
+    pub fn from_checkpoint(
+        config: LlamaConfig,
+        checkpoint: &dyn Checkpoint,
+        device: &Device,
+        precision: Precision,
+    ) -> Result<Self> {
         let quantization = precision.weight_quantization(device);
-        Self::read(dir, device, precision.compute_dtype(), quantization)
+        Self::read(
+            config,
+            checkpoint,
+            device,
+            precision.compute_dtype(),
+            quantization,
+        )
     }
 
     fn read(
-        dir: &Path,
+        config: LlamaConfig,
+        checkpoint: &dyn Checkpoint,
         device: &Device,
         dtype: DType,
         quantization: Option<QuantScheme>,
     ) -> Result<Self> {
-        let config = LlamaConfig::from_file(&dir.join("config.json"))?;
-        let checkpoint = SafetensorsCheckpoint::open(dir)?;
         if !device.supports_dtype(dtype) {
             return Err(ModelError::UnsupportedComputeDtype {
                 dtype: format!("{dtype:?}"),
             });
         }
-        let mut loader = Loader::new(&checkpoint, &config, device, dtype, quantization);
+        let mut loader = Loader::new(checkpoint, &config, device, dtype, quantization);
         let embedding = Embedding::load(&mut loader)?;
         let layers = (0..config.num_hidden_layers)
             .map(|layer| DecoderLayer::load(&mut loader, layer))
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(&mut loader, TensorRole::FinalNorm)?;
         let lm_head = load_lm_head(&mut loader, &embedding)?;
-        check_no_extra_layers(&config, &checkpoint)?;
+        check_no_extra_layers(&config, checkpoint)?;
 
         let rope = RotaryEmbedding::new(
             config.head_dim(),

@@ -3,8 +3,7 @@
 //!
 //! The model asks for roles, and each weight format's reader turns a role into its own name,
 //! so a second format is a second column here and a second reader, with no change to the
-//! model. Only the safetensors reader exists; the GGUF column is llama.cpp's naming, kept
-//! beside it so that the table shows the mapping a GGUF reader would use.
+//! model: `safetensors.rs` reads the first column, `gguf.rs` the second (llama.cpp's names).
 
 use crate::model::config::LlamaConfig;
 

@@ -1,0 +1,183 @@
+//! A GGUF file's weights behind [`Checkpoint`]: llama.cpp's single-file format, read from its
+//! memory map by the names of the layout table's GGUF column.
+//!
+//! llama.cpp's converter reorders the rows of the query and key projections within each head
+//! for its RoPE layout (see [`crate::gguf::layout`]); this reader hands them back in Hugging
+//! Face's order, so the model code is the same for both formats.
+
+use burn::tensor::{Bytes, DType, TensorData};
+use half::{bf16, f16};
+
+use super::{Checkpoint, LayerRole, TensorRole};
+use crate::gguf::{GgmlType, GgufFile, TensorInfo, qk_gguf_row};
+use crate::model::error::{ModelError, Result};
+use crate::model::weight_arena::WeightArena;
+
+pub struct GgufCheckpoint {
+    file: GgufFile,
+    head_dim: usize,
+}
+
+impl GgufCheckpoint {
+    /// `head_dim` is the config's: the query and key rows are reordered within heads of it.
+    pub fn new(file: GgufFile, head_dim: usize) -> Self {
+        Self { file, head_dim }
+    }
+
+    pub fn file(&self) -> &GgufFile {
+        &self.file
+    }
+
+    fn info(&self, role: TensorRole, shape: &[usize]) -> Result<&TensorInfo> {
+        let name = role.gguf_name();
+        let info = self
+            .file
+            .tensor_info(&name)
+            .ok_or_else(|| ModelError::MissingTensor {
+                name: name.clone(),
+                location: self.file.path().to_path_buf(),
+            })?;
+        let found: Vec<usize> = info.shape().iter().map(|&d| d as usize).collect();
+        if found != shape {
+            return Err(ModelError::WrongShape {
+                name,
+                expected: shape.to_vec(),
+                found,
+            });
+        }
+        if !info.ggml_type.can_dequantize() {
+            return Err(ModelError::UnsupportedDtype {
+                name,
+                dtype: info.ggml_type.name().to_string(),
+            });
+        }
+        Ok(info)
+    }
+
+    /// The GGUF row that holds Hugging Face row `row` of `role`.
+    fn stored_row(&self, role: TensorRole, row: usize) -> usize {
+        match role {
+            TensorRole::Layer(_, LayerRole::Query | LayerRole::Key) => {
+                qk_gguf_row(row, self.head_dim)
+            }
+            _ => row,
+        }
+    }
+
+    /// Decodes the parts, row after row in Hugging Face order, into `out` as `T`.
+    fn decode_into<T>(
+        &self,
+        parts: &[(TensorRole, &TensorInfo)],
+        out: &mut [T],
+        from_f32: impl Fn(f32) -> T,
+    ) -> Result<()> {
+        let mut rows = out.chunks_exact_mut(parts.first().map_or(1, |(_, info)| info.row_len() as usize).max(1));
+        let mut row_values = Vec::new();
+        for &(role, info) in parts {
+            let view = self
+                .file
+                .tensor(&info.name)
+                .map_err(|err| corrupt(&self.file, err))?;
+            row_values.resize(info.row_len() as usize, 0.0);
+            for row in 0..info.n_rows() as usize {
+                view.dequantize_row(self.stored_row(role, row) as u64, &mut row_values)
+                    .map_err(|err| corrupt(&self.file, err))?;
+                let out = rows.next().ok_or_else(|| ModelError::Backend(
+                    "GGUF tensor parts outgrew their stacked shape".into(),
+                ))?;
+                for (slot, &value) in out.iter_mut().zip(&row_values) {
+                    *slot = from_f32(value);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn decoded<T: bytemuck::Pod + Send + Sync>(
+        &self,
+        parts: &[(TensorRole, &TensorInfo)],
+        len: usize,
+        arena: Option<&mut WeightArena>,
+        from_f32: impl Fn(f32) -> T + Copy,
+    ) -> Result<Bytes> {
+        let mut result = Ok(());
+        if let Some(bytes) =
+            arena.and_then(|arena| arena.push(len, |out| result = self.decode_into(parts, out, from_f32)))
+        {
+            return result.map(|()| bytes);
+        }
+        let mut out = bytemuck::zeroed_vec(len);
+        self.decode_into(parts, &mut out, from_f32)?;
+        Ok(Bytes::from_elems(out))
+    }
+}
+
+fn corrupt(file: &GgufFile, err: impl std::fmt::Display) -> ModelError {
+    ModelError::CorruptWeights {
+        path: file.path().to_path_buf(),
+        reason: err.to_string(),
+    }
+}
+
+impl Checkpoint for GgufCheckpoint {
+    fn contains(&self, role: TensorRole) -> bool {
+        self.file.tensor_info(&role.gguf_name()).is_some()
+    }
+
+    fn stored_dtype(&self, role: TensorRole) -> Option<DType> {
+        match self.file.tensor_info(&role.gguf_name())?.ggml_type {
+            GgmlType::F32 => Some(DType::F32),
+            GgmlType::F16 => Some(DType::F16),
+            GgmlType::BF16 => Some(DType::BF16),
+            _ => None,
+        }
+    }
+
+    fn stored_values(&self) -> usize {
+        self.file
+            .tensors()
+            .iter()
+            .map(|info| info.n_elements as usize)
+            .sum()
+    }
+
+    fn tensor(
+        &self,
+        role: TensorRole,
+        shape: &[usize],
+        dtype: DType,
+        arena: Option<&mut WeightArena>,
+    ) -> Result<TensorData> {
+        self.stacked(&[(role, shape.to_vec())], dtype, arena)
+    }
+
+    fn stacked(
+        &self,
+        parts: &[(TensorRole, Vec<usize>)],
+        dtype: DType,
+        arena: Option<&mut WeightArena>,
+    ) -> Result<TensorData> {
+        let parts = parts
+            .iter()
+            .map(|(role, shape)| Ok((*role, self.info(*role, shape)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let cols = parts.first().map_or(1, |(_, info)| info.row_len() as usize);
+        let rows: usize = parts.iter().map(|(_, info)| info.n_rows() as usize).sum();
+        let shape = match parts.as_slice() {
+            [(_, info)] if info.dims.len() == 1 => vec![cols],
+            _ => vec![rows, cols],
+        };
+        let len = rows * cols;
+        let bytes = match dtype {
+            DType::F32 => self.decoded(&parts, len, arena, |x| x)?,
+            DType::BF16 => self.decoded(&parts, len, arena, bf16::from_f32)?,
+            DType::F16 => self.decoded(&parts, len, arena, f16::from_f32)?,
+            other => {
+                return Err(ModelError::Backend(format!(
+                    "weights cannot be held as {other:?}"
+                )));
+            }
+        };
+        Ok(TensorData::from_bytes(bytes, shape, dtype))
+    }
+}
