@@ -3,17 +3,12 @@
 
 use egui::{Key, Modifiers};
 
-use super::commands::UiCommand;
+use super::commands::{Action, UiCommand};
 use super::labels;
 use super::state::AppState;
 use super::view_state::ViewState;
 
-pub fn show(
-    ui: &mut egui::Ui,
-    state: &mut AppState,
-    view: &mut ViewState,
-    commands: &mut Vec<UiCommand>,
-) {
+pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     let id = egui::Id::unique("message_input");
     // Enter must be taken before the text box sees it, or it would insert a newline.
     let had_focus = ui.memory(|memory| memory.has_focus(id));
@@ -37,15 +32,14 @@ pub fn show(
                 .button(labels::STOP)
                 .on_hover_text(UiCommand::StopGeneration.description(ui.ctx()));
             if stop.clicked() {
-                commands.push(UiCommand::StopGeneration);
+                actions.push(UiCommand::StopGeneration.into());
             }
         } else {
             let send = ui
                 .add_enabled(state.model_ready(), egui::Button::new(labels::SEND))
                 .on_hover_text("Send (Enter)");
-            if (send.clicked() || enter_pressed) && state.send(&view.input) {
-                view.input.clear();
-                view.focus_input = true;
+            if send.clicked() || enter_pressed {
+                actions.push(Action::Send(view.input.clone()));
             }
         }
     });

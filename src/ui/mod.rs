@@ -14,8 +14,9 @@ mod token_view;
 mod view_state;
 
 pub use app::{SmolchatApp, run};
-pub use commands::UiCommand;
-pub use state::{AppState, ModelStatus};
+pub use commands::{Action, UiCommand};
+pub use state::{AppState, ExportFormat, ModelStatus};
+pub use view_state::ViewState;
 
 /// Accessible names for widgets that tests and screen readers look up.
 pub mod labels {
