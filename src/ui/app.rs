@@ -192,3 +192,6 @@ pub fn run(paths: Paths) -> Result<(), String> {
     )
     .map_err(|err| format!("cannot open the window: {err}"))
 }
+
+#[cfg(test)]
+mod tests;

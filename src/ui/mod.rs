@@ -6,6 +6,8 @@ pub mod commands;
 mod conversation_list;
 mod first_run;
 mod input;
+#[cfg(test)]
+mod scripted_engine;
 mod settings_panel;
 pub mod state;
 mod stats_plot;

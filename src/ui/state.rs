@@ -842,3 +842,6 @@ fn error_advice(error: &EngineError) -> String {
     };
     format!("{error}. {hint}")
 }
+
+#[cfg(test)]
+mod tests;
