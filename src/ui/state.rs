@@ -264,13 +264,23 @@ impl AppState {
         result.is_ok()
     }
 
-    /// Checks the folder before handing it to the engine, so a typo gets an immediate answer.
+    /// Checks the folder before handing it to the engine, so that a typo gets an immediate
+    /// answer and does not unload the model in use.
     fn use_model_folder(&mut self, folder: PathBuf) -> bool {
         if !folder.join("config.json").is_file() {
-            self.model = ModelStatus::Failed(format!(
+            let problem = format!(
                 "{} has no config.json. Choose the folder that holds the model's config.json, model.safetensors and tokenizer.json.",
                 folder.display()
-            ));
+            );
+            match self.model {
+                // The first-run screen shows the reason beside the ways out.
+                ModelStatus::NotConfigured | ModelStatus::Failed(_) => {
+                    self.model = ModelStatus::Failed(problem);
+                }
+                ModelStatus::Downloading(_) | ModelStatus::Loading(_) | ModelStatus::Ready(_) => {
+                    self.errors.push(problem);
+                }
+            }
             return false;
         }
         self.settings.model_folder = Some(folder.clone());

@@ -497,3 +497,17 @@ fn another_backend_reloads_the_model_and_is_saved() {
     let saved = crate::store::Settings::load(&Paths::under(f.dir.path()).settings_file());
     assert_eq!(saved.unwrap(), settings);
 }
+
+#[test]
+fn a_mistyped_folder_is_named_and_the_loaded_model_stays() {
+    let mut f = Fixture::ready();
+    let typo = f.dir.path().join("modle");
+    assert!(!f.state.apply(Action::UseModelFolder(typo.clone())));
+    assert!(f.engine.commands().is_empty(), "the engine was not asked");
+    assert!(f.state.model_ready());
+    assert_eq!(f.state.settings().model_folder, Some(f.model_dir()));
+    assert_advises(
+        f.state.errors(),
+        &format!("{} has no config.json", typo.display()),
+    );
+}
