@@ -698,16 +698,17 @@ impl AppState {
                 }
             }
             Event::Error { request, error } => {
+                let advice = error_advice(&error);
                 match request {
-                    Some(request) if self.is_active(request) => self.abandon_generation(),
-                    Some(_) => {}
-                    None => {
-                        if !self.model_ready() {
-                            self.model = ModelStatus::Failed(error.to_string());
-                        }
+                    // Without a model the first-run screen shows why, once, and the next
+                    // model replaces it: a banner would repeat it and outlive the problem.
+                    None if !self.model_ready() => self.model = ModelStatus::Failed(advice),
+                    Some(request) if self.is_active(request) => {
+                        self.abandon_generation();
+                        self.errors.push(advice);
                     }
+                    _ => self.errors.push(advice),
                 }
-                self.errors.push(error_advice(&error));
             }
         }
     }

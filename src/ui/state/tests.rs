@@ -511,3 +511,25 @@ fn a_mistyped_folder_is_named_and_the_loaded_model_stays() {
         &format!("{} has no config.json", typo.display()),
     );
 }
+
+#[test]
+fn a_download_error_is_shown_once_and_gone_when_a_model_loads() {
+    let mut f = Fixture::new();
+    assert!(f.state.apply(Action::DownloadDefaultModel));
+    f.play([Event::Error {
+        request: None,
+        error: EngineError::Download {
+            model: "HuggingFaceTB/SmolLM2-135M-Instruct".into(),
+            reason: "connection refused".into(),
+            offline: true,
+        },
+    }]);
+    let shown = shown_problems(&f.state);
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_advises(&shown, "Check the network connection");
+
+    let info = model_info(&f.model_dir());
+    f.play([Event::ModelReady(info)]);
+    assert!(f.state.model_ready());
+    assert_eq!(shown_problems(&f.state), Vec::<String>::new());
+}
