@@ -1,7 +1,7 @@
 //! The message box: Enter sends, Shift+Enter starts a new line; Send turns into Stop while a
 //! reply is being written.
 
-use egui::{Key, Modifiers};
+use egui::Key;
 
 use super::commands::{Action, UiCommand};
 use super::labels;
@@ -12,8 +12,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
     let id = egui::Id::unique("message_input");
     // Enter must be taken before the text box sees it, or it would insert a newline.
     let had_focus = ui.memory(|memory| memory.has_focus(id));
-    let enter_pressed =
-        had_focus && ui.input_mut(|input| input.consume_key(Modifiers::NONE, Key::Enter));
+    let enter_pressed = had_focus && ui.input_mut(take_plain_enter);
     ui.horizontal(|ui| {
         let label = ui.label(labels::MESSAGE_INPUT);
         let button_width = 80.0;
@@ -43,4 +42,23 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
             }
         }
     });
+}
+
+/// Takes the presses of Enter without modifiers. `consume_key(Modifiers::NONE, Enter)` would
+/// take Shift+Enter too (egui ignores an extra Shift), and Shift+Enter must reach the text box
+/// as a new line.
+fn take_plain_enter(input: &mut egui::InputState) -> bool {
+    let before = input.events.len();
+    input.events.retain(|event| {
+        !matches!(
+            event,
+            egui::Event::Key {
+                key: Key::Enter,
+                pressed: true,
+                modifiers,
+                ..
+            } if modifiers.is_none()
+        )
+    });
+    input.events.len() < before
 }
