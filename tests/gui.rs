@@ -8,10 +8,11 @@ use egui::{Key, accesskit::Role as A11y};
 use egui_kittest::Harness;
 use egui_kittest::kittest::Queryable;
 use smolchat::backend::BackendKind;
+use smolchat::engine::EngineHandle;
 use smolchat::generation::FinishReason;
 use smolchat::store::{Paths, Settings};
 use smolchat::text::Role;
-use smolchat::ui::{AppState, ModelStatus, SmolchatApp, labels};
+use smolchat::ui::{Action, AppState, ExportFormat, ModelStatus, SmolchatApp, UiCommand, labels};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-smollm")
@@ -27,7 +28,8 @@ fn configure(paths: &Paths, max_new_tokens: usize) {
 }
 
 fn harness(paths: &Paths) -> Harness<'static, SmolchatApp> {
-    let app = SmolchatApp::new(AppState::new(paths.clone(), || {}).unwrap());
+    let engine = EngineHandle::spawn(|| {}).unwrap();
+    let app = SmolchatApp::new(AppState::new(paths.clone(), engine));
     // Replies may hold any token: CJK, emoji, a replacement character for a cut-off byte.
     // The app draws a box for a glyph its fonts lack (egui's default), so the tests do too
     // instead of kittest's panic.
@@ -56,7 +58,7 @@ fn wait_until(
 }
 
 fn send(harness: &mut Harness<'_, SmolchatApp>, text: &str) {
-    wait_until(harness, "the model", |app| app.state.model_ready());
+    wait_until(harness, "the model", |app| app.state().model_ready());
     harness
         .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
         .focus();
@@ -70,7 +72,7 @@ fn send(harness: &mut Harness<'_, SmolchatApp>, text: &str) {
 }
 
 fn last_reply(app: &SmolchatApp) -> &smolchat::store::StoredMessage {
-    let message = app.state.current().messages.last().unwrap();
+    let message = app.state().current().messages.last().unwrap();
     assert_eq!(message.role, Role::Assistant);
     message
 }
@@ -82,11 +84,13 @@ fn enter_sends_and_the_reply_streams_in_with_stats() {
     configure(&paths, 24);
     let mut harness = harness(&paths);
     send(&mut harness, "Hello there");
-    assert!(harness.state().state.is_generating());
-    assert_eq!(harness.state().view.input, "", "the input box is cleared");
-    wait_until(&mut harness, "the reply", |app| !app.state.is_generating());
+    assert!(harness.state().state().is_generating());
+    assert_eq!(harness.state().view().input, "", "the input box is cleared");
+    wait_until(&mut harness, "the reply", |app| {
+        !app.state().is_generating()
+    });
     let app = harness.state();
-    assert_eq!(app.state.current().messages[0].content, "Hello there");
+    assert_eq!(app.state().current().messages[0].content, "Hello there");
     let reply = last_reply(app);
     let record = reply.generation.as_ref().unwrap();
     assert!(!reply.content.is_empty());
@@ -110,7 +114,7 @@ fn stop_ends_the_reply_and_no_more_tokens_arrive() {
         !last_reply(app).content.is_empty()
     });
     harness.get_by_label(labels::STOP).click();
-    wait_until(&mut harness, "the stop", |app| !app.state.is_generating());
+    wait_until(&mut harness, "the stop", |app| !app.state().is_generating());
     let tokens = last_reply(harness.state())
         .generation
         .as_ref()
@@ -147,7 +151,9 @@ fn sliders_change_what_the_next_reply_uses() {
         .set_value_accesskit(0.5);
     harness.step();
     send(&mut harness, "Hi");
-    wait_until(&mut harness, "the reply", |app| !app.state.is_generating());
+    wait_until(&mut harness, "the reply", |app| {
+        !app.state().is_generating()
+    });
     let record = last_reply(harness.state()).generation.clone().unwrap();
     assert_eq!(record.sampling.temperature, 0.0);
     assert_eq!(record.sampling.top_p, 0.5);
@@ -169,8 +175,10 @@ fn on_the_gpu_backend_the_status_bar_names_the_adapter_and_its_memory() {
     settings.save(&paths.settings_file()).unwrap();
     let mut harness = harness(&paths);
     send(&mut harness, "Hi");
-    wait_until(&mut harness, "the reply", |app| !app.state.is_generating());
-    let ModelStatus::Ready(info) = &harness.state().state.model else {
+    wait_until(&mut harness, "the reply", |app| {
+        !app.state().is_generating()
+    });
+    let ModelStatus::Ready(info) = harness.state().state().model() else {
         panic!("the model is not ready");
     };
     assert_eq!(info.options.backend, BackendKind::Gpu);
@@ -192,12 +200,14 @@ fn a_saved_conversation_reloads_after_restart() {
     let before = {
         let mut harness = harness(&paths);
         send(&mut harness, "Remember me");
-        wait_until(&mut harness, "the reply", |app| !app.state.is_generating());
-        harness.state().state.current().clone()
+        wait_until(&mut harness, "the reply", |app| {
+            !app.state().is_generating()
+        });
+        harness.state().state().current().clone()
     };
     let mut harness = harness(&paths);
     harness.step();
-    assert_eq!(harness.state().state.current(), &before);
+    assert_eq!(harness.state().state().current(), &before);
     // Both the conversation's title and the message itself.
     assert_eq!(harness.query_all_by_label("Remember me").count(), 2);
 }
@@ -219,7 +229,7 @@ fn without_a_model_the_first_run_screen_offers_download_and_folder() {
         .type_text(&fixture().display().to_string());
     harness.step();
     harness.get_by_label(labels::USE_FOLDER).click();
-    wait_until(&mut harness, "the model", |app| app.state.model_ready());
+    wait_until(&mut harness, "the model", |app| app.state().model_ready());
     let saved = Settings::load(&paths.settings_file()).unwrap();
     assert_eq!(saved.model_folder, Some(fixture()));
 }
@@ -232,7 +242,7 @@ fn regenerate_edit_and_resend_export_and_undo_delete() {
     let mut harness = harness(&paths);
     send(&mut harness, "First question");
     wait_until(&mut harness, "the first reply", |app| {
-        !app.state.is_generating()
+        !app.state().is_generating()
     });
     let first_seed = last_reply(harness.state())
         .generation
@@ -244,7 +254,7 @@ fn regenerate_edit_and_resend_export_and_undo_delete() {
     harness.get_by_label("Regenerate").click();
     harness.step();
     wait_until(&mut harness, "the regenerated reply", |app| {
-        !app.state.is_generating() && app.state.current().messages.len() == 2
+        !app.state().is_generating() && app.state().current().messages.len() == 2
     });
     let regenerated = last_reply(harness.state()).generation.as_ref().unwrap();
     assert_eq!(regenerated.finish_reason, Some(FinishReason::MaxTokens));
@@ -263,31 +273,33 @@ fn regenerate_edit_and_resend_export_and_undo_delete() {
     harness.get_by_label("Resend").click();
     harness.step();
     wait_until(&mut harness, "the reply to the edit", |app| {
-        !app.state.is_generating() && app.state.current().messages.len() == 2
+        !app.state().is_generating() && app.state().current().messages.len() == 2
     });
     assert_eq!(
-        harness.state().state.current().messages[0].content,
+        harness.state().state().current().messages[0].content,
         "First question (edited)"
     );
     assert!(!last_reply(harness.state()).content.is_empty());
 
-    let markdown = harness.state_mut().state.export_current(true).unwrap();
+    harness.state_mut().execute(UiCommand::ExportMarkdown);
+    let markdown = harness.state().state().export_path(ExportFormat::Markdown);
     let text = std::fs::read_to_string(&markdown).unwrap();
     assert!(text.contains("First question (edited)"), "{text}");
-    let json = harness.state_mut().state.export_current(false).unwrap();
+    harness.state_mut().execute(UiCommand::ExportJson);
+    let json = harness.state().state().export_path(ExportFormat::Json);
     let exported: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(exported["messages"].as_array().map(Vec::len), Some(2));
 
-    let id = harness.state().state.current().id.clone();
-    let file = harness.state().state.conversation_path(&id);
-    let index = harness.state().state.current;
-    harness.state_mut().state.delete(index);
+    let id = harness.state().state().current().id.clone();
+    let file = harness.state().state().conversation_path(&id);
+    let index = harness.state().state().current_index();
+    harness.state_mut().execute(Action::Delete(index));
     harness.step();
-    let listed = |app: &SmolchatApp| app.state.conversations.iter().any(|c| c.id == id);
+    let listed = |app: &SmolchatApp| app.state().conversations().iter().any(|c| c.id == id);
     assert!(!listed(harness.state()));
     assert!(!file.exists(), "a delete removes the file");
-    harness.state_mut().state.undo_delete();
+    harness.state_mut().execute(Action::UndoDelete);
     harness.step();
     assert!(listed(harness.state()), "undo brings the conversation back");
     assert!(file.is_file(), "undo saves it again");

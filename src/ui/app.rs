@@ -1,11 +1,14 @@
-//! The eframe glue: one frame = take in engine events, run shortcut commands, lay out panels.
+//! The eframe glue: one frame = take in engine events, run shortcut commands, lay out panels,
+//! run what the panels asked for.
 
 use egui::{CentralPanel, Panel};
+use strum::IntoEnumIterator;
 
-use super::commands::UiCommand;
+use super::commands::{Action, Menu, UiCommand};
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
 use super::{chat_view, conversation_list, first_run, input, settings_panel, status_bar};
+use crate::engine::EngineHandle;
 use crate::store::Paths;
 
 const ICON_PNG: &[u8] = include_bytes!("../../assets/icon.png");
@@ -17,15 +20,15 @@ const ICON_PNG: &[u8] = include_bytes!("../../assets/icon.png");
 const FRAME_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 pub struct SmolchatApp {
-    pub state: AppState,
-    pub view: ViewState,
+    state: AppState,
+    view: ViewState,
 }
 
 impl SmolchatApp {
     pub fn new(state: AppState) -> Self {
         let view = ViewState {
             model_path: state
-                .settings
+                .settings()
                 .model_folder
                 .as_ref()
                 .map(|folder| folder.display().to_string())
@@ -36,32 +39,32 @@ impl SmolchatApp {
         Self { state, view }
     }
 
-    pub fn execute(&mut self, command: UiCommand) {
-        let state = &mut self.state;
-        match command {
-            UiCommand::NewConversation => {
-                state.new_conversation();
-                self.view.focus_input = true;
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    pub fn view(&self) -> &ViewState {
+        &self.view
+    }
+
+    /// Runs one action from a shortcut, a menu or a view: the state changes in
+    /// [`AppState::apply`], and what the window shows follows here.
+    pub fn execute(&mut self, action: impl Into<Action>) {
+        let action = action.into();
+        let done = self.state.apply(action.clone());
+        let view = &mut self.view;
+        match action {
+            Action::Command(UiCommand::FocusInput | UiCommand::NewConversation) => {
+                view.focus_input = true;
             }
-            UiCommand::StopGeneration => state.stop(),
-            UiCommand::FocusInput => self.view.focus_input = true,
-            UiCommand::ToggleSettings => {
-                state.settings.show_settings = !state.settings.show_settings;
-                state.save_settings();
+            Action::Send(_) if done => {
+                view.input.clear();
+                view.focus_input = true;
             }
-            UiCommand::ToggleTokenView => {
-                state.settings.show_token_probabilities = !state.settings.show_token_probabilities;
-                state.save_settings();
-            }
-            UiCommand::RegenerateLast => {
-                state.regenerate();
-            }
-            UiCommand::ExportMarkdown => {
-                state.export_current(true);
-            }
-            UiCommand::ExportJson => {
-                state.export_current(false);
-            }
+            Action::EditAndResend(..) if done => view.editing = None,
+            // The message indices of the draft may now point elsewhere.
+            Action::Delete(_) => view.editing = None,
+            _ => {}
         }
     }
 
@@ -77,42 +80,39 @@ impl SmolchatApp {
             ctx.request_repaint_after(wait);
         }
 
-        let mut commands = Vec::new();
-        Panel::top("menu").show(ui, |ui| menu_bar(ui, &mut commands));
-        Panel::bottom("status").show(ui, |ui| status_bar::show(ui, &mut self.state));
+        let mut actions = Vec::new();
+        let (state, view) = (&self.state, &mut self.view);
+        Panel::top("menu").show(ui, |ui| menu_bar(ui, &mut actions));
+        Panel::bottom("status").show(ui, |ui| status_bar::show(ui, state, &mut actions));
         Panel::left("conversations")
             .resizable(true)
             .default_size(200.0)
             .show(ui, |ui| {
-                conversation_list::show(ui, &mut self.state, &mut self.view, &mut commands)
+                conversation_list::show(ui, state, view, &mut actions)
             });
-        if self.state.settings.show_settings {
+        if state.settings().show_settings {
             Panel::right("settings")
                 .resizable(true)
                 .default_size(260.0)
-                .show(ui, |ui| {
-                    settings_panel::show(ui, &mut self.state, &mut self.view)
-                });
+                .show(ui, |ui| settings_panel::show(ui, state, view, &mut actions));
         }
         let show_chat = matches!(
-            self.state.model,
+            state.model(),
             ModelStatus::Ready(_) | ModelStatus::Loading(_)
         );
         if show_chat {
-            Panel::bottom("input").show(ui, |ui| {
-                input::show(ui, &mut self.state, &mut self.view, &mut commands)
-            });
+            Panel::bottom("input").show(ui, |ui| input::show(ui, state, view, &mut actions));
         }
         CentralPanel::default().show(ui, |ui| {
-            errors_banner(ui, &mut self.state);
+            errors_banner(ui, state, &mut actions);
             if show_chat {
-                chat_view::show(ui, &mut self.state, &mut self.view, &mut commands);
+                chat_view::show(ui, state, view, &mut actions);
             } else {
-                first_run::show(ui, &mut self.state, &mut self.view);
+                first_run::show(ui, state, view, &mut actions);
             }
         });
-        for command in commands {
-            self.execute(command);
+        for action in actions {
+            self.execute(action);
         }
     }
 }
@@ -123,59 +123,42 @@ impl eframe::App for SmolchatApp {
     }
 }
 
-fn menu_bar(ui: &mut egui::Ui, commands: &mut Vec<UiCommand>) {
+fn menu_bar(ui: &mut egui::Ui, actions: &mut Vec<Action>) {
     egui::MenuBar::new().ui(ui, |ui| {
-        ui.menu_button("Chat", |ui| {
-            for command in [
-                UiCommand::NewConversation,
-                UiCommand::RegenerateLast,
-                UiCommand::StopGeneration,
-                UiCommand::ExportMarkdown,
-                UiCommand::ExportJson,
-            ] {
-                command_menu_item(ui, command, commands);
-            }
-        });
-        ui.menu_button("View", |ui| {
-            for command in [
-                UiCommand::FocusInput,
-                UiCommand::ToggleSettings,
-                UiCommand::ToggleTokenView,
-            ] {
-                command_menu_item(ui, command, commands);
-            }
-        });
+        for menu in Menu::iter() {
+            ui.menu_button(menu.label(), |ui| {
+                for command in UiCommand::iter().filter(|command| command.menu() == menu) {
+                    command_menu_item(ui, command, actions);
+                }
+            });
+        }
     });
 }
 
-fn command_menu_item(ui: &mut egui::Ui, command: UiCommand, commands: &mut Vec<UiCommand>) {
+fn command_menu_item(ui: &mut egui::Ui, command: UiCommand, actions: &mut Vec<Action>) {
     let mut button = egui::Button::new(command.label());
     if let Some(shortcut) = command.shortcut() {
         button = button.shortcut_text(ui.ctx().format_shortcut(&shortcut));
     }
     if ui.add(button).clicked() {
-        commands.push(command);
+        actions.push(command.into());
         ui.close();
     }
 }
 
 /// Engine and file errors, each with what to do next, until dismissed.
-fn errors_banner(ui: &mut egui::Ui, state: &mut AppState) {
-    let mut dismissed = None;
-    for (index, error) in state.errors.iter().enumerate() {
+fn errors_banner(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
+    for (index, error) in state.errors().iter().enumerate() {
         egui::Frame::group(ui.style())
             .fill(ui.visuals().extreme_bg_color)
             .show(ui, |ui| {
                 ui.horizontal_wrapped(|ui| {
                     ui.colored_label(ui.visuals().error_fg_color, error);
                     if ui.button("Dismiss").clicked() {
-                        dismissed = Some(index);
+                        actions.push(Action::DismissError(index));
                     }
                 });
             });
-    }
-    if let Some(index) = dismissed {
-        state.errors.remove(index);
     }
 }
 
@@ -202,9 +185,13 @@ pub fn run(paths: Paths) -> Result<(), String> {
             cc.egui_ctx
                 .options_mut(|options| options.theme_preference = egui::ThemePreference::System);
             let ctx = cc.egui_ctx.clone();
-            let state = AppState::new(paths, move || ctx.request_repaint_after(FRAME_INTERVAL))?;
-            Ok(Box::new(SmolchatApp::new(state)))
+            let engine = EngineHandle::spawn(move || ctx.request_repaint_after(FRAME_INTERVAL))
+                .map_err(|err| format!("cannot start the inference thread: {err}"))?;
+            Ok(Box::new(SmolchatApp::new(AppState::new(paths, engine))))
         }),
     )
     .map_err(|err| format!("cannot open the window: {err}"))
 }
+
+#[cfg(test)]
+mod tests;

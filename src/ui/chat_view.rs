@@ -4,7 +4,7 @@
 use egui::{Color32, RichText, ScrollArea};
 use egui_commonmark::CommonMarkViewer;
 
-use super::commands::UiCommand;
+use super::commands::{Action, UiCommand};
 use super::state::AppState;
 use super::token_view;
 use super::view_state::ViewState;
@@ -12,23 +12,13 @@ use crate::generation::FinishReason;
 use crate::store::{GenerationRecord, MessageStats};
 use crate::text::Role;
 
-enum Action {
-    EditAndResend(usize, String),
-    CancelEdit,
-}
-
-pub fn show(
-    ui: &mut egui::Ui,
-    state: &mut AppState,
-    view: &mut ViewState,
-    commands: &mut Vec<UiCommand>,
-) {
+pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     let streaming = state.streaming_message();
     let generating = state.is_generating();
-    let show_tokens = state.settings.show_token_probabilities;
-    let conversation = &state.conversations[state.current];
+    let show_tokens = state.settings().show_token_probabilities;
+    let conversation = state.current();
     let last = conversation.messages.len().saturating_sub(1);
-    let mut action = None;
+    let mut cancel_edit = false;
     if conversation.messages.is_empty() {
         ui.centered_and_justified(|ui| {
             ui.label(RichText::new("Say hello to start the conversation.").weak());
@@ -53,11 +43,9 @@ pub fn show(
                             .labelled_by(label.id);
                         ui.horizontal(|ui| {
                             if ui.button("Resend").clicked() {
-                                action = Some(Action::EditAndResend(index, draft.clone()));
+                                actions.push(Action::EditAndResend(index, draft.clone()));
                             }
-                            if ui.button("Cancel").clicked() {
-                                action = Some(Action::CancelEdit);
-                            }
+                            cancel_edit |= ui.button("Cancel").clicked();
                         });
                         return;
                     }
@@ -104,7 +92,7 @@ pub fn show(
                                 .on_hover_text(UiCommand::RegenerateLast.description(ui.ctx()))
                                 .clicked()
                         {
-                            commands.push(UiCommand::RegenerateLast);
+                            actions.push(UiCommand::RegenerateLast.into());
                         }
                         if let Some(record) = &message.generation {
                             generation_summary(ui, record);
@@ -114,12 +102,8 @@ pub fn show(
                 ui.add_space(4.0);
             }
         });
-    match action {
-        Some(Action::EditAndResend(index, text)) if state.edit_and_resend(index, &text) => {
-            view.editing = None;
-        }
-        Some(Action::CancelEdit) => view.editing = None,
-        _ => {}
+    if cancel_edit {
+        view.editing = None;
     }
 }
 

@@ -1,32 +1,47 @@
-//! Every action that a menu, a button and a keyboard shortcut can trigger, in one enum so the
-//! three always agree on name, shortcut and behaviour (the pattern of Rerun's `UICommand`).
+//! Every way the user changes the window's state, as values: [`UiCommand`] for the actions a
+//! menu, a button and a keyboard shortcut share, [`Action`] for everything a view asks for,
+//! data included. Views push them; [`super::SmolchatApp::execute`] runs them, and
+//! [`super::AppState::apply`] is the one place that changes the state (the pattern of Rerun's
+//! `UICommand` and egui_demo_app's panels).
+
+use std::path::PathBuf;
 
 use egui::{Key, KeyboardShortcut, Modifiers};
+use strum::IntoEnumIterator;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use crate::store::Settings;
+
+/// Declared in menu order: the menus list [`UiCommand::iter`] filtered by [`UiCommand::menu`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter)]
 pub enum UiCommand {
     NewConversation,
+    RegenerateLast,
+    /// Stops the running reply, or the download.
     StopGeneration,
+    ExportMarkdown,
+    ExportJson,
     FocusInput,
     ToggleSettings,
     ToggleTokenView,
-    RegenerateLast,
-    ExportMarkdown,
-    ExportJson,
+}
+
+/// The menu bar's menus, in their order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter)]
+pub enum Menu {
+    Chat,
+    View,
+}
+
+impl Menu {
+    pub fn label(self) -> &'static str {
+        match self {
+            Menu::Chat => "Chat",
+            Menu::View => "View",
+        }
+    }
 }
 
 impl UiCommand {
-    pub const ALL: [UiCommand; 8] = [
-        UiCommand::NewConversation,
-        UiCommand::StopGeneration,
-        UiCommand::FocusInput,
-        UiCommand::ToggleSettings,
-        UiCommand::ToggleTokenView,
-        UiCommand::RegenerateLast,
-        UiCommand::ExportMarkdown,
-        UiCommand::ExportJson,
-    ];
-
     pub fn label(self) -> &'static str {
         match self {
             UiCommand::NewConversation => "New chat",
@@ -37,6 +52,19 @@ impl UiCommand {
             UiCommand::RegenerateLast => "Regenerate last reply",
             UiCommand::ExportMarkdown => "Export as Markdown",
             UiCommand::ExportJson => "Export as JSON",
+        }
+    }
+
+    pub fn menu(self) -> Menu {
+        match self {
+            UiCommand::NewConversation
+            | UiCommand::RegenerateLast
+            | UiCommand::StopGeneration
+            | UiCommand::ExportMarkdown
+            | UiCommand::ExportJson => Menu::Chat,
+            UiCommand::FocusInput | UiCommand::ToggleSettings | UiCommand::ToggleTokenView => {
+                Menu::View
+            }
         }
     }
 
@@ -64,8 +92,7 @@ impl UiCommand {
     /// The commands whose shortcut was pressed this frame (the key presses are consumed).
     pub fn pressed(ctx: &egui::Context) -> Vec<UiCommand> {
         ctx.input_mut(|input| {
-            UiCommand::ALL
-                .into_iter()
+            UiCommand::iter()
                 .filter(|command| {
                     command
                         .shortcut()
@@ -73,5 +100,74 @@ impl UiCommand {
                 })
                 .collect()
         })
+    }
+}
+
+/// What a view asks for. The data is what the view holds when it asks (the text typed, the
+/// index clicked), so running an action needs nothing from the view afterwards.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    Command(UiCommand),
+    /// The user's message; refused (and kept in the box) while a reply is being written.
+    Send(String),
+    Select(usize),
+    Rename(usize, String),
+    /// Deletes a conversation; [`Action::UndoDelete`] brings it back until the next deletion.
+    Delete(usize),
+    UndoDelete,
+    /// Replaces user message `.0` of the current conversation and replies anew.
+    EditAndResend(usize, String),
+    UseModelFolder(PathBuf),
+    DownloadDefaultModel,
+    /// The settings as the panel left them; a new backend or precision reloads the model.
+    /// Their model folder is ignored: a folder is checked first, by [`Action::UseModelFolder`].
+    UpdateSettings(Settings),
+    DismissError(usize),
+    DismissNotice(usize),
+}
+
+impl From<UiCommand> for Action {
+    fn from(command: UiCommand) -> Self {
+        Action::Command(command)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Presses `shortcut` in a frame and returns the commands that fired.
+    fn press(ctx: &egui::Context, shortcut: KeyboardShortcut) -> Vec<UiCommand> {
+        // As a Linux or Windows keyboard reports Ctrl: both `ctrl` and `command` are set.
+        let mut modifiers = shortcut.modifiers;
+        modifiers.ctrl |= modifiers.command;
+        let input = egui::RawInput {
+            events: vec![egui::Event::Key {
+                key: shortcut.logical_key,
+                physical_key: None,
+                pressed: true,
+                repeat: false,
+                modifiers,
+            }],
+            ..Default::default()
+        };
+        let mut fired = Vec::new();
+        let mut output = ctx.run_ui(input, |ui| fired = UiCommand::pressed(ui.ctx()));
+        // Nothing is drawn here; epaint insists the font texture be handled or cleared.
+        output.textures_delta.clear();
+        fired
+    }
+
+    #[test]
+    fn every_shortcut_fires_its_command_and_only_it() {
+        let ctx = egui::Context::default();
+        let mut with_shortcut = 0;
+        for command in UiCommand::iter() {
+            if let Some(shortcut) = command.shortcut() {
+                assert_eq!(press(&ctx, shortcut), [command], "{shortcut:?}");
+                with_shortcut += 1;
+            }
+        }
+        assert!(with_shortcut > 0);
     }
 }

@@ -1,35 +1,28 @@
 //! The conversation list: pick, start, rename (double-click or right-click) and delete (with
 //! undo) conversations.
 
-use super::commands::UiCommand;
+use super::commands::{Action, UiCommand};
 use super::state::AppState;
 use super::view_state::ViewState;
 
-pub fn show(
-    ui: &mut egui::Ui,
-    state: &mut AppState,
-    view: &mut ViewState,
-    commands: &mut Vec<UiCommand>,
-) {
+pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     ui.add_space(4.0);
     if ui
         .button(UiCommand::NewConversation.label())
         .on_hover_text(UiCommand::NewConversation.description(ui.ctx()))
         .clicked()
     {
-        commands.push(UiCommand::NewConversation);
+        actions.push(UiCommand::NewConversation.into());
     }
-    if state.deleted.is_some() && ui.button("Undo delete").clicked() {
-        state.undo_delete();
+    if state.can_undo_delete() && ui.button("Undo delete").clicked() {
+        actions.push(Action::UndoDelete);
     }
     ui.separator();
-    let mut select = None;
-    let mut delete = None;
-    let mut rename = None;
+    let mut renamed = false;
     egui::ScrollArea::vertical()
         .id_salt("conversations")
         .show(ui, |ui| {
-            for (index, conversation) in state.conversations.iter().enumerate() {
+            for (index, conversation) in state.conversations().iter().enumerate() {
                 if let Some((renaming, draft)) = &mut view.renaming
                     && *renaming == index
                 {
@@ -43,15 +36,16 @@ pub fn show(
                         response.request_focus();
                     }
                     if done {
-                        rename = Some((index, draft.clone()));
+                        actions.push(Action::Rename(index, draft.clone()));
+                        renamed = true;
                     }
                     continue;
                 }
                 ui.horizontal(|ui| {
-                    let selected = index == state.current;
+                    let selected = index == state.current_index();
                     let title = ui.selectable_label(selected, &conversation.title);
                     if title.clicked() {
-                        select = Some(index);
+                        actions.push(Action::Select(index));
                     }
                     if title.double_clicked() {
                         view.renaming = Some((index, conversation.title.clone()));
@@ -61,25 +55,17 @@ pub fn show(
                             view.renaming = Some((index, conversation.title.clone()));
                         }
                         if ui.button("Delete").clicked() {
-                            delete = Some(index);
+                            actions.push(Action::Delete(index));
                         }
                     });
                     if icon_button(ui, "\u{d7}", "Delete conversation").clicked() {
-                        delete = Some(index);
+                        actions.push(Action::Delete(index));
                     }
                 });
             }
         });
-    if let Some(index) = select {
-        state.select(index);
-    }
-    if let Some((index, title)) = rename {
-        state.rename(index, &title);
+    if renamed {
         view.renaming = None;
-    }
-    if let Some(index) = delete {
-        state.delete(index);
-        view.editing = None;
     }
 }
 

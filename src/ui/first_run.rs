@@ -5,11 +5,12 @@ use std::path::PathBuf;
 
 use egui::RichText;
 
+use super::commands::{Action, UiCommand};
 use super::labels;
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
 
-pub fn show(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) {
+pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     ui.vertical_centered(|ui| {
         ui.add_space(40.0);
         ui.heading(labels::NO_MODEL_HEADING);
@@ -19,11 +20,11 @@ pub fn show(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) {
              Download SmolLM2-135M-Instruct (about 270 MB, once) or use a model folder you already have.",
         );
         ui.add_space(16.0);
-        if let ModelStatus::Failed(message) = &state.model {
+        if let ModelStatus::Failed(message) = state.model() {
             ui.colored_label(ui.visuals().error_fg_color, message);
             ui.add_space(8.0);
         }
-        match &state.model {
+        match state.model() {
             ModelStatus::Downloading(progress) => {
                 let (fraction, text) = match progress {
                     Some(p) => (
@@ -46,12 +47,12 @@ pub fn show(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) {
                 );
                 ui.label(text);
                 if ui.button("Cancel download").clicked() {
-                    state.stop();
+                    actions.push(UiCommand::StopGeneration.into());
                 }
             }
             _ => {
                 if ui.button(labels::DOWNLOAD_DEFAULT).clicked() {
-                    state.download_default_model();
+                    actions.push(Action::DownloadDefaultModel);
                 }
             }
         }
@@ -62,23 +63,13 @@ pub fn show(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) {
             ui.add(egui::TextEdit::singleline(&mut view.model_path).desired_width(320.0))
                 .labelled_by(label.id);
             if ui.button(labels::USE_FOLDER).clicked() {
-                use_folder(state, &view.model_path);
+                actions.push(use_folder(&view.model_path));
             }
         });
     });
 }
 
-/// Checks the folder before handing it to the engine, so a typo gets an immediate answer.
-pub fn use_folder(state: &mut AppState, text: &str) {
-    let folder = PathBuf::from(text.trim());
-    if !AppState::model_folder_exists(&folder) {
-        state.model = ModelStatus::Failed(format!(
-            "{} has no config.json. Choose the folder that holds the model's config.json, model.safetensors and tokenizer.json.",
-            folder.display()
-        ));
-        return;
-    }
-    state.settings.model_folder = Some(folder.clone());
-    state.save_settings();
-    state.load_model_folder(folder);
+/// The folder typed into a model folder field, as the action that loads it.
+pub fn use_folder(text: &str) -> Action {
+    Action::UseModelFolder(PathBuf::from(text.trim()))
 }

@@ -1,24 +1,18 @@
 //! The message box: Enter sends, Shift+Enter starts a new line; Send turns into Stop while a
 //! reply is being written.
 
-use egui::{Key, Modifiers};
+use egui::Key;
 
-use super::commands::UiCommand;
+use super::commands::{Action, UiCommand};
 use super::labels;
 use super::state::AppState;
 use super::view_state::ViewState;
 
-pub fn show(
-    ui: &mut egui::Ui,
-    state: &mut AppState,
-    view: &mut ViewState,
-    commands: &mut Vec<UiCommand>,
-) {
+pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     let id = egui::Id::unique("message_input");
     // Enter must be taken before the text box sees it, or it would insert a newline.
     let had_focus = ui.memory(|memory| memory.has_focus(id));
-    let enter_pressed =
-        had_focus && ui.input_mut(|input| input.consume_key(Modifiers::NONE, Key::Enter));
+    let enter_pressed = had_focus && ui.input_mut(take_plain_enter);
     ui.horizontal(|ui| {
         let label = ui.label(labels::MESSAGE_INPUT);
         let button_width = 80.0;
@@ -37,16 +31,34 @@ pub fn show(
                 .button(labels::STOP)
                 .on_hover_text(UiCommand::StopGeneration.description(ui.ctx()));
             if stop.clicked() {
-                commands.push(UiCommand::StopGeneration);
+                actions.push(UiCommand::StopGeneration.into());
             }
         } else {
             let send = ui
                 .add_enabled(state.model_ready(), egui::Button::new(labels::SEND))
                 .on_hover_text("Send (Enter)");
-            if (send.clicked() || enter_pressed) && state.send(&view.input) {
-                view.input.clear();
-                view.focus_input = true;
+            if send.clicked() || enter_pressed {
+                actions.push(Action::Send(view.input.clone()));
             }
         }
     });
+}
+
+/// Takes the presses of Enter without modifiers. `consume_key(Modifiers::NONE, Enter)` would
+/// take Shift+Enter too (egui ignores an extra Shift), and Shift+Enter must reach the text box
+/// as a new line.
+fn take_plain_enter(input: &mut egui::InputState) -> bool {
+    let before = input.events.len();
+    input.events.retain(|event| {
+        !matches!(
+            event,
+            egui::Event::Key {
+                key: Key::Enter,
+                pressed: true,
+                modifiers,
+                ..
+            } if modifiers.is_none()
+        )
+    });
+    input.events.len() < before
 }

@@ -6,6 +6,8 @@ pub mod commands;
 mod conversation_list;
 mod first_run;
 mod input;
+#[cfg(test)]
+mod scripted_engine;
 mod settings_panel;
 pub mod state;
 mod stats_plot;
@@ -14,8 +16,9 @@ mod token_view;
 mod view_state;
 
 pub use app::{SmolchatApp, run};
-pub use commands::UiCommand;
-pub use state::{AppState, ModelStatus};
+pub use commands::{Action, UiCommand};
+pub use state::{AppState, ExportFormat, ModelStatus};
+pub use view_state::ViewState;
 
 /// Accessible names for widgets that tests and screen readers look up.
 pub mod labels {

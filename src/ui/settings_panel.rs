@@ -1,6 +1,8 @@
-//! Sampling, context and model choices. Every change is saved at once and used by the next
+//! Sampling, context and model choices. The widgets edit a copy of the settings, which goes
+//! back as one [`Action::UpdateSettings`]: every change is saved at once and used by the next
 //! reply; changing the backend, the precision or the model folder reloads the model.
 
+use super::commands::Action;
 use super::first_run::use_folder;
 use super::labels;
 use super::state::AppState;
@@ -8,7 +10,7 @@ use super::stats_plot;
 use super::view_state::ViewState;
 use crate::backend::BackendKind;
 use crate::model::Precision;
-use crate::store::SeedMode;
+use crate::store::{SeedMode, Settings};
 use crate::text::OverflowPolicy;
 
 /// The backends offered, with what a user needs to know to choose; a new backend is one
@@ -26,26 +28,24 @@ const PRECISIONS: [(Precision, &str); 4] = [
     (Precision::Q8, "8-bit weights (least memory)"),
 ];
 
-pub fn show(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) {
+pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     egui::ScrollArea::vertical()
         .id_salt("settings")
         .show(ui, |ui| {
             ui.heading("Settings");
-            let mut changed = sampling(ui, state);
-            changed |= context_and_prompt(ui, state);
-            if model(ui, state, view) {
-                changed = true;
-            }
+            let mut settings = state.settings().clone();
+            let mut changed = sampling(ui, &mut settings);
+            changed |= context_and_prompt(ui, &mut settings);
+            changed |= model(ui, &mut settings, view, actions);
             if changed {
-                state.save_settings();
+                actions.push(Action::UpdateSettings(settings));
             }
             ui.separator();
             stats_plot::show(ui, state);
         });
 }
 
-fn sampling(ui: &mut egui::Ui, state: &mut AppState) -> bool {
-    let s = &mut state.settings;
+fn sampling(ui: &mut egui::Ui, s: &mut Settings) -> bool {
     let mut changed = false;
     ui.label("Sampling");
     changed |= ui
@@ -91,8 +91,7 @@ fn sampling(ui: &mut egui::Ui, state: &mut AppState) -> bool {
     changed
 }
 
-fn context_and_prompt(ui: &mut egui::Ui, state: &mut AppState) -> bool {
-    let s = &mut state.settings;
+fn context_and_prompt(ui: &mut egui::Ui, s: &mut Settings) -> bool {
     let mut changed = false;
     ui.separator();
     changed |= ui
@@ -152,19 +151,22 @@ fn choice<T: Copy + PartialEq>(
     *value != before
 }
 
-fn model(ui: &mut egui::Ui, state: &mut AppState, view: &mut ViewState) -> bool {
+/// True when the backend or the precision changed (which reloads the model).
+fn model(
+    ui: &mut egui::Ui,
+    s: &mut Settings,
+    view: &mut ViewState,
+    actions: &mut Vec<Action>,
+) -> bool {
     ui.separator();
     ui.label("Model");
-    let reload = choice(ui, "Backend", &mut state.settings.backend, &BACKENDS)
-        | choice(ui, "Precision", &mut state.settings.precision, &PRECISIONS);
-    if reload {
-        state.reload_model();
-    }
+    let changed = choice(ui, "Backend", &mut s.backend, &BACKENDS)
+        | choice(ui, "Precision", &mut s.precision, &PRECISIONS);
     let label = ui.label("Current model folder");
     ui.add(egui::TextEdit::singleline(&mut view.model_path).desired_width(f32::INFINITY))
         .labelled_by(label.id);
     if ui.button("Load folder").clicked() {
-        use_folder(state, &view.model_path);
+        actions.push(use_folder(&view.model_path));
     }
-    reload
+    changed
 }

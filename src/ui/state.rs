@@ -1,10 +1,12 @@
 //! Everything the window shows, and every action it can take, without any drawing: the
-//! widgets read this and call its methods, and tests and `smolchat dev chat` drive it directly.
+//! widgets read this and push [`Action`]s, which [`AppState::apply`] runs; tests and
+//! `smolchat dev chat` drive it the same way. The engine is passed in, so tests can script it.
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use super::commands::{Action, UiCommand};
 use crate::engine::{EngineError, EngineHandle, Event, LiveStats, ModelInfo, RequestId};
 use crate::generation::{FinishReason, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
@@ -28,9 +30,15 @@ pub enum ModelStatus {
     Downloading(Option<DownloadProgress>),
     Loading(PathBuf),
     Ready(ModelInfo),
-    /// Loading or downloading failed; the message says why and the first-run screen offers
-    /// the ways out again.
+    /// Loading or downloading failed; the message says why and what to do, and the first-run
+    /// screen shows it with the ways out again.
     Failed(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    Markdown,
+    Json,
 }
 
 /// One point of the live plot.
@@ -50,32 +58,34 @@ struct ActiveGeneration {
 }
 
 pub struct AppState {
-    pub paths: Paths,
-    pub settings: Settings,
+    paths: Paths,
+    settings: Settings,
     store: ConversationStore,
     /// Newest first; never empty, so there is always a conversation to type into.
-    pub conversations: Vec<Conversation>,
-    pub current: usize,
+    conversations: Vec<Conversation>,
+    current: usize,
     engine: EngineHandle,
-    pub model: ModelStatus,
+    model: ModelStatus,
     generation: Option<ActiveGeneration>,
     /// Figures of the running generation, or of the last one.
-    pub live: Option<LiveStats>,
-    pub history: VecDeque<StatsSample>,
+    live: Option<LiveStats>,
+    history: VecDeque<StatsSample>,
     /// Problems the user should see, with what to do about them; dismissed one by one.
-    pub errors: Vec<String>,
-    /// A short, passing message (export done, messages dropped from the context, ...).
-    pub notice: Option<String>,
+    errors: Vec<String>,
+    /// Short, passing messages (export done, messages dropped from the context, ...), each
+    /// dismissed on its own: one event can have two things to say (a GPU fallback and a
+    /// missing chat template on the same model).
+    notices: Vec<String>,
     /// The last deleted conversation, until undone or replaced by the next deletion.
-    pub deleted: Option<Conversation>,
-    pub save_interval: Duration,
+    deleted: Option<Conversation>,
+    save_interval: Duration,
     started: Instant,
 }
 
 impl AppState {
-    /// Loads settings and conversations from `paths` and starts the engine; `notify` runs on
-    /// the engine thread after each event (the window passes its repaint request).
-    pub fn new(paths: Paths, notify: impl Fn() + Send + 'static) -> Result<Self, String> {
+    /// Loads settings and conversations from `paths`, and the configured model into `engine`
+    /// (the window passes [`EngineHandle::spawn`], tests a scripted engine).
+    pub fn new(paths: Paths, engine: EngineHandle) -> Self {
         let mut errors = Vec::new();
         let settings = Settings::load(&paths.settings_file()).unwrap_or_else(|problem| {
             errors.push(format!(
@@ -91,8 +101,6 @@ impl AppState {
         if conversations.is_empty() {
             conversations.push(Conversation::new());
         }
-        let engine = EngineHandle::spawn(notify)
-            .map_err(|err| format!("cannot start the inference thread: {err}"))?;
         let mut state = Self {
             paths,
             settings,
@@ -105,7 +113,7 @@ impl AppState {
             live: None,
             history: VecDeque::new(),
             errors,
-            notice: None,
+            notices: Vec::new(),
             deleted: None,
             save_interval: DEFAULT_SAVE_INTERVAL,
             started: Instant::now(),
@@ -113,11 +121,56 @@ impl AppState {
         if let Some(folder) = state.settings.model_folder.clone() {
             state.load_model_folder(folder);
         }
-        Ok(state)
+        state
+    }
+
+    /// How often a streaming reply is written to disk (default [`DEFAULT_SAVE_INTERVAL`]).
+    pub fn with_save_interval(mut self, interval: Duration) -> Self {
+        self.save_interval = interval;
+        self
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Newest first, never empty.
+    pub fn conversations(&self) -> &[Conversation] {
+        &self.conversations
+    }
+
+    pub fn current_index(&self) -> usize {
+        self.current
     }
 
     pub fn current(&self) -> &Conversation {
         &self.conversations[self.current]
+    }
+
+    pub fn model(&self) -> &ModelStatus {
+        &self.model
+    }
+
+    /// Figures of the running generation, or of the last one.
+    pub fn live(&self) -> Option<&LiveStats> {
+        self.live.as_ref()
+    }
+
+    /// Decode speed and memory over the last [`HISTORY_WINDOW`], oldest first.
+    pub fn history(&self) -> &VecDeque<StatsSample> {
+        &self.history
+    }
+
+    pub fn errors(&self) -> &[String] {
+        &self.errors
+    }
+
+    pub fn notices(&self) -> &[String] {
+        &self.notices
+    }
+
+    pub fn can_undo_delete(&self) -> bool {
+        self.deleted.is_some()
     }
 
     pub fn is_generating(&self) -> bool {
@@ -136,51 +189,129 @@ impl AppState {
         matches!(self.model, ModelStatus::Ready(_))
     }
 
-    pub fn model_options(&self) -> ModelOptions {
+    fn model_options(&self) -> ModelOptions {
         ModelOptions {
             backend: self.settings.backend,
             precision: self.settings.precision,
         }
     }
 
-    pub fn save_settings(&mut self) {
-        if let Err(err) = self.settings.save(&self.paths.settings_file()) {
+    /// Runs one user action. False when it was refused or failed; the notices or errors say
+    /// why.
+    pub fn apply(&mut self, action: impl Into<Action>) -> bool {
+        match action.into() {
+            Action::Command(command) => self.run(command),
+            Action::Send(text) => self.send(&text),
+            Action::Select(index) => self.select(index),
+            Action::Rename(index, title) => self.rename(index, &title),
+            Action::Delete(index) => self.delete(index),
+            Action::UndoDelete => self.undo_delete(),
+            Action::EditAndResend(index, text) => self.edit_and_resend(index, &text),
+            Action::UseModelFolder(folder) => self.use_model_folder(folder),
+            Action::DownloadDefaultModel => self.download_default_model(),
+            Action::UpdateSettings(settings) => self.update_settings(settings),
+            Action::DismissError(index) => remove(&mut self.errors, index),
+            Action::DismissNotice(index) => remove(&mut self.notices, index),
+        }
+    }
+
+    fn run(&mut self, command: UiCommand) -> bool {
+        match command {
+            UiCommand::NewConversation => self.new_conversation(),
+            UiCommand::RegenerateLast => self.regenerate(),
+            UiCommand::StopGeneration => {
+                self.engine.stop();
+                true
+            }
+            UiCommand::ExportMarkdown => self.export_current(ExportFormat::Markdown),
+            UiCommand::ExportJson => self.export_current(ExportFormat::Json),
+            // Only the window's focus moves; `SmolchatApp::execute` does that.
+            UiCommand::FocusInput => true,
+            UiCommand::ToggleSettings => {
+                let mut settings = self.settings.clone();
+                settings.show_settings = !settings.show_settings;
+                self.update_settings(settings)
+            }
+            UiCommand::ToggleTokenView => {
+                let mut settings = self.settings.clone();
+                settings.show_token_probabilities = !settings.show_token_probabilities;
+                self.update_settings(settings)
+            }
+        }
+    }
+
+    fn update_settings(&mut self, mut settings: Settings) -> bool {
+        // A folder is checked before it is used, so it changes only by `UseModelFolder`.
+        settings.model_folder = self.settings.model_folder.clone();
+        let reload = settings.backend != self.settings.backend
+            || settings.precision != self.settings.precision;
+        self.settings = settings;
+        let saved = self.save_settings();
+        if reload {
+            self.reload_model();
+        }
+        saved
+    }
+
+    fn save_settings(&mut self) -> bool {
+        let result = self.settings.save(&self.paths.settings_file());
+        if let Err(err) = &result {
             self.errors.push(format!(
                 "cannot save settings to {}: {err}. Check that the folder is writable.",
                 self.paths.settings_file().display()
             ));
         }
+        result.is_ok()
     }
 
-    pub fn load_model_folder(&mut self, folder: PathBuf) {
+    /// Checks the folder before handing it to the engine, so that a typo gets an immediate
+    /// answer and does not unload the model in use.
+    fn use_model_folder(&mut self, folder: PathBuf) -> bool {
+        if !folder.join("config.json").is_file() {
+            let problem = format!(
+                "{} has no config.json. Choose the folder that holds the model's config.json, model.safetensors and tokenizer.json.",
+                folder.display()
+            );
+            match self.model {
+                // The first-run screen shows the reason beside the ways out.
+                ModelStatus::NotConfigured | ModelStatus::Failed(_) => {
+                    self.model = ModelStatus::Failed(problem);
+                }
+                ModelStatus::Downloading(_) | ModelStatus::Loading(_) | ModelStatus::Ready(_) => {
+                    self.errors.push(problem);
+                }
+            }
+            return false;
+        }
+        self.settings.model_folder = Some(folder.clone());
+        self.save_settings();
+        self.load_model_folder(folder);
+        true
+    }
+
+    fn load_model_folder(&mut self, folder: PathBuf) {
         self.model = ModelStatus::Loading(folder.clone());
         self.engine
             .load_model(ModelSource::Folder(folder), self.model_options());
     }
 
     /// Reloads the configured model, e.g. after the backend changed.
-    pub fn reload_model(&mut self) {
+    fn reload_model(&mut self) {
         if let Some(folder) = self.settings.model_folder.clone() {
             self.load_model_folder(folder);
         }
     }
 
-    pub fn download_default_model(&mut self) {
+    fn download_default_model(&mut self) -> bool {
         self.model = ModelStatus::Downloading(None);
         self.engine.load_model(
             ModelSource::Hub(DEFAULT_MODEL_ID.to_string()),
             self.model_options(),
-        );
+        )
     }
 
-    /// Stops the running generation or download.
-    pub fn stop(&mut self) {
-        self.engine.stop();
-    }
-
-    /// Sends the user's message and starts the reply. Returns false (and says why) when it
-    /// cannot be sent now.
-    pub fn send(&mut self, text: &str) -> bool {
+    /// Sends the user's message and starts the reply.
+    fn send(&mut self, text: &str) -> bool {
         let text = text.trim();
         if text.is_empty() || !self.can_generate() {
             return false;
@@ -197,7 +328,7 @@ impl AppState {
     }
 
     /// Replaces the last reply with a new one.
-    pub fn regenerate(&mut self) -> bool {
+    fn regenerate(&mut self) -> bool {
         let conversation = &self.conversations[self.current];
         let last_is_reply = conversation
             .messages
@@ -212,7 +343,7 @@ impl AppState {
     }
 
     /// Replaces user message `index` with `text`, forgets everything after it and replies anew.
-    pub fn edit_and_resend(&mut self, index: usize, text: &str) -> bool {
+    fn edit_and_resend(&mut self, index: usize, text: &str) -> bool {
         let text = text.trim();
         let conversation = &self.conversations[self.current];
         let is_user = conversation
@@ -231,11 +362,11 @@ impl AppState {
 
     fn can_generate(&mut self) -> bool {
         if self.is_generating() {
-            self.notice = Some("A reply is still being written; stop it first (Esc).".into());
+            self.notify("A reply is still being written; stop it first (Esc).");
             return false;
         }
         if !self.model_ready() {
-            self.notice = Some("No model is loaded yet.".into());
+            self.notify("No model is loaded yet.");
             return false;
         }
         true
@@ -301,9 +432,11 @@ impl AppState {
         self.save_current();
     }
 
-    pub fn new_conversation(&mut self) {
+    /// Opens an empty conversation: the current one if it is empty, else the first empty one,
+    /// else a new one at the top.
+    fn new_conversation(&mut self) -> bool {
         if self.current().messages.is_empty() {
-            return;
+            return true;
         }
         if let Some(index) = self
             .conversations
@@ -311,49 +444,51 @@ impl AppState {
             .position(|c| c.messages.is_empty())
         {
             self.current = index;
-            return;
+            return true;
         }
         self.conversations.insert(0, Conversation::new());
-        self.select(0);
+        self.select(0)
     }
 
-    pub fn select(&mut self, index: usize) {
-        if index < self.conversations.len() {
+    fn select(&mut self, index: usize) -> bool {
+        let exists = index < self.conversations.len();
+        if exists {
             self.current = index;
         }
+        exists
     }
 
-    pub fn rename(&mut self, index: usize, title: &str) {
+    fn rename(&mut self, index: usize, title: &str) -> bool {
         let title = title.trim();
-        if let Some(conversation) = self.conversations.get_mut(index)
-            && !title.is_empty()
-        {
-            conversation.title = title.to_string();
-            let conversation = conversation.clone();
-            self.save(&conversation);
+        let Some(conversation) = self.conversations.get_mut(index) else {
+            return false;
+        };
+        if title.is_empty() {
+            return false;
         }
+        conversation.title = title.to_string();
+        let conversation = conversation.clone();
+        self.save(&conversation)
     }
 
-    /// Deletes a conversation; it can be brought back with [`Self::undo_delete`] until the
-    /// next deletion.
-    pub fn delete(&mut self, index: usize) {
+    fn delete(&mut self, index: usize) -> bool {
         let Some(conversation) = self.conversations.get(index) else {
-            return;
+            return false;
         };
         let streaming_here = self
             .generation
             .as_ref()
             .is_some_and(|active| active.conversation_id == conversation.id);
         if streaming_here {
-            self.notice = Some("Stop the reply before deleting its conversation.".into());
-            return;
+            self.notify("Stop the reply before deleting its conversation.");
+            return false;
         }
         if let Err(err) = self.store.delete(&conversation.id) {
             self.errors.push(format!(
                 "cannot delete the conversation file: {err}. Check the permissions of {}.",
                 self.paths.conversations_dir().display()
             ));
-            return;
+            return false;
         }
         let active_id = self.current().id.clone();
         let removed = self.conversations.remove(index);
@@ -365,15 +500,18 @@ impl AppState {
             .iter()
             .position(|c| c.id == active_id)
             .unwrap_or(0);
-        self.notice = Some(format!("Deleted \u{201c}{}\u{201d}.", removed.title));
+        self.notify(deleted_notice(&removed));
         self.deleted = Some(removed);
+        true
     }
 
-    pub fn undo_delete(&mut self) {
+    fn undo_delete(&mut self) -> bool {
         let Some(conversation) = self.deleted.take() else {
-            return;
+            return false;
         };
-        self.save(&conversation);
+        let notice = deleted_notice(&conversation);
+        self.notices.retain(|n| *n != notice);
+        let saved = self.save(&conversation);
         let position = self
             .conversations
             .iter()
@@ -386,37 +524,54 @@ impl AppState {
             .iter()
             .position(|c| c.id == active_id)
             .unwrap_or(0);
-        self.notice = None;
+        saved
     }
 
-    /// Writes the current conversation as Markdown or JSON into the exports folder and
-    /// returns where.
-    pub fn export_current(&mut self, markdown: bool) -> Option<PathBuf> {
+    /// Where the current conversation is exported to in `format`, in the exports folder.
+    pub fn export_path(&self, format: ExportFormat) -> PathBuf {
         let conversation = self.current();
-        let dir = self.paths.data_dir.join("exports");
         let stem: String = conversation
             .title
             .chars()
             .map(|c| if c.is_alphanumeric() { c } else { '-' })
             .collect();
-        let (extension, bytes) = if markdown {
-            ("md", Ok(conversation.to_markdown().into_bytes()))
-        } else {
-            ("json", conversation.to_json())
+        let extension = match format {
+            ExportFormat::Markdown => "md",
+            ExportFormat::Json => "json",
         };
-        let path = dir.join(format!("{stem}-{}.{extension}", conversation.id));
+        self.paths
+            .data_dir
+            .join("exports")
+            .join(format!("{stem}-{}.{extension}", conversation.id))
+    }
+
+    fn export_current(&mut self, format: ExportFormat) -> bool {
+        let conversation = self.current();
+        let bytes = match format {
+            ExportFormat::Markdown => Ok(conversation.to_markdown().into_bytes()),
+            ExportFormat::Json => conversation.to_json(),
+        };
+        let path = self.export_path(format);
         match bytes.and_then(|bytes| crate::atomic_file::write_atomic(&path, &bytes)) {
             Ok(()) => {
-                self.notice = Some(format!("Exported to {}", path.display()));
-                Some(path)
+                self.notify(format!("Exported to {}", path.display()));
+                true
             }
             Err(err) => {
                 self.errors.push(format!(
                     "cannot export to {}: {err}. Check that the folder is writable.",
                     path.display()
                 ));
-                None
+                false
             }
+        }
+    }
+
+    /// Shows a notice, once: the same news twice says nothing more.
+    fn notify(&mut self, notice: impl Into<String>) {
+        let notice = notice.into();
+        if !self.notices.contains(&notice) {
+            self.notices.push(notice);
         }
     }
 
@@ -455,13 +610,12 @@ impl AppState {
                     self.save_settings();
                 }
                 if info.fallback_template {
-                    self.notice = Some(
-                        "This model folder has no chat template; the ChatML template is used."
-                            .into(),
+                    self.notify(
+                        "This model folder has no chat template; the ChatML template is used.",
                     );
                 }
                 if let Some(reason) = &info.backend_fallback {
-                    self.notice = Some(format!("GPU: {reason}."));
+                    self.notify(format!("GPU: {reason}."));
                 }
                 self.model = ModelStatus::Ready(info);
             }
@@ -477,7 +631,7 @@ impl AppState {
                         device_bytes: None,
                     });
                     if dropped_messages > 0 {
-                        self.notice = Some(format!(
+                        self.notify(format!(
                             "{dropped_messages} oldest messages did not fit the context and were left out of the prompt."
                         ));
                     }
@@ -528,8 +682,8 @@ impl AppState {
                         }
                     }
                     if reason == FinishReason::ContextFull {
-                        self.notice = Some(
-                            "The context window is full. Start a new chat, or set the overflow policy to drop old turns.".into(),
+                        self.notify(
+                            "The context window is full. Start a new chat, or set the overflow policy to drop old turns.",
                         );
                     }
                     self.live = Some(stats);
@@ -540,20 +694,21 @@ impl AppState {
             Event::Busy { refused } => {
                 if self.is_active(refused) {
                     self.abandon_generation();
-                    self.notice = Some("The engine was busy; send again.".into());
+                    self.notify("The engine was busy; send again.");
                 }
             }
             Event::Error { request, error } => {
+                let advice = error_advice(&error);
                 match request {
-                    Some(request) if self.is_active(request) => self.abandon_generation(),
-                    Some(_) => {}
-                    None => {
-                        if !self.model_ready() {
-                            self.model = ModelStatus::Failed(error.to_string());
-                        }
+                    // Without a model the first-run screen shows why, once, and the next
+                    // model replaces it: a banner would repeat it and outlive the problem.
+                    None if !self.model_ready() => self.model = ModelStatus::Failed(advice),
+                    Some(request) if self.is_active(request) => {
+                        self.abandon_generation();
+                        self.errors.push(advice);
                     }
+                    _ => self.errors.push(advice),
                 }
-                self.errors.push(error_advice(&error));
             }
         }
     }
@@ -637,22 +792,34 @@ impl AppState {
         self.save(&conversation);
     }
 
-    fn save(&mut self, conversation: &Conversation) {
-        if let Err(err) = self.store.save(conversation) {
+    fn save(&mut self, conversation: &Conversation) -> bool {
+        let result = self.store.save(conversation);
+        if let Err(err) = &result {
             self.errors.push(format!(
                 "cannot save the conversation to {}: {err}. Free some disk space or check the folder's permissions.",
                 self.store.path(&conversation.id).display()
             ));
         }
+        result.is_ok()
     }
 
     pub fn conversation_path(&self, id: &str) -> PathBuf {
         self.store.path(id)
     }
+}
 
-    pub fn model_folder_exists(folder: &Path) -> bool {
-        folder.join("config.json").is_file()
+/// Dismisses entry `index` of a list of messages; false when there is none.
+fn remove(list: &mut Vec<String>, index: usize) -> bool {
+    let exists = index < list.len();
+    if exists {
+        list.remove(index);
     }
+    exists
+}
+
+/// The notice a deletion shows; undoing the deletion takes it back.
+fn deleted_notice(conversation: &Conversation) -> String {
+    format!("Deleted \u{201c}{}\u{201d}.", conversation.title)
 }
 
 /// The first words of the first message, as a conversation title.
@@ -686,3 +853,6 @@ fn error_advice(error: &EngineError) -> String {
     };
     format!("{error}. {hint}")
 }
+
+#[cfg(test)]
+mod tests;

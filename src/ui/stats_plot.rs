@@ -6,14 +6,14 @@ use super::state::{AppState, HISTORY_WINDOW};
 
 pub fn show(ui: &mut egui::Ui, state: &AppState) {
     ui.label("Last minute: decode tok/s and memory (MiB)");
-    if state.history.is_empty() {
+    if state.history().is_empty() {
         ui.label(egui::RichText::new("No reply generated yet.").weak());
         return;
     }
     let now = state.now_seconds();
     let points = |value: fn(&super::state::StatsSample) -> f64| -> PlotPoints<'static> {
         state
-            .history
+            .history()
             .iter()
             .map(|sample| [sample.seconds - now, value(sample)])
             .collect()

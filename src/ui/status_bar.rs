@@ -3,13 +3,14 @@
 
 use egui::RichText;
 
+use super::commands::Action;
 use super::state::{AppState, ModelStatus};
 use crate::stats::memory;
 use crate::store::MessageStats;
 
-pub fn show(ui: &mut egui::Ui, state: &mut AppState) {
+pub fn show(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
     ui.horizontal_wrapped(|ui| {
-        match &state.model {
+        match state.model() {
             ModelStatus::Ready(info) => {
                 // The description already names the device (GPU adapter or CPU backend) and the
                 // precision.
@@ -27,7 +28,7 @@ pub fn show(ui: &mut egui::Ui, state: &mut AppState) {
                 ui.label("No model loaded");
             }
         }
-        if let Some(live) = &state.live {
+        if let Some(live) = state.live() {
             ui.separator();
             let stats = MessageStats::from_generation(&live.generation, live.resident_bytes);
             ui.label(super::chat_view::stats_line(&stats));
@@ -38,7 +39,7 @@ pub fn show(ui: &mut egui::Ui, state: &mut AppState) {
                 ui.label(format!("\u{b7} GPU memory {:.0} MiB", memory::mib(bytes)));
             }
         }
-        if let Some(notice) = &state.notice {
+        for (index, notice) in state.notices().iter().enumerate() {
             ui.separator();
             ui.label(RichText::new(notice).italics());
             if ui
@@ -46,7 +47,7 @@ pub fn show(ui: &mut egui::Ui, state: &mut AppState) {
                 .on_hover_text("Dismiss this notice")
                 .clicked()
             {
-                state.notice = None;
+                actions.push(Action::DismissNotice(index));
             }
         }
     });

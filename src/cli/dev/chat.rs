@@ -3,8 +3,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
+use crate::engine::EngineHandle;
 use crate::store::Paths;
-use crate::ui::{AppState, ModelStatus};
+use crate::ui::{Action, AppState, ModelStatus};
 
 #[derive(Debug, Args)]
 pub struct ChatArgs {
@@ -32,26 +33,30 @@ pub fn run(args: ChatArgs) -> Result<(), String> {
         data_dir: args.data_dir.clone(),
         config_dir: args.data_dir.join("config"),
     };
-    let mut state = AppState::new(paths, move || {
+    let engine = EngineHandle::spawn(move || {
         let _ = wake_tx.send(());
-    })?;
-    state.save_interval = Duration::from_millis(args.save_interval_ms);
-    state.settings.max_new_tokens = args.max_new_tokens;
-    state.load_model_folder(args.model);
+    })
+    .map_err(|err| format!("cannot start the inference thread: {err}"))?;
+    let mut state = AppState::new(paths, engine)
+        .with_save_interval(Duration::from_millis(args.save_interval_ms));
+    let mut settings = state.settings().clone();
+    settings.max_new_tokens = args.max_new_tokens;
+    state.apply(Action::UpdateSettings(settings));
+    state.apply(Action::UseModelFolder(args.model));
     let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
     let mut sent = false;
     while Instant::now() < deadline {
         let wait = state.next_save_in().unwrap_or(Duration::from_millis(200));
         let _ = wake_rx.recv_timeout(wait);
         state.poll();
-        if let Some(error) = state.errors.first() {
+        if let Some(error) = state.errors().first() {
             return Err(error.clone());
         }
-        if let ModelStatus::Failed(message) = &state.model {
+        if let ModelStatus::Failed(message) = state.model() {
             return Err(message.clone());
         }
         if !sent && state.model_ready() {
-            sent = state.send(&args.message);
+            sent = state.apply(Action::Send(args.message.clone()));
             println!("{}", state.conversation_path(&state.current().id).display());
         } else if sent && !state.is_generating() {
             return Ok(());

@@ -1,0 +1,535 @@
+//! The state against a scripted engine: the commands it sends and what it makes of the events
+//! played back, without a model.
+
+use std::path::PathBuf;
+
+use tempfile::TempDir;
+
+use super::{AppState, ModelStatus};
+use crate::backend::BackendKind;
+use crate::engine::{Command, EngineError, Event, GenerateRequest, ModelInfo, RequestId};
+use crate::generation::FinishReason;
+use crate::model_source::ModelSource;
+use crate::store::{ConversationStore, Paths, StoredMessage};
+use crate::text::{ChatMessage, Role};
+use crate::ui::commands::{Action, UiCommand};
+use crate::ui::scripted_engine::{ScriptedEngine, model_info, stats, token};
+
+struct Fixture {
+    state: AppState,
+    engine: ScriptedEngine,
+    dir: TempDir,
+}
+
+impl Fixture {
+    /// A fresh data folder and no model yet.
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (handle, engine) = ScriptedEngine::new();
+        let state = AppState::new(Paths::under(dir.path()), handle);
+        Self { state, engine, dir }
+    }
+
+    fn ready() -> Self {
+        let mut fixture = Self::new();
+        let info = model_info(&fixture.model_dir());
+        fixture.play([Event::ModelReady(info)]);
+        fixture
+    }
+
+    fn model_dir(&self) -> PathBuf {
+        self.dir.path().join("model")
+    }
+
+    fn play(&mut self, events: impl IntoIterator<Item = Event>) {
+        for event in events {
+            self.engine.send(event);
+        }
+        self.state.poll();
+    }
+
+    /// Sends `text` and returns the request the engine received.
+    fn send(&mut self, text: &str) -> GenerateRequest {
+        assert!(self.state.apply(Action::Send(text.into())));
+        self.engine.generate_request()
+    }
+
+    /// Streams `tokens` into request `id` and finishes it.
+    fn reply(&mut self, id: RequestId, tokens: &[&str], reason: FinishReason) {
+        let mut events: Vec<Event> = tokens
+            .iter()
+            .map(|text| Event::Token {
+                request: id,
+                token: token(text),
+            })
+            .collect();
+        events.push(Event::Finished {
+            request: id,
+            reason,
+            text: String::new(),
+            stats: stats(tokens.len()),
+        });
+        self.play(events);
+    }
+
+    fn last_message(&self) -> &StoredMessage {
+        self.state.current().messages.last().unwrap()
+    }
+
+    /// The current conversation as its file holds it.
+    fn saved(&self) -> crate::store::Conversation {
+        let path = self.state.conversation_path(&self.state.current().id);
+        ConversationStore::load_file(&path).unwrap()
+    }
+}
+
+#[test]
+fn a_sent_message_streams_into_the_reply_which_is_saved_when_finished() {
+    let mut f = Fixture::ready();
+    let mut settings = f.state.settings().clone();
+    settings.system_prompt = "Be brief.".into();
+    settings.max_new_tokens = 7;
+    assert!(f.state.apply(Action::UpdateSettings(settings)));
+
+    let request = f.send("  Hello  ");
+    assert_eq!(
+        request.messages,
+        [ChatMessage::system("Be brief."), ChatMessage::user("Hello")]
+    );
+    assert_eq!(request.max_new_tokens, 7);
+    assert!(f.state.is_generating());
+    assert_eq!(f.state.streaming_message(), Some(1));
+    assert_eq!(f.state.current().title, "Hello");
+
+    f.play([
+        Event::PromptProcessed {
+            request: request.id,
+            stats: stats(0).generation,
+            dropped_messages: 0,
+        },
+        Event::Token {
+            request: request.id,
+            token: token("Hi"),
+        },
+        Event::Token {
+            request: request.id,
+            token: token(" there"),
+        },
+        Event::Stats {
+            request: request.id,
+            stats: stats(2),
+        },
+    ]);
+    assert_eq!(f.last_message().content, "Hi there");
+    assert_eq!(f.state.history().len(), 1);
+    f.play([Event::Finished {
+        request: request.id,
+        reason: FinishReason::StopToken,
+        text: "!".into(),
+        stats: stats(3),
+    }]);
+
+    assert!(!f.state.is_generating());
+    let reply = f.last_message();
+    assert_eq!(reply.role, Role::Assistant);
+    assert_eq!(reply.content, "Hi there!");
+    let record = reply.generation.as_ref().unwrap();
+    assert_eq!(record.finish_reason, Some(FinishReason::StopToken));
+    assert_eq!(record.sampling, request.sampling);
+    let texts: Vec<&str> = record.tokens.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(texts, ["Hi", " there", "!"]);
+    assert_eq!(record.stats.as_ref().unwrap().generated_tokens, 3);
+    assert_eq!(&f.saved(), f.state.current());
+}
+
+#[test]
+fn stop_sets_the_stopper_and_a_stopped_reply_keeps_its_text() {
+    let mut f = Fixture::ready();
+    let request = f.send("Tell me a story");
+    f.play([Event::Token {
+        request: request.id,
+        token: token("Once"),
+    }]);
+    assert!(!f.engine.stopper.is_stopped());
+
+    assert!(f.state.apply(UiCommand::StopGeneration));
+    assert!(f.engine.stopper.is_stopped());
+    assert!(f.state.is_generating(), "until the engine says it stopped");
+    f.play([Event::Finished {
+        request: request.id,
+        reason: FinishReason::Stopped,
+        text: String::new(),
+        stats: stats(1),
+    }]);
+
+    assert!(!f.state.is_generating());
+    let reply = f.last_message();
+    assert_eq!(reply.content, "Once");
+    let record = reply.generation.as_ref().unwrap();
+    assert_eq!(record.finish_reason, Some(FinishReason::Stopped));
+    assert_eq!(&f.saved(), f.state.current());
+}
+
+#[test]
+fn regenerate_replays_the_conversation_without_the_last_reply() {
+    let mut f = Fixture::ready();
+    let first = f.send("Hello");
+    f.reply(first.id, &["Hi"], FinishReason::StopToken);
+    let second = f.send("And again?");
+    f.reply(second.id, &["Sure"], FinishReason::StopToken);
+
+    assert!(f.state.apply(UiCommand::RegenerateLast));
+    let request = f.engine.generate_request();
+    assert_eq!(
+        request.messages,
+        [
+            ChatMessage::user("Hello"),
+            ChatMessage::assistant("Hi"),
+            ChatMessage::user("And again?")
+        ]
+    );
+    assert_ne!(request.id, second.id);
+    assert_eq!(f.state.current().messages.len(), 4);
+    assert_eq!(f.last_message().content, "");
+    assert_eq!(f.state.streaming_message(), Some(3));
+}
+
+#[test]
+fn edit_and_resend_forgets_what_followed_the_edited_message() {
+    let mut f = Fixture::ready();
+    let first = f.send("Hello");
+    f.reply(first.id, &["Hi"], FinishReason::StopToken);
+    let second = f.send("Tell me more");
+    f.reply(second.id, &["More"], FinishReason::StopToken);
+
+    assert!(
+        !f.state
+            .apply(Action::EditAndResend(1, "not a user message".into()))
+    );
+    assert!(
+        f.state
+            .apply(Action::EditAndResend(0, "Good morning".into()))
+    );
+    let request = f.engine.generate_request();
+    assert_eq!(request.messages, [ChatMessage::user("Good morning")]);
+    assert_eq!(f.state.current().messages.len(), 2);
+}
+
+#[test]
+fn a_message_sent_while_a_reply_is_written_is_refused_with_a_notice() {
+    let mut f = Fixture::ready();
+    f.send("Hello");
+    assert!(!f.state.apply(Action::Send("Are you there?".into())));
+    assert!(f.engine.commands().is_empty());
+    assert_eq!(f.state.current().messages.len(), 2);
+    assert_eq!(
+        f.state.notices(),
+        ["A reply is still being written; stop it first (Esc)."]
+    );
+}
+
+#[test]
+fn without_a_model_nothing_is_sent() {
+    let mut f = Fixture::new();
+    assert!(!f.state.apply(Action::Send("Hello".into())));
+    assert!(f.engine.commands().is_empty());
+    assert!(f.state.current().messages.is_empty());
+    assert_eq!(f.state.notices(), ["No model is loaded yet."]);
+}
+
+#[test]
+fn a_busy_engine_removes_the_placeholder_and_asks_to_send_again() {
+    let mut f = Fixture::ready();
+    let request = f.send("Hello");
+    f.play([Event::Busy {
+        refused: request.id,
+    }]);
+    assert!(!f.state.is_generating());
+    assert_eq!(
+        f.state.current().messages,
+        [StoredMessage::new(Role::User, "Hello")]
+    );
+    assert_eq!(f.state.notices(), ["The engine was busy; send again."]);
+    assert_eq!(&f.saved(), f.state.current());
+}
+
+/// What the user is shown about problems: the banner, and the first-run screen's reason.
+fn shown_problems(state: &AppState) -> Vec<String> {
+    let mut shown = state.errors().to_vec();
+    if let ModelStatus::Failed(reason) = state.model() {
+        shown.push(reason.clone());
+    }
+    shown
+}
+
+/// Fails a download of the default model with `error`; returns what is shown.
+fn failed_load(error: EngineError) -> Vec<String> {
+    let mut f = Fixture::new();
+    assert!(f.state.apply(Action::DownloadDefaultModel));
+    assert!(matches!(
+        f.engine.commands().as_slice(),
+        [Command::LoadModel {
+            source: ModelSource::Hub(_),
+            ..
+        }]
+    ));
+    f.play([Event::Error {
+        request: None,
+        error,
+    }]);
+    assert!(matches!(f.state.model(), ModelStatus::Failed(_)));
+    shown_problems(&f.state)
+}
+
+/// Fails a generation with `error`; returns what is shown.
+fn failed_generation(error: EngineError) -> Vec<String> {
+    let mut f = Fixture::ready();
+    let request = f.send("Hello");
+    f.play([Event::Error {
+        request: Some(request.id),
+        error,
+    }]);
+    assert!(!f.state.is_generating());
+    assert_eq!(
+        f.state.current().messages.len(),
+        1,
+        "the empty reply is removed"
+    );
+    assert!(f.state.model_ready());
+    shown_problems(&f.state)
+}
+
+fn assert_advises(shown: &[String], advice: &str) {
+    assert!(
+        shown.iter().any(|problem| problem.contains(advice)),
+        "{advice:?} not in {shown:?}"
+    );
+}
+
+#[test]
+fn a_missing_or_broken_model_folder_advises_another_folder() {
+    let path = PathBuf::from("/models/smol");
+    let advice = "Choose another model folder in the settings, or download the default model.";
+    assert_advises(
+        &failed_load(EngineError::ModelNotFound { path: path.clone() }),
+        advice,
+    );
+    let broken = failed_load(EngineError::ModelLoad {
+        path,
+        reason: "bad header".into(),
+    });
+    assert_advises(&broken, "bad header");
+    assert_advises(&broken, advice);
+}
+
+#[test]
+fn a_failed_download_advises_checking_the_network() {
+    let shown = failed_load(EngineError::Download {
+        model: "HuggingFaceTB/SmolLM2-135M-Instruct".into(),
+        reason: "connection refused".into(),
+        offline: true,
+    });
+    assert_advises(&shown, "connection refused");
+    assert_advises(&shown, "Check the network connection");
+}
+
+#[test]
+fn a_stopped_download_advises_starting_it_again() {
+    let shown = failed_load(EngineError::DownloadStopped {
+        model: "HuggingFaceTB/SmolLM2-135M-Instruct".into(),
+    });
+    assert_advises(&shown, "Start the download again when you are ready.");
+}
+
+#[test]
+fn generating_without_a_model_advises_getting_one() {
+    let shown = failed_generation(EngineError::NoModel);
+    assert_advises(
+        &shown,
+        "Download the default model or choose a model folder first.",
+    );
+}
+
+#[test]
+fn a_full_context_advises_a_new_chat_or_dropping_old_turns() {
+    let advice = "Start a new chat, or set the overflow policy to drop old turns.";
+    assert_advises(
+        &failed_generation(EngineError::ContextFull {
+            needed: 3000,
+            limit: 2048,
+        }),
+        advice,
+    );
+    assert_advises(
+        &failed_generation(EngineError::PromptTooLong {
+            prompt: 2048,
+            limit: 2048,
+        }),
+        advice,
+    );
+}
+
+#[test]
+fn invalid_sampling_advises_fixing_the_settings() {
+    let shown = failed_generation(EngineError::InvalidSampling {
+        reason: "top-p must be in (0, 1]".into(),
+    });
+    assert_advises(&shown, "top-p must be in (0, 1]");
+    assert_advises(&shown, "Fix it in the settings panel and send again.");
+}
+
+#[test]
+fn a_failed_generation_advises_trying_again() {
+    let advice = "Try again; if it keeps happening, restart smolchat.";
+    for error in [
+        EngineError::Prompt {
+            reason: "template".into(),
+        },
+        EngineError::Generation {
+            reason: "NaN logits".into(),
+        },
+        EngineError::Internal,
+    ] {
+        assert_advises(&failed_generation(error), advice);
+    }
+}
+
+#[test]
+fn an_error_after_some_tokens_keeps_the_partial_reply() {
+    let mut f = Fixture::ready();
+    let request = f.send("Hello");
+    f.play([
+        Event::Token {
+            request: request.id,
+            token: token("Hal"),
+        },
+        Event::Error {
+            request: Some(request.id),
+            error: EngineError::Internal,
+        },
+    ]);
+    assert!(!f.state.is_generating());
+    assert_eq!(f.last_message().content, "Hal");
+    assert_eq!(&f.saved(), f.state.current());
+}
+
+#[test]
+fn delete_removes_the_file_and_undo_brings_it_back() {
+    let mut f = Fixture::ready();
+    let first = f.send("First");
+    f.reply(first.id, &["One"], FinishReason::StopToken);
+    assert!(f.state.apply(UiCommand::NewConversation));
+    let second = f.send("Second");
+    f.reply(second.id, &["Two"], FinishReason::StopToken);
+    let deleted = f.state.conversations()[1].clone();
+    let file = f.state.conversation_path(&deleted.id);
+    assert!(file.is_file());
+
+    assert!(f.state.apply(Action::Delete(1)));
+    assert!(!file.exists());
+    assert_eq!(f.state.conversations().len(), 1);
+    assert_eq!(f.state.current().title, "Second");
+    assert_eq!(f.state.notices(), ["Deleted \u{201c}First\u{201d}."]);
+    assert!(f.state.can_undo_delete());
+
+    assert!(f.state.apply(Action::UndoDelete));
+    assert!(file.is_file());
+    assert_eq!(f.state.conversations()[1], deleted);
+    assert_eq!(f.state.current().title, "Second");
+    assert!(f.state.notices().is_empty());
+    assert!(!f.state.can_undo_delete());
+}
+
+#[test]
+fn the_conversation_being_written_cannot_be_deleted() {
+    let mut f = Fixture::ready();
+    f.send("Hello");
+    let file = f.state.conversation_path(&f.state.current().id);
+    assert!(!f.state.apply(Action::Delete(0)));
+    assert!(file.is_file());
+    assert_eq!(f.state.conversations().len(), 1);
+    assert!(!f.state.can_undo_delete());
+    assert_eq!(
+        f.state.notices(),
+        ["Stop the reply before deleting its conversation."]
+    );
+}
+
+#[test]
+fn a_gpu_fallback_and_a_missing_chat_template_are_both_noticed() {
+    let mut f = Fixture::new();
+    let info = ModelInfo {
+        fallback_template: true,
+        backend_fallback: Some("no GPU adapter found".into()),
+        ..model_info(&f.model_dir())
+    };
+    f.play([Event::ModelReady(info)]);
+    assert_eq!(
+        f.state.notices(),
+        [
+            "This model folder has no chat template; the ChatML template is used.",
+            "GPU: no GPU adapter found."
+        ]
+    );
+    assert!(f.state.apply(Action::DismissNotice(0)));
+    assert_eq!(f.state.notices(), ["GPU: no GPU adapter found."]);
+}
+
+#[test]
+fn another_backend_reloads_the_model_and_is_saved() {
+    let mut f = Fixture::ready();
+    let mut settings = f.state.settings().clone();
+    settings.backend = BackendKind::Ndarray;
+    assert!(f.state.apply(Action::UpdateSettings(settings.clone())));
+    match f.engine.commands().as_slice() {
+        [
+            Command::LoadModel {
+                source: ModelSource::Folder(folder),
+                options,
+            },
+        ] => {
+            assert_eq!(folder, &f.model_dir());
+            assert_eq!(options.backend, BackendKind::Ndarray);
+        }
+        other => panic!("expected one LoadModel, got {other:?}"),
+    }
+    assert!(matches!(f.state.model(), ModelStatus::Loading(_)));
+    let saved = crate::store::Settings::load(&Paths::under(f.dir.path()).settings_file());
+    assert_eq!(saved.unwrap(), settings);
+}
+
+#[test]
+fn a_mistyped_folder_is_named_and_the_loaded_model_stays() {
+    let mut f = Fixture::ready();
+    let typo = f.dir.path().join("modle");
+    assert!(!f.state.apply(Action::UseModelFolder(typo.clone())));
+    assert!(f.engine.commands().is_empty(), "the engine was not asked");
+    assert!(f.state.model_ready());
+    assert_eq!(f.state.settings().model_folder, Some(f.model_dir()));
+    assert_advises(
+        f.state.errors(),
+        &format!("{} has no config.json", typo.display()),
+    );
+}
+
+#[test]
+fn a_download_error_is_shown_once_and_gone_when_a_model_loads() {
+    let mut f = Fixture::new();
+    assert!(f.state.apply(Action::DownloadDefaultModel));
+    f.play([Event::Error {
+        request: None,
+        error: EngineError::Download {
+            model: "HuggingFaceTB/SmolLM2-135M-Instruct".into(),
+            reason: "connection refused".into(),
+            offline: true,
+        },
+    }]);
+    let shown = shown_problems(&f.state);
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_advises(&shown, "Check the network connection");
+
+    let info = model_info(&f.model_dir());
+    f.play([Event::ModelReady(info)]);
+    assert!(f.state.model_ready());
+    assert_eq!(shown_problems(&f.state), Vec::<String>::new());
+}
