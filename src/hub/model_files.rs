@@ -13,7 +13,6 @@ pub const REQUIRED_FILES: [&str; 3] = ["config.json", "tokenizer.json", "tokeniz
 /// Files some repositories lack; defaults are used instead.
 pub const OPTIONAL_FILES: [&str; 2] = ["generation_config.json", "special_tokens_map.json"];
 
-
 /// Shard file names listed in a `model.safetensors.index.json`, each once.
 pub(crate) fn shards_in_index(path: &Path) -> Result<Vec<String>, HubError> {
     let invalid = |reason: String| HubError::InvalidIndex {

@@ -8,13 +8,11 @@ use ureq::Agent;
 use super::blob::{BlobRequest, download_blob};
 use super::cache::{HubCache, endpoint_from_env};
 use super::error::HubError;
-use crate::model::checkpoint::safetensors::{SHARD_INDEX, SINGLE_FILE};
 use super::http::{self, FileMetadata, Lookup, Timeouts};
-use super::model_files::{
-    OPTIONAL_FILES, REQUIRED_FILES, is_complete, shards_in_index,
-};
+use super::model_files::{OPTIONAL_FILES, REQUIRED_FILES, is_complete, shards_in_index};
 use super::model_id::validate_model_id;
 use super::progress::{DownloadProgress, ProgressTracker};
+use crate::model::checkpoint::safetensors::{SHARD_INDEX, SINGLE_FILE};
 
 #[derive(Debug, Clone)]
 pub struct HubOptions {

@@ -7,8 +7,8 @@ use burn::tensor::{DType, TensorData};
 use super::error::Result;
 use super::weight_arena::WeightArena;
 
-mod layout;
 pub mod gguf;
+mod layout;
 pub mod safetensors;
 
 pub use layout::{LayerRole, TensorRole};

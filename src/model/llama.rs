@@ -86,7 +86,13 @@ impl Llama {
     /// holding weights and activations in `dtype` (F32, BF16 or F16).
     pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
         let config = LlamaConfig::from_file(&dir.join("config.json"))?;
-        Self::read(config, &SafetensorsCheckpoint::open(dir)?, device, dtype, None)
+        Self::read(
+            config,
+            &SafetensorsCheckpoint::open(dir)?,
+            device,
+            dtype,
+            None,
+        )
     }
 
     /// Loads at a precision the user picked: compute in its float type, and quantize the

@@ -10,7 +10,7 @@ use super::commands::{Action, UiCommand};
 use crate::engine::{EngineError, EngineHandle, Event, LiveStats, ModelInfo, RequestId};
 use crate::generation::{FinishReason, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
-use crate::model_source::ModelSource;
+use crate::model_source::{ModelSource, is_gguf};
 use crate::store::{
     Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, SeedMode, Settings,
     StoredMessage, StoredToken,
@@ -267,9 +267,14 @@ impl AppState {
     /// Checks the folder before handing it to the engine, so that a typo gets an immediate
     /// answer and does not unload the model in use.
     fn use_model_folder(&mut self, folder: PathBuf) -> bool {
-        if !folder.join("config.json").is_file() {
+        let usable = if is_gguf(&folder) {
+            folder.is_file()
+        } else {
+            folder.join("config.json").is_file()
+        };
+        if !usable {
             let problem = format!(
-                "{} has no config.json. Choose the folder that holds the model's config.json, model.safetensors and tokenizer.json.",
+                "{} is neither a .gguf file nor a folder with config.json. Choose a GGUF model file, or the folder that holds the model's config.json, model.safetensors and tokenizer.json.",
                 folder.display()
             );
             match self.model {
@@ -292,7 +297,7 @@ impl AppState {
     fn load_model_folder(&mut self, folder: PathBuf) {
         self.model = ModelStatus::Loading(folder.clone());
         self.engine
-            .load_model(ModelSource::Folder(folder), self.model_options());
+            .load_model(ModelSource::local(folder), self.model_options());
     }
 
     /// Reloads the configured model, e.g. after the backend changed.

@@ -71,7 +71,12 @@ impl GgufCheckpoint {
         out: &mut [T],
         from_f32: impl Fn(f32) -> T,
     ) -> Result<()> {
-        let mut rows = out.chunks_exact_mut(parts.first().map_or(1, |(_, info)| info.row_len() as usize).max(1));
+        let mut rows = out.chunks_exact_mut(
+            parts
+                .first()
+                .map_or(1, |(_, info)| info.row_len() as usize)
+                .max(1),
+        );
         let mut row_values = Vec::new();
         for &(role, info) in parts {
             let view = self
@@ -82,9 +87,9 @@ impl GgufCheckpoint {
             for row in 0..info.n_rows() as usize {
                 view.dequantize_row(self.stored_row(role, row) as u64, &mut row_values)
                     .map_err(|err| corrupt(&self.file, err))?;
-                let out = rows.next().ok_or_else(|| ModelError::Backend(
-                    "GGUF tensor parts outgrew their stacked shape".into(),
-                ))?;
+                let out = rows.next().ok_or_else(|| {
+                    ModelError::Backend("GGUF tensor parts outgrew their stacked shape".into())
+                })?;
                 for (slot, &value) in out.iter_mut().zip(&row_values) {
                     *slot = from_f32(value);
                 }
@@ -101,9 +106,9 @@ impl GgufCheckpoint {
         from_f32: impl Fn(f32) -> T + Copy,
     ) -> Result<Bytes> {
         let mut result = Ok(());
-        if let Some(bytes) =
-            arena.and_then(|arena| arena.push(len, |out| result = self.decode_into(parts, out, from_f32)))
-        {
+        if let Some(bytes) = arena.and_then(|arena| {
+            arena.push(len, |out| result = self.decode_into(parts, out, from_f32))
+        }) {
             return result.map(|()| bytes);
         }
         let mut out = bytemuck::zeroed_vec(len);
