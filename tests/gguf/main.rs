@@ -7,6 +7,7 @@ mod builder;
 mod config_and_tokenizer;
 mod dequant_reference;
 mod fuzz;
+mod genuine_answers;
 mod parse;
 mod real_model;
 mod vocab_files;
