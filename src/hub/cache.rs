@@ -2,7 +2,6 @@
 //! model fetched by either tool is reused by the other.
 
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use super::error::HubError;
