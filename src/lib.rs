@@ -8,6 +8,7 @@ pub mod generation;
 pub mod hub;
 pub mod model;
 pub mod model_source;
+pub mod server;
 pub mod stats;
 pub mod store;
 pub mod text;
