@@ -7,7 +7,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::tiny_model_dir;
-use smolchat::engine::{EngineError, EngineHandle, Event, RequestId, Stopper};
+use smolchat::engine::{
+    Client, EngineError, EngineHandle, EngineOptions, Event, GenerateRequest, RequestId, Stopper,
+};
 use smolchat::generation::{FinishReason, GenerationStats, ModelOptions};
 use smolchat::model_source::ModelSource;
 use smolchat::text::{ChatMessage, ChatTemplate, OverflowPolicy, SamplingParams, TextTokenizer};
@@ -92,14 +94,17 @@ fn collect(engine: &EngineHandle, request: RequestId) -> Reply {
                 return reply;
             }
             Event::Error { error, .. } => reply.errors.push(error),
-            Event::Busy { refused } => reply.busy.push(refused),
+            Event::Busy { refused } => {
+                reply.busy.push(refused);
+                return reply;
+            }
             other => panic!("unexpected event: {other:?}"),
         }
     }
 }
 
 /// Starts a greedy generation of `max_new_tokens` for a single user message.
-fn ask(engine: &mut EngineHandle, text: &str, max_new_tokens: usize) -> RequestId {
+fn ask(engine: &EngineHandle, text: &str, max_new_tokens: usize) -> RequestId {
     engine.generate(
         vec![ChatMessage::user(text)],
         greedy(),
@@ -135,7 +140,6 @@ fn three_turn_conversation_reuses_the_cache() {
     load_tiny(&engine);
     let tokenizer = TextTokenizer::load(&tiny_model_dir()).expect("tokenizer");
     let template = ChatTemplate::from_dir(&tiny_model_dir()).expect("template");
-    let mut engine = engine;
     let mut messages = vec![ChatMessage::system("You are terse.")];
     let mut cached: Vec<u32> = Vec::new();
     for turn in 0..3 {
@@ -193,7 +197,7 @@ fn stop_ends_generation_before_the_next_token() {
     let (notify_stopper, notify_tokens) = (Arc::clone(&stopper), Arc::clone(&tokens_seen));
     // The notify hook runs on the engine thread right after each event is sent: pressing Stop
     // there after the third event of the generation pins exactly where Stop lands.
-    let mut engine = EngineHandle::spawn(move || {
+    let engine = EngineHandle::spawn(move || {
         if notify_tokens.fetch_add(1, Ordering::SeqCst) == 2
             && let Some(stopper) = notify_stopper.get()
         {
@@ -204,7 +208,7 @@ fn stop_ends_generation_before_the_next_token() {
     load_tiny(&engine);
     tokens_seen.store(0, Ordering::SeqCst);
     stopper.set(engine.stopper()).expect("set once");
-    let request = ask(&mut engine, "Tell me a long story", 1000);
+    let request = ask(&engine, "Tell me a long story", 1000);
     let reply = collect(&engine, request);
     let (reason, stats) = reply.finish.expect("finished");
     assert_eq!(reason, FinishReason::Stopped);
@@ -214,22 +218,244 @@ fn stop_ends_generation_before_the_next_token() {
     assert_no_more_events(&engine, "nothing after Finished");
 }
 
+/// Like [`collect`], for a client rather than the handle.
+fn collect_client(client: &Client, request: RequestId) -> Reply {
+    let mut reply = Reply::default();
+    loop {
+        match client
+            .events()
+            .recv_timeout(TIMEOUT)
+            .expect("an event in time")
+        {
+            Event::Token { request: r, token } if r == request => {
+                reply.token_ids.push(token.id);
+                reply.text.push_str(&token.text);
+            }
+            Event::Finished {
+                request: r,
+                reason,
+                text,
+                stats,
+            } if r == request => {
+                reply.text.push_str(&text);
+                reply.finish = Some((reason, stats.generation));
+                return reply;
+            }
+            Event::Busy { refused } if refused == request => {
+                reply.busy.push(refused);
+                return reply;
+            }
+            Event::Error { error, .. } => reply.errors.push(error),
+            Event::PromptProcessed { request: r, .. }
+            | Event::Stats { request: r, .. }
+            | Event::Token { request: r, .. }
+                if r == request => {}
+            other => panic!("an event of another request reached this client: {other:?}"),
+        }
+    }
+}
+
 #[test]
-fn a_second_generate_while_one_runs_is_refused_not_queued() {
-    let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
+fn a_second_generate_while_one_runs_is_queued_and_served_after_it() {
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
     load_tiny(&engine);
-    let first = ask(&mut engine, "one", 40);
-    let second = ask(&mut engine, "two", 40);
+    let first = engine.generate(
+        vec![ChatMessage::user("one")],
+        greedy(),
+        40,
+        OverflowPolicy::Stop,
+    );
+    let second = engine.generate(
+        vec![ChatMessage::user("two")],
+        greedy(),
+        5,
+        OverflowPolicy::Stop,
+    );
     let reply = collect(&engine, first);
-    assert_eq!(reply.busy, vec![second]);
+    assert!(reply.busy.is_empty());
     assert_eq!(reply.token_ids.len(), 40, "the running generation went on");
-    assert_no_more_events(&engine, "the refused request never runs");
+    assert_eq!(collect(&engine, second).token_ids.len(), 5);
+    assert_no_more_events(&engine, "one final event per request");
+}
+
+/// Replies of a greedy conversation of `turns` turns, run alone on a fresh engine.
+fn conversation_alone(opening: &str, turns: usize) -> Vec<Vec<u32>> {
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    let mut messages = Vec::new();
+    (0..turns)
+        .map(|turn| {
+            messages.push(ChatMessage::user(format!("{opening} {turn}")));
+            let request = engine.generate(messages.clone(), greedy(), 6, OverflowPolicy::Stop);
+            let reply = collect(&engine, request);
+            messages.push(ChatMessage::assistant(reply.text));
+            reply.token_ids
+        })
+        .collect()
+}
+
+#[test]
+fn interleaved_conversations_of_two_clients_each_get_their_own_correct_replies() {
+    let turns = 3;
+    let alone_a = conversation_alone("Tell me about apples, question", turns);
+    let alone_b = conversation_alone("Quick maths, question", turns);
+
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    let (a, b) = (engine.clone_client(), engine.clone_client());
+    let (mut messages_a, mut messages_b) = (Vec::new(), Vec::new());
+    for turn in 0..turns {
+        messages_a.push(ChatMessage::user(format!(
+            "Tell me about apples, question {turn}"
+        )));
+        messages_b.push(ChatMessage::user(format!("Quick maths, question {turn}")));
+        // Both queued at once: B's turn runs between A's turns, so the cache switches
+        // conversations every time.
+        let request_a = a.generate(messages_a.clone(), greedy(), 6, OverflowPolicy::Stop);
+        let request_b = b.generate(messages_b.clone(), greedy(), 6, OverflowPolicy::Stop);
+        let reply_b = collect_client(&b, request_b);
+        let reply_a = collect_client(&a, request_a);
+        assert_eq!(reply_a.token_ids, alone_a[turn], "A, turn {turn}");
+        assert_eq!(reply_b.token_ids, alone_b[turn], "B, turn {turn}");
+        messages_a.push(ChatMessage::assistant(reply_a.text));
+        messages_b.push(ChatMessage::assistant(reply_b.text));
+    }
+    assert_no_more_events(&engine, "nothing reaches the client that asked for nothing");
+}
+
+#[test]
+fn a_full_queue_refuses_with_busy_and_stop_is_per_request() {
+    let engine = EngineHandle::spawn_with(EngineOptions { queue_limit: 1 }, || {}).expect("spawn");
+    load_tiny(&engine);
+    let (long, queued, refused) = (
+        engine.clone_client(),
+        engine.clone_client(),
+        engine.clone_client(),
+    );
+    let running = long.generate(
+        vec![ChatMessage::user("long")],
+        greedy(),
+        2000,
+        OverflowPolicy::Stop,
+    );
+    // Wait until it runs, so the next one waits in the queue.
+    loop {
+        if let Event::Token { .. } = long.events().recv_timeout(TIMEOUT).expect("token") {
+            break;
+        }
+    }
+    let waiting = queued.generate(
+        vec![ChatMessage::user("short")],
+        greedy(),
+        3,
+        OverflowPolicy::Stop,
+    );
+    let third = refused.generate(
+        vec![ChatMessage::user("more")],
+        greedy(),
+        3,
+        OverflowPolicy::Stop,
+    );
+    assert_eq!(collect_client(&refused, third).busy, vec![third]);
+
+    long.stop();
+    let (reason, stats) = collect_client(&long, running).finish.expect("finished");
+    assert_eq!(reason, FinishReason::Stopped);
+    assert!(stats.generated_tokens < 2000);
+    let reply = collect_client(&queued, waiting);
+    assert_eq!(
+        reply.finish.expect("finished").0,
+        FinishReason::MaxTokens,
+        "only its own request stopped"
+    );
+    assert_eq!(reply.token_ids.len(), 3);
+}
+
+#[test]
+fn a_dropped_client_stops_its_generation_within_one_token() {
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    let client = engine.clone_client();
+    client.generate(
+        vec![ChatMessage::user("go on")],
+        greedy(),
+        2000,
+        OverflowPolicy::Stop,
+    );
+    loop {
+        if let Event::Token { .. } = client.events().recv_timeout(TIMEOUT).expect("token") {
+            break;
+        }
+    }
+    let before = engine.generated_tokens();
+    drop(client);
+    let next = engine.generate(
+        vec![ChatMessage::user("next")],
+        greedy(),
+        2,
+        OverflowPolicy::Stop,
+    );
+    let started = Instant::now();
+    assert_eq!(collect(&engine, next).token_ids.len(), 2);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    // The token being computed when the client went may still finish; no other.
+    assert!(
+        engine.generated_tokens() <= before + 1 + 2,
+        "{} tokens after the drop",
+        engine.generated_tokens() - before
+    );
+}
+
+#[test]
+fn logprobs_are_computed_only_when_asked() {
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    for asked in [None, Some(4)] {
+        let request = GenerateRequest {
+            logprobs: asked,
+            ..GenerateRequest::chat(
+                vec![ChatMessage::user("hi")],
+                greedy(),
+                3,
+                OverflowPolicy::Stop,
+            )
+        };
+        let id = engine.submit(request).expect("engine running");
+        let mut seen = 0;
+        loop {
+            match next_event(&engine) {
+                Event::Token { request, token } if request == id => {
+                    seen += 1;
+                    match (asked, token.logprobs) {
+                        (None, None) => {}
+                        (Some(top), Some(scores)) => {
+                            assert_eq!(scores.top.len(), top);
+                            // Greedy: the token drawn is the likeliest.
+                            assert_eq!(scores.top[0].0, token.id);
+                            assert_eq!(scores.top[0].2, scores.logprob);
+                            assert!(scores.top.windows(2).all(|pair| pair[0].2 >= pair[1].2));
+                            assert!(scores.logprob <= 0.0);
+                        }
+                        (asked, got) => panic!("asked {asked:?}, got {got:?}"),
+                    }
+                }
+                Event::Finished { request, .. } if request == id => break,
+                Event::Error { error, .. } => panic!("{error}"),
+                _ => {}
+            }
+        }
+        assert_eq!(seen, 3);
+    }
 }
 
 #[test]
 fn missing_model_folder_is_an_error_and_the_next_load_works() {
-    let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
-    let request = ask(&mut engine, "hi", 4);
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    let request = ask(&engine, "hi", 4);
     assert_eq!(expect_error(&engine, request), EngineError::NoModel);
     let missing = tiny_model_dir().join("does-not-exist");
     engine.load_model(
@@ -248,15 +474,15 @@ fn missing_model_folder_is_an_error_and_the_next_load_works() {
         }
     }
     load_tiny(&engine);
-    let request = ask(&mut engine, "hi", 4);
+    let request = ask(&engine, "hi", 4);
     assert_eq!(collect(&engine, request).token_ids.len(), 4);
 }
 
 #[test]
 fn dropping_the_handle_mid_generation_joins_promptly() {
-    let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
     load_tiny(&engine);
-    ask(&mut engine, "go on forever", 2000);
+    ask(&engine, "go on forever", 2000);
     loop {
         if let Event::Token { .. } = next_event(&engine) {
             break;
@@ -280,7 +506,7 @@ fn an_overflowing_conversation_drops_old_turns_visibly_or_stops_with_a_message()
     config["max_position_embeddings"] = 160.into();
     std::fs::write(&config_path, config.to_string()).expect("write");
 
-    let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
     engine.load_model(
         ModelSource::Folder(dir.path().to_path_buf()),
         ModelOptions::default(),

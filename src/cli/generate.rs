@@ -4,7 +4,9 @@ use clap::Args;
 
 use super::sampling_args::SamplingArgs;
 use crate::backend::BackendKind;
-use crate::generation::{FinishReason, GenerationSession, LoadedModel, ModelOptions, Step};
+use crate::generation::{
+    FinishReason, GenerationSession, LoadedModel, ModelOptions, Step, TokenLogprobs,
+};
 use crate::model::Precision;
 use crate::stats::memory;
 use crate::text::{ChatMessage, ContextWindow, OverflowPolicy};
@@ -33,6 +35,10 @@ pub struct GenerateArgs {
     /// Print one JSON object with the text, token ids and speed figures instead of streaming.
     #[arg(long)]
     json: bool,
+    /// With --json: each generated token's log-probability and the N likeliest alternatives',
+    /// from the model's raw distribution (log-softmax at temperature 1, before any filter).
+    #[arg(long, value_name = "N", requires = "json")]
+    logprobs: Option<usize>,
 }
 
 #[derive(serde::Serialize)]
@@ -47,6 +53,39 @@ struct JsonReport {
     prefill_tok_s: Option<f64>,
     decode_tok_s: Option<f64>,
     peak_rss_mb: Option<f64>,
+    /// Only with --logprobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tokens: Option<Vec<JsonToken>>,
+}
+
+#[derive(serde::Serialize)]
+struct JsonToken {
+    id: u32,
+    text: String,
+    logprob: f32,
+    top_logprobs: Vec<JsonAlternative>,
+}
+
+#[derive(serde::Serialize)]
+struct JsonAlternative {
+    id: u32,
+    text: String,
+    logprob: f32,
+}
+
+impl JsonToken {
+    fn new(id: u32, logprobs: TokenLogprobs) -> Self {
+        Self {
+            id,
+            text: logprobs.text,
+            logprob: logprobs.logprob,
+            top_logprobs: logprobs
+                .top
+                .into_iter()
+                .map(|(id, text, logprob)| JsonAlternative { id, text, logprob })
+                .collect(),
+        }
+    }
 }
 
 pub fn run(args: GenerateArgs) -> Result<(), String> {
@@ -88,14 +127,19 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
     let mut cache = loaded.model.new_cache();
     let mut session =
         GenerationSession::start(&loaded, &mut cache, &prompt, &params, args.max_tokens)
-            .map_err(|err| err.to_string())?;
+            .map_err(|err| err.to_string())?
+            .with_logprobs(args.logprobs);
     let mut text = String::new();
     let mut token_ids = Vec::new();
+    let mut tokens = Vec::new();
     let mut stdout = std::io::stdout().lock();
     let reason = loop {
         let (piece, finished) = match session.step().map_err(|err| err.to_string())? {
             Step::Token(token) => {
                 token_ids.push(token.id);
+                if let Some(logprobs) = token.logprobs {
+                    tokens.push(JsonToken::new(token.id, logprobs));
+                }
                 (token.text, None)
             }
             Step::Finished { reason, text } => (text, Some(reason)),
@@ -122,6 +166,7 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
             prefill_tok_s: stats.prefill_tokens_per_second(),
             decode_tok_s: stats.decode_tokens_per_second(),
             peak_rss_mb: memory::peak_resident_bytes().map(memory::mib),
+            tokens: args.logprobs.map(|_| tokens),
         };
         let json = serde_json::to_string(&report).map_err(|err| err.to_string())?;
         writeln!(stdout, "{json}").map_err(|err| err.to_string())?;

@@ -6,6 +6,7 @@ mod dev;
 mod download;
 mod generate;
 mod sampling_args;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -31,6 +32,8 @@ pub struct Cli {
 enum Command {
     /// Generate a reply (or continue a raw prompt) and stream it to stdout.
     Generate(generate::GenerateArgs),
+    /// Serve the model over an OpenAI-compatible HTTP API (http://127.0.0.1:8080/v1).
+    Serve(serve::ServeArgs),
     /// Measure prefill and decode speed, time to first token, load time and peak memory.
     Bench(bench::BenchArgs),
     /// Download a model from the Hugging Face hub into the shared cache.
@@ -46,6 +49,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Generate(args)) => generate::run(args),
+        Some(Command::Serve(args)) => serve::run(args),
         Some(Command::Bench(args)) => bench::run(args),
         Some(Command::Download(args)) => download::run(args),
         Some(Command::InstallDesktopEntry(args)) => desktop::run(args),

@@ -1,75 +1,139 @@
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
-use super::protocol::{Command, Event, GenerateRequest, RequestId};
+use super::protocol::{Command, Event, GenerateRequest, ModelInfo, Reply, RequestId};
 use super::worker::Worker;
 use crate::generation::ModelOptions;
 use crate::model_source::ModelSource;
 use crate::text::{ChatMessage, OverflowPolicy, SamplingParams};
 
-/// Stops the running generation (or download) before its next token, from any thread: a
-/// flag, not a queued command, so it never waits behind the work it is meant to stop.
-#[derive(Debug, Clone)]
-pub struct Stopper(Arc<AtomicBool>);
+/// Generations that may wait behind the running one before the engine refuses more with
+/// [`Event::Busy`]: enough for a few API clients and the window, few enough that a refused
+/// client hears so at once instead of waiting minutes.
+pub const DEFAULT_QUEUE_LIMIT: usize = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineOptions {
+    /// See [`DEFAULT_QUEUE_LIMIT`].
+    pub queue_limit: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            queue_limit: DEFAULT_QUEUE_LIMIT,
+        }
+    }
+}
+
+/// What the worker publishes for every client to read without a round trip.
+#[derive(Debug)]
+pub(super) struct Shared {
+    pub(super) model: Mutex<Option<ModelInfo>>,
+    /// Generations waiting behind the running one.
+    pub(super) queued: AtomicUsize,
+    /// Tokens generated since the engine started, for every client together.
+    pub(super) generated_tokens: AtomicU64,
+    /// False once the worker has ended: nothing will answer any more.
+    pub(super) running: AtomicBool,
+    next_request: AtomicU64,
+}
+
+impl Shared {
+    fn new() -> Self {
+        Self {
+            model: Mutex::new(None),
+            queued: AtomicUsize::new(0),
+            generated_tokens: AtomicU64::new(0),
+            running: AtomicBool::new(true),
+            next_request: AtomicU64::new(1),
+        }
+    }
+
+    pub(super) fn set_model(&self, info: Option<ModelInfo>) {
+        *self.model.lock().unwrap_or_else(PoisonError::into_inner) = info;
+    }
+}
+
+/// The stop flag of one piece of a client's work: a generation, or a load (no request id).
+type Flag = (Option<RequestId>, Arc<AtomicBool>);
+
+/// Stops one client's generations (and its download) before their next token, from any
+/// thread: flags, not queued commands, so Stop never waits behind the work it is meant to
+/// stop, and it never touches another client's work.
+#[derive(Debug, Clone, Default)]
+pub struct Stopper {
+    /// The flag of each piece of this client's work the worker may still be holding.
+    work: Arc<Mutex<Vec<Flag>>>,
+}
 
 impl Stopper {
+    /// Stops every generation and download this client started.
     pub fn stop(&self) {
-        self.0.store(true, Ordering::SeqCst);
+        for (_, flag) in self.lock().iter() {
+            flag.store(true, Ordering::SeqCst);
+        }
     }
 
-    /// Whether Stop was pressed since the last generation or load began.
-    pub fn is_stopped(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+    /// Stops one generation, queued or running.
+    pub fn stop_request(&self, request: RequestId) {
+        for (_, flag) in self.lock().iter().filter(|(id, _)| *id == Some(request)) {
+            flag.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A fresh flag for new work. Flags the worker no longer holds (the work is over) are
+    /// forgotten here, so the list stays as short as the client's work in flight.
+    fn track(&self, request: Option<RequestId>) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut work = self.lock();
+        work.retain(|(_, held)| Arc::strong_count(held) > 1);
+        work.push((request, Arc::clone(&flag)));
+        flag
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Flag>> {
+        self.work.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// The caller's side of the engine: commands in, events out, and the Stop flag.
+/// One user of the engine, with its own event channel and its own Stop: the window is one,
+/// each request of the local server another. All clients share the one inference thread
+/// and its queue; events reach only the client whose command caused them.
 ///
-/// Whatever serves the other ends of the channels is the engine: the inference thread that
-/// [`EngineHandle::spawn`] starts, or anything else [`EngineHandle::connect`] is given, such
-/// as a script that plays back events so the window's logic is tested without a model.
-/// Dropping the handle stops any generation, shuts the engine down and joins its thread.
-pub struct EngineHandle {
+/// Dropping a client stops its work, queued or running (a disconnected API client).
+#[derive(Debug)]
+pub struct Client {
     commands: Sender<Command>,
     events: Receiver<Event>,
-    stop: Arc<AtomicBool>,
-    next_request: RequestId,
-    thread: Option<JoinHandle<()>>,
+    reply_to: Sender<Event>,
+    /// Whether the engine's notify hook runs after this client's events.
+    notify: bool,
+    stopper: Stopper,
+    shared: Arc<Shared>,
 }
 
-impl EngineHandle {
-    /// Starts the inference thread. `notify` runs after every event, on the engine thread;
-    /// the GUI passes `egui::Context::request_repaint` so it redraws only when there is news.
-    pub fn spawn(notify: impl Fn() + Send + 'static) -> std::io::Result<Self> {
-        let (command_tx, command_rx) = unbounded();
-        let (event_tx, event_rx) = unbounded();
-        let stop = Arc::new(AtomicBool::new(false));
-        let worker = Worker::new(command_rx, event_tx, Box::new(notify), Arc::clone(&stop));
-        let thread = std::thread::Builder::new()
-            .name("smolchat-inference".into())
-            .spawn(move || worker.run())?;
-        Ok(Self {
-            commands: command_tx,
-            events: event_rx,
-            stop,
-            next_request: 1,
-            thread: Some(thread),
-        })
-    }
-
-    /// A handle on an engine served elsewhere: it receives `commands`, answers on `events`,
-    /// and is expected to honour the returned handle's [`Stopper`].
-    pub fn connect(commands: Sender<Command>, events: Receiver<Event>) -> Self {
+impl Client {
+    fn new(commands: Sender<Command>, shared: Arc<Shared>, notify: bool) -> Self {
+        let (reply_to, events) = unbounded();
         Self {
             commands,
             events,
-            stop: Arc::new(AtomicBool::new(false)),
-            next_request: 1,
-            thread: None,
+            reply_to,
+            notify,
+            stopper: Stopper::default(),
+            shared,
         }
+    }
+
+    /// Another client of the same engine, with its own events and Stop. The engine's notify
+    /// hook does not run for it: that hook belongs to whoever spawned the engine.
+    pub fn clone_client(&self) -> Client {
+        Client::new(self.commands.clone(), Arc::clone(&self.shared), false)
     }
 
     pub fn events(&self) -> &Receiver<Event> {
@@ -81,49 +145,151 @@ impl EngineHandle {
         self.commands.send(command).is_ok()
     }
 
-    pub fn load_model(&self, source: ModelSource, options: ModelOptions) -> bool {
-        self.send(Command::LoadModel { source, options })
+    pub(super) fn reply(&self, request: Option<RequestId>) -> Reply {
+        Reply {
+            events: self.reply_to.clone(),
+            cancel: self.stopper.track(request),
+            notify: self.notify,
+        }
     }
 
-    /// Starts a generation for `messages`, ending with the user's turn. Returns its id.
+    pub fn load_model(&self, source: ModelSource, options: ModelOptions) -> bool {
+        self.send(Command::LoadModel {
+            source,
+            options,
+            reply: self.reply(None),
+        })
+    }
+
+    /// Queues a chat reply for `messages`, ending with the user's turn. Returns its id.
     pub fn generate(
-        &mut self,
+        &self,
         messages: Vec<ChatMessage>,
         sampling: SamplingParams,
         max_new_tokens: usize,
         overflow: OverflowPolicy,
     ) -> RequestId {
-        let id = self.next_request;
-        self.next_request += 1;
-        self.stop.store(false, Ordering::SeqCst);
-        self.send(Command::Generate(GenerateRequest {
-            id,
-            messages,
-            sampling,
-            max_new_tokens,
-            overflow,
-        }));
-        id
+        let request = GenerateRequest::chat(messages, sampling, max_new_tokens, overflow);
+        self.submit(request).unwrap_or(0)
     }
 
-    /// See [`Stopper`].
+    /// Queues a generation. Its events (ending with exactly one of `Finished`, `Error` or
+    /// `Busy`) come to this client. `None` when the engine thread is gone.
+    pub fn submit(&self, request: GenerateRequest) -> Option<RequestId> {
+        let id = self.shared.next_request.fetch_add(1, Ordering::SeqCst);
+        let reply = self.reply(Some(id));
+        self.send(Command::Generate { id, request, reply })
+            .then_some(id)
+    }
+
+    /// Stops this client's generations and download. See [`Stopper`].
     pub fn stop(&self) {
-        self.stopper().stop();
+        self.stopper.stop();
     }
 
     pub fn stopper(&self) -> Stopper {
-        Stopper(Arc::clone(&self.stop))
+        self.stopper.clone()
     }
 
     pub fn reset_conversation(&self) -> bool {
         self.send(Command::ResetConversation)
     }
+
+    /// The loaded model, whichever client loaded it; `None` while none is ready.
+    pub fn model(&self) -> Option<ModelInfo> {
+        self.shared
+            .model
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Generations waiting behind the running one, from every client.
+    pub fn queued(&self) -> usize {
+        self.shared.queued.load(Ordering::SeqCst)
+    }
+
+    /// Tokens generated since the engine started, for every client together.
+    pub fn generated_tokens(&self) -> u64 {
+        self.shared.generated_tokens.load(Ordering::SeqCst)
+    }
+
+    /// False once the engine thread has ended; nothing more will arrive on [`Self::events`].
+    pub fn engine_running(&self) -> bool {
+        self.shared.running.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The engine's owner: the first [`Client`] (commands in, events out, Stop) plus the
+/// inference thread, which dropping the handle shuts down and joins.
+///
+/// Whatever serves the other end of the command channel is the engine: the inference
+/// thread that [`EngineHandle::spawn`] starts, or anything else [`EngineHandle::connect`] is
+/// given, such as a script that plays back events so the window's logic is tested without a
+/// model.
+#[derive(Debug)]
+pub struct EngineHandle {
+    client: Client,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EngineHandle {
+    /// Starts the inference thread. `notify` runs after every event for this handle's own
+    /// client, on the engine thread; the GUI passes `egui::Context::request_repaint` so it
+    /// redraws only when there is news.
+    pub fn spawn(notify: impl Fn() + Send + 'static) -> std::io::Result<Self> {
+        Self::spawn_with(EngineOptions::default(), notify)
+    }
+
+    pub fn spawn_with(
+        options: EngineOptions,
+        notify: impl Fn() + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let (command_tx, command_rx) = unbounded();
+        let shared = Arc::new(Shared::new());
+        let worker = Worker::new(
+            command_rx,
+            Box::new(notify),
+            Arc::clone(&shared),
+            options.queue_limit,
+        );
+        let thread = std::thread::Builder::new()
+            .name("smolchat-inference".into())
+            .spawn(move || worker.run())?;
+        Ok(Self {
+            client: Client::new(command_tx, shared, true),
+            thread: Some(thread),
+        })
+    }
+
+    /// A handle on an engine served elsewhere: it receives `commands` and answers each
+    /// through the command's [`Reply`].
+    pub fn connect(commands: Sender<Command>) -> Self {
+        Self {
+            client: Client::new(commands, Arc::new(Shared::new()), true),
+            thread: None,
+        }
+    }
+}
+
+impl Deref for EngineHandle {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
 }
 
 impl Drop for EngineHandle {
     fn drop(&mut self) {
-        self.stop();
-        self.send(Command::Shutdown);
+        self.client.stop();
+        self.client.send(Command::Shutdown);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }

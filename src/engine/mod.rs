@@ -1,5 +1,6 @@
 //! The inference engine: one background thread that owns the model and its KV cache, driven
-//! over channels so that the GUI thread never waits on the model.
+//! over channels so that no client (the window, the local server's requests) ever waits on
+//! the model, and served to any number of clients through one queue.
 
 mod error;
 mod handle;
@@ -7,5 +8,7 @@ mod protocol;
 mod worker;
 
 pub use error::EngineError;
-pub use handle::{EngineHandle, Stopper};
-pub use protocol::{Command, Event, GenerateRequest, LiveStats, ModelInfo, RequestId};
+pub use handle::{Client, DEFAULT_QUEUE_LIMIT, EngineHandle, EngineOptions, Stopper};
+pub use protocol::{
+    Command, Event, GenerateRequest, LiveStats, ModelInfo, Prompt, Reply, RequestId,
+};

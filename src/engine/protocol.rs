@@ -1,5 +1,10 @@
+use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use crossbeam_channel::Sender;
 
 use super::error::EngineError;
 use crate::generation::{FinishReason, GenerationStats, ModelOptions, TokenEvent};
@@ -8,34 +13,106 @@ use crate::model_source::ModelSource;
 use crate::text::{ChatMessage, OverflowPolicy, SamplingParams};
 
 /// Identifies one generation, so that late events of an old request cannot be mistaken for
-/// the current one.
+/// the current one. Unique across all the clients of an engine.
 pub type RequestId = u64;
 
 /// What the engine is asked to do. Stop is not here: it must not wait behind a running
-/// generation, so it is a flag on the handle.
+/// generation, so it is a flag that travels with the command (see [`Reply`]).
 #[derive(Debug, Clone)]
 pub enum Command {
+    /// Replaces the model. Its events go to `reply`; `reply`'s flag stops a download.
     LoadModel {
         source: ModelSource,
         options: ModelOptions,
+        reply: Reply,
     },
-    Generate(GenerateRequest),
+    /// Queued behind the generations already waiting (first come, first served across
+    /// clients); each runs to completion, or until its own flag in `reply` is set.
+    Generate {
+        id: RequestId,
+        request: GenerateRequest,
+        reply: Reply,
+    },
     /// Forget the cached conversation, e.g. to measure a prompt from an empty cache.
     ResetConversation,
     Shutdown,
     /// Panics inside the worker, to prove that a bug in a command is reported and survived.
     #[cfg(test)]
-    InjectPanic,
+    InjectPanic(Reply),
+}
+
+/// What to say, as the engine turns it into prompt tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// A conversation, rendered with the model's chat template and ending with the assistant's
+    /// header.
+    Chat(Vec<ChatMessage>),
+    /// Text to continue as it is: no template, no special tokens added.
+    Raw(String),
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateRequest {
-    pub id: RequestId,
-    /// The whole conversation so far, ending with the user's message.
-    pub messages: Vec<ChatMessage>,
+    pub prompt: Prompt,
     pub sampling: SamplingParams,
-    pub max_new_tokens: usize,
+    /// `None`: until the model ends its reply or the context is full.
+    pub max_new_tokens: Option<usize>,
+    /// What to do when a chat does not fit; a raw prompt that does not fit is always refused.
     pub overflow: OverflowPolicy,
+    /// Report each token's log-probability and this many alternatives' (see
+    /// [`crate::generation::TokenLogprobs`]); `None` computes nothing.
+    pub logprobs: Option<usize>,
+}
+
+impl GenerateRequest {
+    /// A chat reply with the window's settings and no log-probabilities.
+    pub fn chat(
+        messages: Vec<ChatMessage>,
+        sampling: SamplingParams,
+        max_new_tokens: usize,
+        overflow: OverflowPolicy,
+    ) -> Self {
+        Self {
+            prompt: Prompt::Chat(messages),
+            sampling,
+            max_new_tokens: Some(max_new_tokens),
+            overflow,
+            logprobs: None,
+        }
+    }
+}
+
+/// Where the events of one command go, and the flag that stops it. Every command that
+/// produces events carries one, so the worker answers the client that asked, whichever
+/// thread it lives on, and Stop reaches exactly that client's work.
+#[derive(Clone)]
+pub struct Reply {
+    pub(super) events: Sender<Event>,
+    pub(super) cancel: Arc<AtomicBool>,
+    /// Run the engine's notify hook after each event (the window's client only).
+    pub(super) notify: bool,
+}
+
+impl Reply {
+    /// Whether the client stopped this work, or went away.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
+    }
+
+    /// Sends an event to the client; false when it no longer listens. For engines served
+    /// elsewhere (see [`crate::engine::EngineHandle::connect`]); the worker also notifies.
+    pub fn send(&self, event: Event) -> bool {
+        self.events.send(event).is_ok()
+    }
+}
+
+impl fmt::Debug for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reply")
+            .field("cancelled", &self.is_cancelled())
+            .field("notify", &self.notify)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What the GUI shows about the loaded model.
@@ -61,7 +138,8 @@ pub struct LiveStats {
     pub device_bytes: Option<u64>,
 }
 
-/// What the engine reports back, in order.
+/// What the engine reports back to a client, in order: a request's events go only to the client
+/// that sent it, a load's to the client that asked for the load.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     DownloadProgress(DownloadProgress),
@@ -90,7 +168,8 @@ pub enum Event {
         text: String,
         stats: LiveStats,
     },
-    /// A generate command arrived while another generation was running; it was not queued.
+    /// The queue of waiting generations was full: this request was refused, not queued. The
+    /// server answers 503 with Retry-After.
     Busy {
         refused: RequestId,
     },

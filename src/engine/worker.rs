@@ -1,87 +1,250 @@
 use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 
 use super::error::EngineError;
-use super::protocol::{Command, Event, GenerateRequest, LiveStats, ModelInfo};
-use crate::generation::{FinishReason, GenerationSession, LoadedModel, ModelOptions, Step};
+use super::handle::Shared;
+use super::protocol::{
+    Command, Event, GenerateRequest, LiveStats, ModelInfo, Prompt, Reply, RequestId,
+};
+use crate::generation::{
+    FinishReason, GenerationSession, GenerationStats, LoadedModel, ModelOptions, Step,
+};
 use crate::model::KvCache;
 use crate::model_source::ModelSource;
 use crate::stats::memory;
 use crate::text::ContextWindow;
 
-/// The inference thread's state: the model and the cache of the conversation it last served.
+/// The inference thread's state: the model, the cache of the conversation it last served
+/// and the commands waiting their turn.
 pub(super) struct Worker {
-    commands: Receiver<Command>,
-    events: Sender<Event>,
+    queue: Queue,
     notify: Box<dyn Fn() + Send>,
-    stop: Arc<AtomicBool>,
     model: Option<(LoadedModel, KvCache)>,
-    /// Commands that arrived during a generation and wait for it to end.
-    deferred: VecDeque<Command>,
     shutting_down: bool,
+}
+
+/// Commands in arrival order, whichever client sent them: first come, first served. A
+/// generation runs to its end before the next command starts, and the KV cache is reused by
+/// common prefix, so interleaved conversations stay correct (each prefills what differs).
+struct Queue {
+    commands: Receiver<Command>,
+    /// Commands that arrived during a generation and wait for it to end.
+    pending: VecDeque<Command>,
+    /// How many generations `pending` may hold.
+    limit: usize,
+    shared: Arc<Shared>,
+}
+
+impl Queue {
+    /// The next command to run, waiting for one; `None` when every client is gone.
+    fn next(&mut self) -> Option<Command> {
+        let command = match self.pending.pop_front() {
+            Some(command) => command,
+            None => self.commands.recv().ok()?,
+        };
+        self.publish();
+        Some(command)
+    }
+
+    /// Takes in the commands that arrived during a generation: generations join the queue
+    /// while it has room and are refused with `Busy` when it has none; the rest waits its
+    /// turn, except `Shutdown`, which is answered at once: returns true when it came.
+    fn take_new(&mut self, notify: &dyn Fn()) -> bool {
+        let mut shutdown = false;
+        for command in self.commands.try_iter().collect::<Vec<_>>() {
+            match command {
+                Command::Shutdown => shutdown = true,
+                Command::Generate { id, reply, .. } if self.is_full(notify) => {
+                    deliver(&reply, notify, Event::Busy { refused: id });
+                }
+                other => self.pending.push_back(other),
+            }
+        }
+        self.publish();
+        shutdown
+    }
+
+    fn waiting(&self) -> usize {
+        self.pending
+            .iter()
+            .filter(|command| matches!(command, Command::Generate { .. }))
+            .count()
+    }
+
+    /// Whether no generation can join, after dropping the waiting ones whose clients stopped
+    /// them or went away.
+    fn is_full(&mut self, notify: &dyn Fn()) -> bool {
+        if self.waiting() < self.limit {
+            return false;
+        }
+        let (cancelled, kept): (Vec<Command>, Vec<Command>) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(
+                |command| matches!(command, Command::Generate { reply, .. } if reply.is_cancelled()),
+            );
+        self.pending = kept.into();
+        for command in cancelled {
+            if let Command::Generate { id, reply, .. } = command {
+                deliver(&reply, notify, stopped_before_start(id));
+            }
+        }
+        self.waiting() >= self.limit
+    }
+
+    fn publish(&self) {
+        self.shared.queued.store(self.waiting(), Ordering::SeqCst);
+    }
+}
+
+/// Sends to one client and runs the notify hook if it asked for it; false when the client
+/// no longer listens.
+fn deliver(reply: &Reply, notify: &dyn Fn(), event: Event) -> bool {
+    let delivered = reply.send(event);
+    if reply.notify {
+        notify();
+    }
+    delivered
+}
+
+/// The final event of a generation stopped while it waited: nothing was generated.
+fn stopped_before_start(request: RequestId) -> Event {
+    Event::Finished {
+        request,
+        reason: FinishReason::Stopped,
+        text: String::new(),
+        stats: LiveStats {
+            generation: GenerationStats::default(),
+            resident_bytes: None,
+            device_bytes: None,
+        },
+    }
+}
+
+/// Marks the engine as gone however the thread ends, so that clients stop waiting.
+struct RunningFlag(Arc<Shared>);
+
+impl Drop for RunningFlag {
+    fn drop(&mut self) {
+        self.0.running.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The prompt's token ids and how many old messages were left out. A reply needs room:
+/// `max_new_tokens` of it up to half the context, or one token when it is unbounded.
+fn prompt_ids(
+    loaded: &LoadedModel,
+    limit: usize,
+    request: &GenerateRequest,
+) -> Result<(Vec<u32>, usize), EngineError> {
+    let reserve_for_reply = request
+        .max_new_tokens
+        .map_or(1, |tokens| tokens.clamp(1, limit / 2));
+    match &request.prompt {
+        Prompt::Chat(messages) => {
+            let window = ContextWindow {
+                limit,
+                reserve_for_reply,
+                policy: request.overflow,
+            };
+            let fitted = window
+                .fit(messages, &loaded.template, &loaded.tokenizer)
+                .map_err(EngineError::from_text)?;
+            Ok((fitted.ids, fitted.dropped_messages))
+        }
+        Prompt::Raw(text) => {
+            let ids = loaded
+                .tokenizer
+                .encode(text, false)
+                .map_err(EngineError::from_text)?;
+            if ids.is_empty() {
+                return Err(EngineError::Prompt {
+                    reason: "the prompt is empty: there is nothing to continue".into(),
+                });
+            }
+            let needed = ids.len().saturating_add(reserve_for_reply);
+            if needed > limit {
+                return Err(EngineError::ContextFull { needed, limit });
+            }
+            Ok((ids, 0))
+        }
+    }
 }
 
 impl Worker {
     pub(super) fn new(
         commands: Receiver<Command>,
-        events: Sender<Event>,
         notify: Box<dyn Fn() + Send>,
-        stop: Arc<AtomicBool>,
+        shared: Arc<Shared>,
+        queue_limit: usize,
     ) -> Self {
         Self {
-            commands,
-            events,
+            queue: Queue {
+                commands,
+                pending: VecDeque::new(),
+                limit: queue_limit,
+                shared,
+            },
             notify,
-            stop,
             model: None,
-            deferred: VecDeque::new(),
             shutting_down: false,
         }
     }
 
-    /// Serves commands until `Shutdown` or until the handle is dropped.
+    /// Serves commands until `Shutdown` or until every client is gone.
     ///
     /// Each command runs under `catch_unwind`: a panic anywhere below (a bug, a backend
     /// assertion) becomes an error event and the worker carries on with a cleared cache.
     pub(super) fn run(mut self) {
+        let _running = RunningFlag(Arc::clone(&self.queue.shared));
         while !self.shutting_down {
-            let command = match self.deferred.pop_front() {
-                Some(command) => command,
-                None => match self.commands.recv() {
-                    Ok(command) => command,
-                    Err(_) => break,
-                },
+            let Some(command) = self.queue.next() else {
+                break;
             };
-            let request = match &command {
-                Command::Generate(request) => Some(request.id),
-                _ => None,
+            let (request, reply) = match &command {
+                Command::Generate { id, reply, .. } => (Some(*id), Some(reply.clone())),
+                Command::LoadModel { reply, .. } => (None, Some(reply.clone())),
+                #[cfg(test)]
+                Command::InjectPanic(reply) => (None, Some(reply.clone())),
+                _ => (None, None),
             };
             if catch_unwind(AssertUnwindSafe(|| self.handle(command))).is_err() {
                 if let Some((_, cache)) = &mut self.model {
                     cache.clear();
                 }
-                self.send(Event::Error {
-                    request,
-                    error: EngineError::Internal,
-                });
+                if let Some(reply) = reply {
+                    let error = EngineError::Internal;
+                    self.send(&reply, Event::Error { request, error });
+                }
+            }
+        }
+        // Every generation sent ends with one final event, even at shutdown.
+        let unserved: Vec<Command> = std::mem::take(&mut self.queue.pending)
+            .into_iter()
+            .chain(self.queue.commands.try_iter())
+            .collect();
+        for command in unserved {
+            if let Command::Generate { id, reply, .. } = command {
+                self.send(&reply, stopped_before_start(id));
             }
         }
     }
 
-    fn send(&self, event: Event) {
-        // The handle may already be gone while we wind down; nobody is left to tell.
-        let _ = self.events.send(event);
-        (self.notify)();
+    fn send(&self, reply: &Reply, event: Event) -> bool {
+        deliver(reply, &*self.notify, event)
     }
 
     fn handle(&mut self, command: Command) {
         match command {
-            Command::LoadModel { source, options } => self.load(source, options),
-            Command::Generate(request) => self.generate(request),
+            Command::LoadModel {
+                source,
+                options,
+                reply,
+            } => self.load(source, options, &reply),
+            Command::Generate { id, request, reply } => self.generate(id, request, &reply),
             Command::ResetConversation => {
                 if let Some((_, cache)) = &mut self.model {
                     cache.clear();
@@ -89,25 +252,26 @@ impl Worker {
             }
             Command::Shutdown => self.shutting_down = true,
             #[cfg(test)]
-            Command::InjectPanic => panic!("panic injected by Command::InjectPanic"),
+            Command::InjectPanic(_) => panic!("panic injected by Command::InjectPanic"),
         }
     }
 
-    fn load(&mut self, source: ModelSource, options: ModelOptions) {
-        self.stop.store(false, Ordering::SeqCst);
-        let mut progress = |progress| self.send(Event::DownloadProgress(progress));
-        let dir = match source.resolve(&mut progress, &self.stop) {
+    fn load(&mut self, source: ModelSource, options: ModelOptions, reply: &Reply) {
+        let mut progress = |progress| {
+            self.send(reply, Event::DownloadProgress(progress));
+        };
+        let dir = match source.resolve(&mut progress, &reply.cancel) {
             Ok(dir) => dir,
             Err(error) => {
-                return self.send(Event::Error {
-                    request: None,
-                    error,
-                });
+                let request = None;
+                self.send(reply, Event::Error { request, error });
+                return;
             }
         };
-        self.send(Event::Loading { dir: dir.clone() });
+        self.send(reply, Event::Loading { dir: dir.clone() });
         // Free the old model first: two models at once could double peak memory.
         self.model = None;
+        self.queue.shared.set_model(None);
         match LoadedModel::load(&dir, options) {
             Ok(loaded) => {
                 let info = ModelInfo {
@@ -121,76 +285,75 @@ impl Worker {
                 };
                 let cache = loaded.model.new_cache();
                 self.model = Some((loaded, cache));
-                self.send(Event::ModelReady(info));
+                self.queue.shared.set_model(Some(info.clone()));
+                self.send(reply, Event::ModelReady(info));
             }
-            Err(err) => self.send(Event::Error {
-                request: None,
-                error: EngineError::ModelLoad {
+            Err(err) => {
+                let error = EngineError::ModelLoad {
                     path: dir,
                     reason: err.to_string(),
-                },
-            }),
+                };
+                self.send(
+                    reply,
+                    Event::Error {
+                        request: None,
+                        error,
+                    },
+                );
+            }
         }
     }
 
-    fn generate(&mut self, request: GenerateRequest) {
+    fn generate(&mut self, id: RequestId, request: GenerateRequest, reply: &Reply) {
         let fail = |error: EngineError| Event::Error {
-            request: Some(request.id),
+            request: Some(id),
             error,
         };
+        if reply.is_cancelled() {
+            self.send(reply, stopped_before_start(id));
+            return;
+        }
+        // The session borrows the model, so the rest of the loop uses the other fields.
+        let notify = &*self.notify;
+        let send = |event| deliver(reply, notify, event);
         let Some((loaded, cache)) = &mut self.model else {
-            return self.send(fail(EngineError::NoModel));
+            send(fail(EngineError::NoModel));
+            return;
         };
-        let window = ContextWindow {
-            limit: cache.max_len(),
-            reserve_for_reply: request.max_new_tokens.clamp(1, cache.max_len() / 2),
-            policy: request.overflow,
-        };
-        let fitted = match window.fit(&request.messages, &loaded.template, &loaded.tokenizer) {
-            Ok(fitted) => fitted,
-            Err(err) => return self.send(fail(EngineError::from_text(err))),
+        let (prompt, dropped_messages) = match prompt_ids(loaded, cache.max_len(), &request) {
+            Ok(prompt) => prompt,
+            Err(error) => {
+                send(fail(error));
+                return;
+            }
         };
         let device = loaded.device.clone();
         let session = GenerationSession::start(
             loaded,
             cache,
-            &fitted.ids,
+            &prompt,
             &request.sampling,
-            request.max_new_tokens,
+            request.max_new_tokens.unwrap_or(usize::MAX),
         );
         let mut session = match session {
-            Ok(session) => session,
+            Ok(session) => session.with_logprobs(request.logprobs),
             Err(err) => {
-                let event = fail(EngineError::from_generation(err));
-                return self.send(event);
+                send(fail(EngineError::from_generation(err)));
+                return;
             }
         };
-        let events = &self.events;
-        let notify = &self.notify;
-        let send = |event| {
-            let _ = events.send(event);
-            notify();
-        };
-        send(Event::PromptProcessed {
-            request: request.id,
+        // A client that no longer listens (a disconnected API client) is stopped like one
+        // that pressed Stop: before the next token.
+        let mut listening = send(Event::PromptProcessed {
+            request: id,
             stats: session.stats().clone(),
-            dropped_messages: fitted.dropped_messages,
+            dropped_messages,
         });
         loop {
-            self.deferred
-                .extend(self.commands.try_iter().filter(|command| match command {
-                    Command::Generate(other) => {
-                        send(Event::Busy { refused: other.id });
-                        false
-                    }
-                    _ => true,
-                }));
-            let stop_requested = self.stop.load(Ordering::SeqCst)
-                || self
-                    .deferred
-                    .iter()
-                    .any(|command| matches!(command, Command::Shutdown));
-            let step = if stop_requested {
+            if self.queue.take_new(notify) {
+                self.shutting_down = true;
+            }
+            let step = if !listening || reply.is_cancelled() || self.shutting_down {
                 Ok(session.stop())
             } else {
                 session.step()
@@ -202,35 +365,36 @@ impl Worker {
             };
             match step {
                 Ok(Step::Token(token)) => {
-                    send(Event::Token {
-                        request: request.id,
-                        token,
-                    });
-                    send(Event::Stats {
-                        request: request.id,
-                        stats: live(&session),
-                    });
+                    let shared = &self.queue.shared;
+                    shared.generated_tokens.fetch_add(1, Ordering::SeqCst);
+                    listening = send(Event::Token { request: id, token })
+                        && send(Event::Stats {
+                            request: id,
+                            stats: live(&session),
+                        });
                 }
                 Ok(Step::Finished { reason, text }) => {
-                    return send(Event::Finished {
-                        request: request.id,
+                    send(Event::Finished {
+                        request: id,
                         reason,
                         text,
                         stats: live(&session),
                     });
+                    return;
                 }
                 Err(err) => {
                     let stats = live(&session);
                     send(Event::Error {
-                        request: Some(request.id),
+                        request: Some(id),
                         error: EngineError::from_generation(err),
                     });
-                    return send(Event::Finished {
-                        request: request.id,
+                    send(Event::Finished {
+                        request: id,
                         reason: FinishReason::Stopped,
                         text: String::new(),
                         stats,
                     });
+                    return;
                 }
             }
         }
@@ -255,12 +419,12 @@ mod tests {
 
     #[test]
     fn a_panic_in_the_worker_is_reported_and_survived() {
-        let mut engine = EngineHandle::spawn(|| {}).expect("spawn");
+        let engine = EngineHandle::spawn(|| {}).expect("spawn");
         let tiny = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-smollm");
         engine.load_model(ModelSource::Folder(tiny), ModelOptions::default());
         while !matches!(next_event(&engine), Event::ModelReady(_)) {}
 
-        assert!(engine.send(Command::InjectPanic));
+        assert!(engine.send(Command::InjectPanic(engine.reply(None))));
         assert_eq!(
             next_event(&engine),
             Event::Error {

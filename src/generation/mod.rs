@@ -8,5 +8,5 @@ mod stats;
 
 pub use error::GenerationError;
 pub use loaded_model::{LoadedModel, ModelOptions};
-pub use session::{FinishReason, GenerationSession, Step, TokenEvent};
+pub use session::{FinishReason, GenerationSession, Step, TokenEvent, TokenLogprobs};
 pub use stats::GenerationStats;

@@ -4,7 +4,7 @@ use super::error::GenerationError;
 use super::loaded_model::LoadedModel;
 use super::stats::GenerationStats;
 use crate::model::{KvCache, Logits, logits_to_vec};
-use crate::text::{Sampler, SamplingParams, StreamDecoder};
+use crate::text::{Sampler, SamplingParams, StreamDecoder, log_softmax_top};
 
 /// Why a generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -32,6 +32,22 @@ pub struct TokenEvent {
     pub probability: f32,
     /// The likeliest tokens of that same distribution, with their text and probability.
     pub alternatives: Vec<(u32, String, f32)>,
+    /// Only when the session was asked for them ([`GenerationSession::with_logprobs`]).
+    pub logprobs: Option<TokenLogprobs>,
+}
+
+/// Log-probabilities under the model's own distribution: log-softmax of the raw logits at
+/// temperature 1, before the repetition penalty and the sampling filters (unlike
+/// [`TokenEvent::probability`]). What OpenAI's `logprobs` and reference comparisons need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    /// The generated token's own text (where [`TokenEvent::text`] may hold a partial
+    /// character back, this never does).
+    pub text: String,
+    /// The generated token's.
+    pub logprob: f32,
+    /// The likeliest tokens, best first, with their text: as many as were asked for.
+    pub top: Vec<(u32, String, f32)>,
 }
 
 /// What one call to [`GenerationSession::step`] produced.
@@ -59,6 +75,8 @@ pub struct GenerationSession<'a> {
     /// Logits for the position after the last cached token.
     logits: Vec<f32>,
     max_new_tokens: usize,
+    /// How many top tokens to report log-probabilities for; `None` computes none.
+    logprobs: Option<usize>,
     /// False for a benchmark, which must decode exactly `max_new_tokens`.
     ends_at_stop_token: bool,
     stats: GenerationStats,
@@ -112,6 +130,7 @@ impl<'a> GenerationSession<'a> {
             cache,
             logits,
             max_new_tokens,
+            logprobs: None,
             ends_at_stop_token: true,
             stats,
             started,
@@ -124,6 +143,13 @@ impl<'a> GenerationSession<'a> {
     /// end of reply does not end a measurement early.
     pub fn ignoring_stop_tokens(mut self) -> Self {
         self.ends_at_stop_token = false;
+        self
+    }
+
+    /// Reports each token's log-probability and the `top` likeliest alternatives' (see
+    /// [`TokenLogprobs`]); `None` (the default) spends nothing on them.
+    pub fn with_logprobs(mut self, top: Option<usize>) -> Self {
+        self.logprobs = top;
         self
     }
 
@@ -159,23 +185,34 @@ impl<'a> GenerationSession<'a> {
         }
         self.stats.generated_tokens += 1;
         let text = self.decoder.push(sampled.id)?.unwrap_or_default();
+        let piece = |id: u32| {
+            self.loaded
+                .tokenizer
+                .decode(&[id], false)
+                .unwrap_or_default()
+        };
         let alternatives = sampled
             .alternatives
             .iter()
-            .map(|&(id, probability)| {
-                let piece = self
-                    .loaded
-                    .tokenizer
-                    .decode(&[id], false)
-                    .unwrap_or_default();
-                (id, piece, probability)
-            })
+            .map(|&(id, probability)| (id, piece(id), probability))
             .collect();
+        let logprobs = self.logprobs.map(|top| {
+            let (logprob, top) = log_softmax_top(&self.logits, sampled.id, top);
+            TokenLogprobs {
+                text: piece(sampled.id),
+                logprob,
+                top: top
+                    .into_iter()
+                    .map(|(id, logprob)| (id, piece(id), logprob))
+                    .collect(),
+            }
+        });
         let event = TokenEvent {
             id: sampled.id,
             text,
             probability: sampled.probability,
             alternatives,
+            logprobs,
         };
         let logits = self
             .loaded

@@ -11,12 +11,14 @@ pub mod detokenizer;
 pub mod error;
 pub mod sampler;
 pub mod stop;
+pub mod stop_strings;
 pub mod tokenizer;
 
 pub use chat_template::{ChatMessage, ChatTemplate, Role, TemplateSource};
 pub use context_window::{ContextWindow, FittedPrompt, OverflowPolicy};
 pub use detokenizer::StreamDecoder;
 pub use error::TextError;
-pub use sampler::{SampledToken, Sampler, SamplingError, SamplingParams};
+pub use sampler::{SampledToken, Sampler, SamplingError, SamplingParams, log_softmax_top};
 pub use stop::StopTokens;
+pub use stop_strings::{Released, StopStrings};
 pub use tokenizer::TextTokenizer;

@@ -146,6 +146,31 @@ impl Sampler {
     }
 }
 
+/// The log-probability of `chosen` and of the `top` likeliest tokens (best first, ties to the
+/// lower id) under the model's own distribution: log-softmax of the raw logits at temperature 1,
+/// before the repetition penalty and every filter, which is what OpenAI's `logprobs` report.
+/// Costs one pass over the vocabulary, so it runs only when asked for.
+pub fn log_softmax_top(logits: &[f32], chosen: u32, top: usize) -> (f32, Vec<(u32, f32)>) {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let max = f64::from(max);
+    let sum: f64 = logits
+        .iter()
+        .map(|&logit| (f64::from(logit) - max).exp())
+        .sum();
+    let log_total = max + sum.ln();
+    let logprob = |id: u32| {
+        logits.get(id as usize).map_or(f32::NEG_INFINITY, |&logit| {
+            (f64::from(logit) - log_total) as f32
+        })
+    };
+    let all: Vec<u32> = (0..logits.len() as u32).collect();
+    let ranked = top_ranked(&all, logits, top.min(logits.len()));
+    (
+        logprob(chosen),
+        ranked.into_iter().map(|id| (id, logprob(id))).collect(),
+    )
+}
+
 /// Candidate tokens, likeliest first, with unnormalised weights.
 struct Distribution {
     ids: Vec<u32>,
@@ -694,6 +719,19 @@ mod tests {
             assert_eq!(token.alternatives.len(), 2);
             assert_eq!(token.alternatives[0].0, 1);
         }
+    }
+
+    #[test]
+    fn log_softmax_top_is_the_log_of_the_raw_softmax() {
+        let logits = [1.0, 3.0, 3.0, 0.0, f32::NEG_INFINITY];
+        let (chosen, top) = log_softmax_top(&logits, 3, 3);
+        let e = std::f64::consts::E;
+        let total = e + 2.0 * e.powi(3) + 1.0;
+        assert!((f64::from(chosen) - (1.0 / total).ln()).abs() < 1e-6);
+        let ids: Vec<u32> = top.iter().map(|&(id, _)| id).collect();
+        assert_eq!(ids, [1, 2, 0]);
+        assert!((f64::from(top[0].1) - (e.powi(3) / total).ln()).abs() < 1e-6);
+        assert_eq!(log_softmax_top(&logits, 4, 0), (f32::NEG_INFINITY, vec![]));
     }
 
     #[test]

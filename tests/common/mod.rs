@@ -1,6 +1,7 @@
 //! Fixtures and helpers shared by the integration tests.
 #![allow(dead_code)]
 
+pub mod http;
 pub mod reference;
 
 use std::collections::HashMap;

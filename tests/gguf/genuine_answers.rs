@@ -64,7 +64,10 @@ fn greedy(loaded: &LoadedModel, prompt: &[u32], count: usize) -> (Vec<u32>, Stri
 fn greedy_replies_equal_transformers_on_the_dequantized_file() {
     let loaded = LoadedModel::load(&super::builder::real_model(), ModelOptions::default())
         .expect("the genuine GGUF loads");
-    assert!(!loaded.template.is_fallback(), "the file carries its template");
+    assert!(
+        !loaded.template.is_fallback(),
+        "the file carries its template"
+    );
     let reference = reference();
     let prompts = reference["prompts"].as_array().expect("prompts");
     assert_eq!(prompts.len(), 8);

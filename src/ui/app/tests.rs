@@ -10,6 +10,7 @@ use super::SmolchatApp;
 use crate::engine::Event;
 use crate::store::Paths;
 use crate::text::ChatMessage;
+use crate::ui::commands::Action;
 use crate::ui::scripted_engine::{ScriptedEngine, model_info};
 use crate::ui::{AppState, labels};
 
@@ -17,8 +18,13 @@ use crate::ui::{AppState, labels};
 fn window() -> (Harness<'static, SmolchatApp>, ScriptedEngine, TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let (handle, engine) = ScriptedEngine::new();
-    let state = AppState::new(Paths::under(dir.path()), handle);
-    engine.send(Event::ModelReady(model_info(&dir.path().join("model"))));
+    let mut state = AppState::new(Paths::under(dir.path()), handle);
+    let folder = dir.path().join("model");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("config.json"), "{}").unwrap();
+    assert!(state.apply(Action::UseModelFolder(folder.clone())));
+    engine.send(Event::ModelReady(model_info(&folder)));
+    engine.commands();
     let mut harness = Harness::builder()
         .with_size([1100.0, 720.0])
         .build_ui_state(

@@ -7,13 +7,13 @@ use tempfile::TempDir;
 
 use super::{AppState, ModelStatus};
 use crate::backend::BackendKind;
-use crate::engine::{Command, EngineError, Event, GenerateRequest, ModelInfo, RequestId};
+use crate::engine::{Command, EngineError, Event, ModelInfo, RequestId};
 use crate::generation::FinishReason;
 use crate::model_source::ModelSource;
 use crate::store::{ConversationStore, Paths, StoredMessage};
 use crate::text::{ChatMessage, Role};
 use crate::ui::commands::{Action, UiCommand};
-use crate::ui::scripted_engine::{ScriptedEngine, model_info, stats, token};
+use crate::ui::scripted_engine::{Requested, ScriptedEngine, model_info, stats, token};
 
 struct Fixture {
     state: AppState,
@@ -33,8 +33,21 @@ impl Fixture {
     fn ready() -> Self {
         let mut fixture = Self::new();
         let info = model_info(&fixture.model_dir());
-        fixture.play([Event::ModelReady(info)]);
+        fixture.load(info);
         fixture
+    }
+
+    /// Chooses the model folder and answers the load with `info`.
+    fn load(&mut self, info: ModelInfo) {
+        let folder = self.model_dir();
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("config.json"), "{}").unwrap();
+        assert!(self.state.apply(Action::UseModelFolder(folder)));
+        self.play([Event::ModelReady(info)]);
+        assert!(matches!(
+            self.engine.commands().as_slice(),
+            [Command::LoadModel { .. }]
+        ));
     }
 
     fn model_dir(&self) -> PathBuf {
@@ -49,7 +62,7 @@ impl Fixture {
     }
 
     /// Sends `text` and returns the request the engine received.
-    fn send(&mut self, text: &str) -> GenerateRequest {
+    fn send(&mut self, text: &str) -> Requested {
         assert!(self.state.apply(Action::Send(text.into())));
         self.engine.generate_request()
     }
@@ -96,7 +109,7 @@ fn a_sent_message_streams_into_the_reply_which_is_saved_when_finished() {
         request.messages,
         [ChatMessage::system("Be brief."), ChatMessage::user("Hello")]
     );
-    assert_eq!(request.max_new_tokens, 7);
+    assert_eq!(request.max_new_tokens, Some(7));
     assert!(f.state.is_generating());
     assert_eq!(f.state.streaming_message(), Some(1));
     assert_eq!(f.state.current().title, "Hello");
@@ -150,10 +163,10 @@ fn stop_sets_the_stopper_and_a_stopped_reply_keeps_its_text() {
         request: request.id,
         token: token("Once"),
     }]);
-    assert!(!f.engine.stopper.is_stopped());
+    assert!(!f.engine.is_cancelled(request.id));
 
     assert!(f.state.apply(UiCommand::StopGeneration));
-    assert!(f.engine.stopper.is_stopped());
+    assert!(f.engine.is_cancelled(request.id));
     assert!(f.state.is_generating(), "until the engine says it stopped");
     f.play([Event::Finished {
         request: request.id,
@@ -463,7 +476,7 @@ fn a_gpu_fallback_and_a_missing_chat_template_are_both_noticed() {
         backend_fallback: Some("no GPU adapter found".into()),
         ..model_info(&f.model_dir())
     };
-    f.play([Event::ModelReady(info)]);
+    f.load(info);
     assert_eq!(
         f.state.notices(),
         [
@@ -486,6 +499,7 @@ fn another_backend_reloads_the_model_and_is_saved() {
             Command::LoadModel {
                 source: ModelSource::Folder(folder),
                 options,
+                ..
             },
         ] => {
             assert_eq!(folder, &f.model_dir());
@@ -508,7 +522,10 @@ fn a_mistyped_folder_is_named_and_the_loaded_model_stays() {
     assert_eq!(f.state.settings().model_folder, Some(f.model_dir()));
     assert_advises(
         f.state.errors(),
-        &format!("{} has no config.json", typo.display()),
+        &format!(
+            "{} is neither a .gguf file nor a folder with config.json",
+            typo.display()
+        ),
     );
 }
 

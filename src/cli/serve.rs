@@ -1,0 +1,107 @@
+use std::io::Write;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::backend::BackendKind;
+use crate::engine::{DEFAULT_QUEUE_LIMIT, EngineHandle, EngineOptions, Event};
+use crate::generation::ModelOptions;
+use crate::model::Precision;
+use crate::model_source::ModelSource;
+use crate::server::{DEFAULT_MAX_BODY_BYTES, Server, ServerConfig};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// A model folder, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct.
+    #[arg(long)]
+    model: String,
+    /// Only this machine by default; any other address needs --api-key.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: IpAddr,
+    /// 0 picks a free port (printed on start).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Require `Authorization: Bearer KEY` on every request (except /health).
+    #[arg(long)]
+    api_key: Option<String>,
+    /// Allow browsers on other origins to call the API.
+    #[arg(long)]
+    cors: bool,
+    /// Requests that may wait behind the running one; more get 503 with Retry-After.
+    #[arg(long, default_value_t = DEFAULT_QUEUE_LIMIT)]
+    queue: usize,
+    #[arg(long, value_enum, default_value_t)]
+    backend: BackendKind,
+    #[arg(long, value_enum, default_value_t)]
+    precision: Precision,
+}
+
+/// The model's name in the API: the hub id, or the folder's name.
+fn model_names(spec: &str, source: &ModelSource) -> Vec<String> {
+    let primary = match source {
+        ModelSource::Hub(id) => id.clone(),
+        ModelSource::Folder(path) | ModelSource::GgufFile(path) => path
+            .file_name()
+            .map(|name| name.to_string_lossy().into_owned())
+            .unwrap_or_else(|| spec.to_string()),
+    };
+    let mut names = vec![primary];
+    if names[0] != spec {
+        names.push(spec.to_string());
+    }
+    names
+}
+
+pub fn run(args: ServeArgs) -> Result<(), String> {
+    let source = ModelSource::parse(&args.model);
+    let config = ServerConfig {
+        host: args.host,
+        port: args.port,
+        api_key: args.api_key,
+        cors: args.cors,
+        model_names: model_names(&args.model, &source),
+        max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+    };
+    config.check()?;
+    let dir = super::resolve_model(source)?;
+    let engine = EngineHandle::spawn_with(
+        EngineOptions {
+            queue_limit: args.queue,
+        },
+        || {},
+    )
+    .map_err(|err| format!("cannot start the inference thread: {err}"))?;
+    let options = ModelOptions {
+        backend: args.backend,
+        precision: args.precision,
+    };
+    engine.load_model(ModelSource::Folder(dir), options);
+    let info = loop {
+        match engine.events().recv_timeout(Duration::from_secs(3600)) {
+            Ok(Event::ModelReady(info)) => break info,
+            Ok(Event::Error { error, .. }) => return Err(error.to_string()),
+            Ok(_) => {}
+            Err(_) => return Err("the model did not load".into()),
+        }
+    };
+    if let Some(reason) = &info.backend_fallback {
+        eprintln!("warning: {reason}");
+    }
+    let name = config.model_names[0].clone();
+    let server = Server::bind(config, engine.clone_client())?;
+    // One line on stdout, flushed, so a script can read the address (port 0 included).
+    let mut stdout = std::io::stdout().lock();
+    writeln!(
+        stdout,
+        "smolchat: serving {name} ({}) at http://{}/v1",
+        info.description,
+        server.local_addr()
+    )
+    .and_then(|()| stdout.flush())
+    .map_err(|err| err.to_string())?;
+    drop(stdout);
+    server
+        .run(std::future::pending())
+        .map_err(|err| format!("the server stopped: {err}"))
+}

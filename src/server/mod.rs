@@ -1,0 +1,464 @@
+//! The local OpenAI-compatible HTTP server: other programs use the loaded model through
+//! `/v1/chat/completions`, `/v1/completions` and `/v1/models`, as they would LM Studio's or
+//! llama.cpp's. Each request is one client of the same inference engine as the window, so
+//! requests queue fairly with the window's chat and never share a generation.
+//!
+//! HTTP is axum on tokio: well kept, with server-sent events, body limits and graceful
+//! shutdown built in. The engine stays a plain thread; [`bridge`] joins the two.
+
+mod bridge;
+mod error;
+mod request;
+mod response;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::sync::oneshot;
+
+use crate::engine::Client;
+use bridge::Output;
+pub use error::ApiError;
+use request::{Endpoint, Job};
+use response::Responder;
+
+/// Request bodies above this are refused with 413: a full 2048-token context is about 10 KB
+/// of text, so this leaves room for any conversation the model can read and no more.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub host: IpAddr,
+    pub port: u16,
+    /// Required as `Authorization: Bearer KEY` on every endpoint but `/health` when set.
+    pub api_key: Option<String>,
+    /// Answer browsers' cross-origin requests (`Access-Control-Allow-Origin: *`).
+    pub cors: bool,
+    /// What `/v1/models` lists, then the other names a request's `model` may give.
+    pub model_names: Vec<String>,
+    pub max_body_bytes: usize,
+}
+
+impl ServerConfig {
+    /// Refuses to listen beyond this machine without an API key: anyone on the network could
+    /// otherwise use the model.
+    pub fn check(&self) -> Result<(), String> {
+        if !self.host.is_loopback() && self.api_key.is_none() {
+            return Err(format!(
+                "--host {} would let other machines use the model; set --api-key too",
+                self.host
+            ));
+        }
+        if self.model_names.is_empty() {
+            return Err("the server needs a model name".into());
+        }
+        Ok(())
+    }
+}
+
+struct AppState {
+    engine: Client,
+    config: ServerConfig,
+    started: u64,
+}
+
+fn unix_seconds() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
+/// A bound server, not yet serving: bind first, so the address (port 0 picks a free one) is
+/// known before anything waits on it.
+pub struct Server {
+    listener: TcpListener,
+    router: Router,
+}
+
+impl Server {
+    pub fn bind(config: ServerConfig, engine: Client) -> Result<Self, String> {
+        config.check()?;
+        let address = SocketAddr::new(config.host, config.port);
+        let listener = TcpListener::bind(address)
+            .map_err(|err| format!("cannot listen on {address}: {err}"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|err| err.to_string())?;
+        let router = router(AppState {
+            engine,
+            config,
+            started: unix_seconds(),
+        });
+        Ok(Self { listener, router })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves until `shutdown` completes, on a runtime of its own, blocking this thread.
+    pub fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            // Two threads keep HTTP responsive while the engine thread and the relays work;
+            // the model's own threads need the rest of the cores.
+            .worker_threads(2)
+            .thread_name("smolchat-http")
+            .enable_all()
+            .build()?;
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(self.listener)?;
+            axum::serve(listener, self.router)
+                .with_graceful_shutdown(shutdown)
+                .await
+        })
+    }
+
+    /// Serves on a thread of its own until the returned handle is dropped.
+    pub fn spawn(self) -> std::io::Result<RunningServer> {
+        let address = self.local_addr();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("smolchat-server".into())
+            .spawn(move || {
+                self.run(async move {
+                    let _ = stopped.await;
+                })
+            })?;
+        Ok(RunningServer {
+            address,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+/// A server on its own thread; dropping it stops it and waits for open requests to end.
+pub struct RunningServer {
+    address: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<std::io::Result<()>>>,
+}
+
+impl RunningServer {
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+}
+
+impl Drop for RunningServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn router(state: AppState) -> Router {
+    let state = Arc::new(state);
+    let mut router = Router::new()
+        .route("/v1/models", get(models))
+        .route("/v1/models/{*model}", get(model))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/health", get(health))
+        .fallback(unknown_path)
+        .method_not_allowed_fallback(wrong_method)
+        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            authorize,
+        ))
+        .with_state(Arc::clone(&state));
+    if state.config.cors {
+        router = router.layer(middleware::from_fn(cors));
+    }
+    router
+}
+
+/// `Authorization: Bearer KEY`, compared in constant time; `/health` stays open for probes.
+async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let Some(key) = &state.config.api_key else {
+        return next.run(request).await;
+    };
+    if request.uri().path() == "/health" {
+        return next.run(request).await;
+    }
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if constant_time_eq(given.as_bytes(), key.as_bytes()) {
+        next.run(request).await
+    } else {
+        ApiError::unauthorized().into_response()
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Only with `--cors`: any origin may call, and preflight requests are answered here.
+async fn cors(request: Request, next: Next) -> Response {
+    let mut response = if request.method() == Method::OPTIONS {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        next.run(request).await
+    };
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+        (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, OPTIONS"),
+        (
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            "authorization, content-type",
+        ),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+async fn unknown_path(method: Method, uri: Uri) -> ApiError {
+    ApiError::unknown_path(method.as_str(), uri.path())
+}
+
+async fn wrong_method(method: Method, uri: Uri) -> ApiError {
+    ApiError::method_not_allowed(method.as_str(), uri.path())
+}
+
+fn model_entry(state: &AppState) -> Value {
+    json!({
+        "id": state.config.model_names[0],
+        "object": "model",
+        "created": state.started,
+        "owned_by": "smolchat",
+    })
+}
+
+async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    let data: Vec<Value> = state
+        .engine
+        .model()
+        .map(|_| model_entry(&state))
+        .into_iter()
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+async fn model(
+    State(state): State<Arc<AppState>>,
+    Path(model): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    if state.config.model_names.contains(&model) && state.engine.model().is_some() {
+        Ok(Json(model_entry(&state)))
+    } else {
+        Err(ApiError::unknown_model(
+            &model,
+            &state.config.model_names[0],
+        ))
+    }
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    let model = state.engine.model();
+    let ok = model.is_some() && state.engine.engine_running();
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({
+        "status": if ok { "ok" } else { "unavailable" },
+        "model": model.map(|_| state.config.model_names[0].clone()),
+        "queued": state.engine.queued(),
+        "generated_tokens": state.engine.generated_tokens(),
+    });
+    (status, Json(body)).into_response()
+}
+
+async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    generate(state, Endpoint::Chat, body).await
+}
+
+async fn completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    generate(state, Endpoint::Completions, body).await
+}
+
+/// Queues the request as a client of its own and answers once the engine has taken the
+/// prompt in, so that a refusal (full queue, prompt too long) gets its own status even when
+/// the client asked for a stream.
+async fn generate(
+    state: Arc<AppState>,
+    endpoint: Endpoint,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(ApiError::from_body)?;
+    let job = request::parse(endpoint, &body, &state.config.model_names)?;
+    let client = state.engine.clone_client();
+    let id = client
+        .submit(job.generate.clone())
+        .ok_or_else(ApiError::engine_gone)?;
+    let (out, mut outputs) = unbounded_channel();
+    let stops = job.stop.clone();
+    let prompt_field = endpoint.prompt_field();
+    tokio::task::spawn_blocking(move || bridge::relay(client, id, stops, prompt_field, out));
+    let prompt_tokens = match outputs.recv().await {
+        Some(Output::Started { prompt_tokens }) => prompt_tokens,
+        Some(Output::Failed(error)) => return Err(error),
+        Some(other) => return Err(ApiError::internal(format!("unexpected {other:?}"))),
+        None => return Err(ApiError::internal("the generation ended without a word")),
+    };
+    let responder = Responder::new(
+        endpoint,
+        id,
+        unix_seconds(),
+        state.config.model_names[0].clone(),
+        job.logprobs.is_some(),
+        prompt_tokens,
+    );
+    if job.stream {
+        Ok(stream(responder, job, outputs))
+    } else {
+        whole(responder, outputs)
+            .await
+            .map(IntoResponse::into_response)
+    }
+}
+
+async fn whole(
+    mut responder: Responder,
+    mut outputs: UnboundedReceiver<Output>,
+) -> Result<Json<Value>, ApiError> {
+    let mut text = String::new();
+    let mut tokens = Vec::new();
+    while let Some(output) = outputs.recv().await {
+        match output {
+            Output::Text {
+                text: piece,
+                tokens: more,
+            } => {
+                text.push_str(&piece);
+                tokens.extend(more);
+            }
+            Output::Finished {
+                reason,
+                completion_tokens,
+            } => {
+                return Ok(Json(responder.complete(
+                    text,
+                    &tokens,
+                    reason,
+                    completion_tokens,
+                )));
+            }
+            Output::Failed(error) => return Err(error),
+            Output::Started { .. } => {}
+        }
+    }
+    Err(ApiError::internal("the generation ended without finishing"))
+}
+
+fn event(value: &Value) -> Bytes {
+    Bytes::from(format!("data: {value}\n\n"))
+}
+
+const DONE: &str = "data: [DONE]\n\n";
+
+/// Server-sent events: one chunk per piece of text, the finish reason, the usage if asked,
+/// then `[DONE]`. An error after the stream began goes out as an `error` event before `[DONE]`.
+/// When the client hangs up, hyper drops this stream and with it `outputs`: the relay's
+/// next send fails and the generation stops.
+fn stream(responder: Responder, job: Job, outputs: UnboundedReceiver<Output>) -> Response {
+    let opening = responder.opening_chunk().map(|chunk| event(&chunk));
+    struct Streaming {
+        responder: Responder,
+        outputs: UnboundedReceiver<Output>,
+        include_usage: bool,
+        pending: Option<Bytes>,
+        done: bool,
+    }
+    let state = Streaming {
+        responder,
+        outputs,
+        include_usage: job.include_usage,
+        pending: opening,
+        done: false,
+    };
+    let chunks = futures_util::stream::unfold(state, |mut state| async move {
+        if let Some(bytes) = state.pending.take() {
+            return Some((Ok::<_, Infallible>(bytes), state));
+        }
+        if state.done {
+            return None;
+        }
+        let bytes = match state.outputs.recv().await {
+            Some(Output::Text { text, tokens }) => {
+                event(&state.responder.text_chunk(text, &tokens))
+            }
+            Some(Output::Finished {
+                reason,
+                completion_tokens,
+            }) => {
+                state.done = true;
+                let mut last = event(&state.responder.final_chunk(reason)).to_vec();
+                if state.include_usage {
+                    last.extend(event(&state.responder.usage_chunk(completion_tokens)));
+                }
+                last.extend(DONE.as_bytes());
+                Bytes::from(last)
+            }
+            Some(Output::Started { .. }) => Bytes::new(),
+            Some(Output::Failed(error)) => {
+                state.done = true;
+                Bytes::from(format!(
+                    "{}{DONE}",
+                    String::from_utf8_lossy(&event(&error.body()))
+                ))
+            }
+            None => {
+                state.done = true;
+                let error = ApiError::internal("the generation ended without finishing");
+                Bytes::from(format!(
+                    "{}{DONE}",
+                    String::from_utf8_lossy(&event(&error.body()))
+                ))
+            }
+        };
+        Some((Ok(bytes), state))
+    });
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    (headers, Body::from_stream(chunks)).into_response()
+}

@@ -1,0 +1,226 @@
+//! The JSON OpenAI's clients expect back: whole responses, streamed chunks, token counts and
+//! log-probabilities, for chat and for plain completions.
+
+use serde_json::{Value, json};
+
+use super::request::Endpoint;
+use crate::generation::TokenEvent;
+
+/// JSON has no infinity; OpenAI reports a token the model rules out with this.
+const IMPOSSIBLE_LOGPROB: f32 = -9999.0;
+
+fn logprob_value(logprob: f32) -> f32 {
+    if logprob.is_finite() {
+        logprob
+    } else {
+        IMPOSSIBLE_LOGPROB
+    }
+}
+
+/// Builds the responses of one request; for completions it keeps the text offset of each
+/// token across chunks.
+#[derive(Debug)]
+pub struct Responder {
+    pub endpoint: Endpoint,
+    pub id: String,
+    pub created: u64,
+    pub model: String,
+    /// Whether log-probabilities were asked for.
+    pub logprobs: bool,
+    pub prompt_tokens: usize,
+    text_offset: usize,
+}
+
+impl Responder {
+    pub fn new(
+        endpoint: Endpoint,
+        request: u64,
+        created: u64,
+        model: String,
+        logprobs: bool,
+        prompt_tokens: usize,
+    ) -> Self {
+        let prefix = match endpoint {
+            Endpoint::Chat => "chatcmpl",
+            Endpoint::Completions => "cmpl",
+        };
+        Self {
+            endpoint,
+            id: format!("{prefix}-{request}"),
+            created,
+            model,
+            logprobs,
+            prompt_tokens,
+            text_offset: 0,
+        }
+    }
+
+    pub fn usage(&self, completion_tokens: usize) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": self.prompt_tokens + completion_tokens,
+        })
+    }
+
+    /// The whole answer of a request that did not stream.
+    pub fn complete(
+        &mut self,
+        text: String,
+        tokens: &[TokenEvent],
+        reason: &str,
+        completion_tokens: usize,
+    ) -> Value {
+        let logprobs = self.logprobs_of(tokens);
+        let choice = match self.endpoint {
+            Endpoint::Chat => json!({
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": logprobs,
+                "finish_reason": reason,
+            }),
+            Endpoint::Completions => json!({
+                "index": 0,
+                "text": text,
+                "logprobs": logprobs,
+                "finish_reason": reason,
+            }),
+        };
+        json!({
+            "id": self.id,
+            "object": self.object(false),
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [choice],
+            "usage": self.usage(completion_tokens),
+        })
+    }
+
+    /// The chunk that opens a chat stream: the assistant's role.
+    pub fn opening_chunk(&self) -> Option<Value> {
+        (self.endpoint == Endpoint::Chat).then(|| {
+            self.chunk(
+                json!({"role": "assistant", "content": ""}),
+                Value::Null,
+                None,
+            )
+        })
+    }
+
+    pub fn text_chunk(&mut self, text: String, tokens: &[TokenEvent]) -> Value {
+        let logprobs = self.logprobs_of(tokens);
+        match self.endpoint {
+            Endpoint::Chat => self.chunk(json!({"content": text}), logprobs, None),
+            Endpoint::Completions => self.chunk(Value::String(text), logprobs, None),
+        }
+    }
+
+    pub fn final_chunk(&self, reason: &str) -> Value {
+        let empty = match self.endpoint {
+            Endpoint::Chat => json!({}),
+            Endpoint::Completions => json!(""),
+        };
+        self.chunk(empty, Value::Null, Some(reason))
+    }
+
+    /// `stream_options.include_usage`: no choices, the counts.
+    pub fn usage_chunk(&self, completion_tokens: usize) -> Value {
+        json!({
+            "id": self.id,
+            "object": self.object(true),
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [],
+            "usage": self.usage(completion_tokens),
+        })
+    }
+
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.endpoint, chunk) {
+            (Endpoint::Chat, false) => "chat.completion",
+            (Endpoint::Chat, true) => "chat.completion.chunk",
+            (Endpoint::Completions, _) => "text_completion",
+        }
+    }
+
+    fn chunk(&self, content: Value, logprobs: Value, reason: Option<&str>) -> Value {
+        let choice = match self.endpoint {
+            Endpoint::Chat => json!({
+                "index": 0,
+                "delta": content,
+                "logprobs": logprobs,
+                "finish_reason": reason,
+            }),
+            Endpoint::Completions => json!({
+                "index": 0,
+                "text": content,
+                "logprobs": logprobs,
+                "finish_reason": reason,
+            }),
+        };
+        json!({
+            "id": self.id,
+            "object": self.object(true),
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [choice],
+        })
+    }
+
+    /// Chat: `{"content": [{token, logprob, bytes, top_logprobs}]}`; completions: parallel
+    /// lists of tokens, their log-probabilities, the alternatives and text offsets.
+    fn logprobs_of(&mut self, tokens: &[TokenEvent]) -> Value {
+        if !self.logprobs {
+            return Value::Null;
+        }
+        let scored = tokens.iter().filter_map(|token| token.logprobs.as_ref());
+        match self.endpoint {
+            Endpoint::Chat => {
+                let entry = |text: &str, logprob: f32| {
+                    json!({
+                        "token": text,
+                        "logprob": logprob_value(logprob),
+                        "bytes": text.as_bytes(),
+                    })
+                };
+                let content: Vec<Value> = scored
+                    .map(|scores| {
+                        let mut value = entry(&scores.text, scores.logprob);
+                        value["top_logprobs"] = scores
+                            .top
+                            .iter()
+                            .map(|(_, text, logprob)| entry(text, *logprob))
+                            .collect();
+                        value
+                    })
+                    .collect();
+                json!({ "content": content })
+            }
+            Endpoint::Completions => {
+                let (mut texts, mut logprobs, mut tops, mut offsets) =
+                    (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+                for scores in scored {
+                    texts.push(scores.text.clone());
+                    logprobs.push(logprob_value(scores.logprob));
+                    let top: serde_json::Map<String, Value> = scores
+                        .top
+                        .iter()
+                        .map(|(_, text, logprob)| (text.clone(), json!(logprob_value(*logprob))))
+                        .collect();
+                    tops.push(top);
+                    offsets.push(self.text_offset);
+                    self.text_offset += scores.text.len();
+                }
+                json!({
+                    "tokens": texts,
+                    "token_logprobs": logprobs,
+                    "top_logprobs": tops,
+                    "text_offset": offsets,
+                })
+            }
+        }
+    }
+}

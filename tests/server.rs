@@ -1,0 +1,682 @@
+//! The local OpenAI-compatible server against the tiny checkpoint, over real sockets on
+//! 127.0.0.1: every endpoint, streamed and not, and every error a client can cause.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::http::{self, HttpResponse, RawStream, get, post};
+use common::tiny_model_dir;
+use serde_json::{Value, json};
+use smolchat::engine::{EngineHandle, EngineOptions, Event};
+use smolchat::generation::{FinishReason, GenerationSession, LoadedModel, ModelOptions, Step};
+use smolchat::model::{Logits, logits_to_vec};
+use smolchat::model_source::ModelSource;
+use smolchat::server::{RunningServer, Server, ServerConfig};
+use smolchat::text::{ChatMessage, ContextWindow, OverflowPolicy, SamplingParams};
+
+const MODEL: &str = "tiny-smollm";
+/// Small, so that a too-large body fits the socket's buffers and the 413 can be read back.
+const MAX_BODY: usize = 64 * 1024;
+
+/// Fields drop in order: the server before the engine it uses.
+struct Fixture {
+    server: RunningServer,
+    _engine: EngineHandle,
+}
+
+impl Fixture {
+    fn start(queue_limit: usize, api_key: Option<&str>) -> Self {
+        let engine = EngineHandle::spawn_with(EngineOptions { queue_limit }, || {}).expect("spawn");
+        engine.load_model(
+            ModelSource::Folder(tiny_model_dir()),
+            ModelOptions::default(),
+        );
+        loop {
+            match engine.events().recv_timeout(http::TIMEOUT).expect("loads") {
+                Event::ModelReady(_) => break,
+                Event::Error { error, .. } => panic!("{error}"),
+                _ => {}
+            }
+        }
+        let config = ServerConfig {
+            host: [127, 0, 0, 1].into(),
+            port: 0,
+            api_key: api_key.map(str::to_string),
+            cors: false,
+            model_names: vec![MODEL.to_string()],
+            max_body_bytes: MAX_BODY,
+        };
+        let server = Server::bind(config, engine.clone_client())
+            .expect("bind")
+            .spawn()
+            .expect("serve");
+        Self {
+            server,
+            _engine: engine,
+        }
+    }
+
+    fn address(&self) -> SocketAddr {
+        self.server.address()
+    }
+}
+
+/// The text of a reply generated directly with [`GenerationSession`]: what the server must
+/// reproduce for the same prompt and settings. `messages: None` continues `raw` as it is.
+fn reference(
+    messages: Option<&[ChatMessage]>,
+    raw: &str,
+    params: &SamplingParams,
+    max_tokens: usize,
+) -> (String, usize, FinishReason, usize) {
+    let loaded = LoadedModel::load(&tiny_model_dir(), ModelOptions::default()).expect("load");
+    let prompt = match messages {
+        Some(messages) => {
+            let window = ContextWindow {
+                limit: 2048,
+                reserve_for_reply: max_tokens,
+                policy: OverflowPolicy::Stop,
+            };
+            window
+                .fit(messages, &loaded.template, &loaded.tokenizer)
+                .expect("fits")
+                .ids
+        }
+        None => loaded.tokenizer.encode(raw, false).expect("encode"),
+    };
+    let mut cache = loaded.model.new_cache();
+    let mut session =
+        GenerationSession::start(&loaded, &mut cache, &prompt, params, max_tokens).expect("start");
+    let (mut text, mut tokens) = (String::new(), 0);
+    let reason = loop {
+        match session.step().expect("step") {
+            Step::Token(token) => {
+                tokens += 1;
+                text.push_str(&token.text);
+            }
+            Step::Finished { reason, text: rest } => {
+                text.push_str(&rest);
+                break reason;
+            }
+        }
+    };
+    (text, tokens, reason, prompt.len())
+}
+
+fn openai_reason(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::StopToken | FinishReason::Stopped => "stop",
+        FinishReason::MaxTokens | FinishReason::ContextFull => "length",
+    }
+}
+
+fn params(temperature: f32, seed: u64) -> SamplingParams {
+    SamplingParams {
+        temperature,
+        seed,
+        ..SamplingParams::default()
+    }
+}
+
+fn chat_body(content: &str, temperature: f32, seed: u64, max_tokens: usize) -> Value {
+    json!({
+        "model": MODEL,
+        "messages": [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": content},
+        ],
+        "temperature": temperature,
+        "seed": seed,
+        "max_tokens": max_tokens,
+        "some_future_field": {"ignored": true},
+    })
+}
+
+fn chat_messages(content: &str) -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::system("You are terse."),
+        ChatMessage::user(content),
+    ]
+}
+
+/// Content, finish reason and usage of a streamed chat reply, checking the stream's shape.
+fn read_chat_stream(response: &HttpResponse) -> (String, String, Option<Value>) {
+    assert_eq!(response.status, 200, "{}", response.body);
+    assert_eq!(response.header("content-type"), Some("text/event-stream"));
+    let events = response.events();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|event| serde_json::from_str(event).expect("chunk JSON"))
+        .collect();
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let (mut text, mut reason, mut usage) = (String::new(), None, None);
+    for chunk in &chunks {
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert_eq!(chunk["model"], MODEL);
+        if let Some(choice) = chunk["choices"].get(0) {
+            assert!(reason.is_none(), "content after the finish reason");
+            text.push_str(choice["delta"]["content"].as_str().unwrap_or_default());
+            if let Some(finish) = choice["finish_reason"].as_str() {
+                reason = Some(finish.to_string());
+            }
+        } else {
+            usage = Some(chunk["usage"].clone());
+        }
+    }
+    (text, reason.expect("a finish reason"), usage)
+}
+
+#[test]
+fn models_and_health() {
+    let fixture = Fixture::start(4, None);
+    let models = get(fixture.address(), "/v1/models");
+    assert_eq!(models.status, 200);
+    assert_eq!(models.json()["data"][0]["id"], MODEL);
+    assert_eq!(models.json()["object"], "list");
+    assert_eq!(
+        get(fixture.address(), &format!("/v1/models/{MODEL}")).status,
+        200
+    );
+    let missing = get(fixture.address(), "/v1/models/gpt-4");
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["error"]["code"], "model_not_found");
+    let health = get(fixture.address(), "/health");
+    assert_eq!(health.status, 200);
+    assert_eq!(health.json()["status"], "ok");
+}
+
+#[test]
+fn chat_completion_is_what_the_generation_loop_gives_for_the_same_seed() {
+    let fixture = Fixture::start(4, None);
+    let body = chat_body("Name a colour.", 0.8, 42, 12);
+    let first = post(fixture.address(), "/v1/chat/completions", &body);
+    assert_eq!(first.status, 200, "{}", first.body);
+    let first = first.json();
+    assert_eq!(first["object"], "chat.completion");
+    assert_eq!(first["model"], MODEL);
+    assert!(first["choices"][0]["logprobs"].is_null());
+    let (text, tokens, reason, prompt_tokens) = reference(
+        Some(&chat_messages("Name a colour.")[..]),
+        "",
+        &params(0.8, 42),
+        12,
+    );
+    let choice = &first["choices"][0];
+    assert_eq!(choice["message"]["role"], "assistant");
+    assert_eq!(choice["message"]["content"], text.as_str());
+    assert_eq!(choice["finish_reason"], openai_reason(reason));
+    assert_eq!(first["usage"]["completion_tokens"], tokens);
+    assert_eq!(first["usage"]["prompt_tokens"], prompt_tokens);
+    assert_eq!(first["usage"]["total_tokens"], tokens + prompt_tokens);
+
+    // The same seed again: the same text, though the cache now holds the first reply.
+    let again = post(fixture.address(), "/v1/chat/completions", &body).json();
+    assert_eq!(again["choices"][0]["message"]["content"], text.as_str());
+
+    // Streamed, with usage: the same text in pieces.
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    streamed["stream_options"] = json!({"include_usage": true});
+    let response = post(fixture.address(), "/v1/chat/completions", &streamed);
+    let (streamed_text, streamed_reason, usage) = read_chat_stream(&response);
+    assert_eq!(streamed_text, text);
+    assert_eq!(streamed_reason, openai_reason(reason));
+    assert_eq!(usage.expect("usage chunk"), first["usage"]);
+}
+
+#[test]
+fn completion_continues_the_raw_prompt_streamed_or_not() {
+    let fixture = Fixture::start(4, None);
+    let prompt = "The capital of France is";
+    let body = json!({"model": MODEL, "prompt": prompt, "temperature": 0, "max_tokens": 10});
+    let response = post(fixture.address(), "/v1/completions", &body);
+    assert_eq!(response.status, 200, "{}", response.body);
+    let response = response.json();
+    assert_eq!(response["object"], "text_completion");
+    let (text, tokens, reason, prompt_tokens) = reference(None, prompt, &params(0.0, 0), 10);
+    assert_eq!(response["choices"][0]["text"], text.as_str());
+    assert_eq!(
+        response["choices"][0]["finish_reason"],
+        openai_reason(reason)
+    );
+    assert_eq!(response["usage"]["completion_tokens"], tokens);
+    assert_eq!(response["usage"]["prompt_tokens"], prompt_tokens);
+
+    let mut streamed = body.clone();
+    streamed["stream"] = json!(true);
+    let events = post(fixture.address(), "/v1/completions", &streamed).events();
+    assert_eq!(events.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|event| serde_json::from_str(event).expect("chunk"))
+        .collect();
+    let joined: String = chunks
+        .iter()
+        .map(|chunk| {
+            chunk["choices"][0]["text"]
+                .as_str()
+                .expect("text")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(joined, text);
+    assert_eq!(
+        chunks.last().expect("chunks")["choices"][0]["finish_reason"],
+        openai_reason(reason)
+    );
+
+    // Without max_tokens, OpenAI's default of 16 for completions.
+    let default = post(
+        fixture.address(),
+        "/v1/completions",
+        &json!({"prompt": prompt}),
+    );
+    assert!(
+        default.json()["usage"]["completion_tokens"]
+            .as_u64()
+            .expect("count")
+            <= 16
+    );
+}
+
+#[test]
+fn a_stop_string_ends_the_reply_and_is_not_returned() {
+    let fixture = Fixture::start(4, None);
+    let mut body = chat_body("Say something long.", 0.0, 1, 24);
+    let full = post(fixture.address(), "/v1/chat/completions", &body).json();
+    let full = full["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content")
+        .to_string();
+    // A stop string from the middle of the reply: two characters after its first half.
+    let chars: Vec<char> = full.chars().collect();
+    assert!(chars.len() >= 8, "reply too short to cut: {full:?}");
+    let stop: String = chars[chars.len() / 2..chars.len() / 2 + 2].iter().collect();
+    let expected = &full[..full.find(&stop).expect("in the reply")];
+
+    body["stop"] = json!(["never appears \u{1F600}", stop]);
+    let cut = post(fixture.address(), "/v1/chat/completions", &body).json();
+    assert_eq!(cut["choices"][0]["message"]["content"], expected);
+    assert_eq!(cut["choices"][0]["finish_reason"], "stop");
+    assert!(cut["usage"]["completion_tokens"].as_u64().expect("count") < 24);
+
+    body["stop"] = json!(stop);
+    body["stream"] = json!(true);
+    let response = post(fixture.address(), "/v1/chat/completions", &body);
+    let (text, reason, usage) = read_chat_stream(&response);
+    assert_eq!(text, expected);
+    assert_eq!(reason, "stop");
+    assert!(usage.is_none(), "usage only when asked");
+}
+
+/// log-softmax of the raw logits after the prompt, in f64.
+fn first_token_logprobs(prompt: &[u32]) -> Vec<f64> {
+    let loaded = LoadedModel::load(&tiny_model_dir(), ModelOptions::default()).expect("load");
+    let mut cache = loaded.model.new_cache();
+    let logits = logits_to_vec(
+        loaded
+            .model
+            .forward(prompt, &mut cache, Logits::Last)
+            .expect("forward"),
+    )
+    .expect("read");
+    let log_total = common::logsumexp(&logits);
+    logits
+        .iter()
+        .map(|&logit| f64::from(logit) - log_total)
+        .collect()
+}
+
+#[test]
+fn logprobs_are_the_log_softmax_of_the_raw_logits() {
+    let fixture = Fixture::start(4, None);
+    let prompt = "Once upon a time";
+    // Sampled at a high temperature: the reported logprobs must still be temperature 1's.
+    let body =
+        json!({"prompt": prompt, "max_tokens": 5, "temperature": 1.5, "seed": 3, "logprobs": 3});
+    let response = post(fixture.address(), "/v1/completions", &body).json();
+    let logprobs = &response["choices"][0]["logprobs"];
+    let tokens = logprobs["tokens"].as_array().expect("tokens");
+    assert_eq!(
+        tokens.len(),
+        response["usage"]["completion_tokens"].as_u64().unwrap() as usize
+    );
+    let offsets: Vec<u64> = logprobs["text_offset"]
+        .as_array()
+        .expect("offsets")
+        .iter()
+        .map(|offset| offset.as_u64().expect("offset"))
+        .collect();
+    assert_eq!(offsets[0], 0);
+    assert!(offsets.windows(2).all(|pair| pair[0] <= pair[1]));
+    for (index, top) in logprobs["top_logprobs"]
+        .as_array()
+        .expect("top")
+        .iter()
+        .enumerate()
+    {
+        let top = top.as_object().expect("a map of token to logprob");
+        assert!(!top.is_empty() && top.len() <= 3, "{top:?}");
+        let best = top
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        let chosen = logprobs["token_logprobs"][index].as_f64().expect("logprob");
+        assert!(
+            best >= chosen - 1e-6,
+            "top-1 {best} below the chosen {chosen}"
+        );
+    }
+
+    // The first token's figures against an independent log-softmax of the model's logits.
+    let loaded = LoadedModel::load(&tiny_model_dir(), ModelOptions::default()).expect("load");
+    let prompt_ids = loaded.tokenizer.encode(prompt, false).expect("encode");
+    let expected = first_token_logprobs(&prompt_ids);
+    let chat = json!({
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": 3, "temperature": 0, "logprobs": true, "top_logprobs": 4,
+    });
+    let chat = post(fixture.address(), "/v1/chat/completions", &chat).json();
+    let content = chat["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .expect("content");
+    assert_eq!(
+        content.len(),
+        chat["usage"]["completion_tokens"].as_u64().unwrap() as usize
+    );
+    for entry in content {
+        let top = entry["top_logprobs"].as_array().expect("top");
+        assert_eq!(top.len(), 4);
+        let values: Vec<f64> = top.iter().map(|t| t["logprob"].as_f64().unwrap()).collect();
+        assert!(
+            values.windows(2).all(|pair| pair[0] >= pair[1]),
+            "{values:?}"
+        );
+        // Greedy: the chosen token is the likeliest.
+        assert_eq!(entry["logprob"].as_f64(), Some(values[0]));
+        assert!(entry["bytes"].is_array());
+    }
+
+    // Completion's first token, against the independent computation.
+    let first = logprobs["token_logprobs"][0].as_f64().expect("first");
+    let best_expected = expected.iter().copied().fold(f64::MIN, f64::max);
+    let top = logprobs["top_logprobs"][0].as_object().expect("top");
+    let best = top
+        .values()
+        .map(|v| v.as_f64().unwrap())
+        .fold(f64::MIN, f64::max);
+    assert!(
+        (best - best_expected).abs() < 1e-4,
+        "{best} vs {best_expected}"
+    );
+    assert!(
+        expected.iter().any(|&value| (value - first).abs() < 1e-4),
+        "{first} is no token's log-softmax"
+    );
+}
+
+fn assert_error(response: &HttpResponse, status: u16, param: Option<&str>) -> Value {
+    assert_eq!(response.status, status, "{}", response.body);
+    let error = response.json()["error"].clone();
+    assert!(
+        error["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{error}"
+    );
+    assert!(error["type"].is_string(), "{error}");
+    if let Some(param) = param {
+        assert_eq!(error["param"], param, "{error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(param),
+            "{error}"
+        );
+    }
+    error
+}
+
+#[test]
+fn bad_requests_are_refused_with_openai_errors() {
+    let fixture = Fixture::start(4, None);
+    let address = fixture.address();
+    let chat = "/v1/chat/completions";
+    let bad_json = http::request("POST", address, chat, Some("{not json"), None);
+    assert_eq!(assert_error(&bad_json, 400, None)["code"], "invalid_json");
+    assert_error(&post(address, chat, &json!([1, 2])), 400, None);
+    assert_error(&post(address, chat, &json!({})), 400, Some("messages"));
+    let hi = json!([{"role": "user", "content": "hi"}]);
+    let cases = [
+        (json!({"messages": hi, "temperature": -1}), "temperature"),
+        (json!({"messages": hi, "temperature": "hot"}), "temperature"),
+        (json!({"messages": hi, "top_p": 0}), "top_p"),
+        (json!({"messages": hi, "n": 2}), "n"),
+        (
+            json!({"messages": hi, "frequency_penalty": 0.5}),
+            "frequency_penalty",
+        ),
+        (
+            json!({"messages": hi, "presence_penalty": -1}),
+            "presence_penalty",
+        ),
+        (json!({"messages": hi, "max_tokens": 0}), "max_tokens"),
+        (json!({"messages": hi, "max_tokens": -3}), "max_tokens"),
+        (json!({"messages": hi, "stop": 5}), "stop"),
+        (json!({"messages": hi, "top_logprobs": 3}), "top_logprobs"),
+        (
+            json!({"messages": hi, "logprobs": true, "top_logprobs": 21}),
+            "top_logprobs",
+        ),
+        (
+            json!({"messages": hi, "tools": [{"type": "function"}]}),
+            "tools",
+        ),
+        (
+            json!({"messages": [{"role": "tool", "content": "x"}]}),
+            "messages[0].role",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
+            "messages[0].content",
+        ),
+    ];
+    for (body, param) in cases {
+        assert_error(&post(address, chat, &body), 400, Some(param));
+    }
+    let completions = "/v1/completions";
+    assert_error(
+        &post(address, completions, &json!({"prompt": ["a", "b"]})),
+        400,
+        Some("prompt"),
+    );
+    assert_error(
+        &post(
+            address,
+            completions,
+            &json!({"prompt": "a", "logprobs": true}),
+        ),
+        400,
+        Some("logprobs"),
+    );
+    assert_error(
+        &post(address, completions, &json!({"prompt": "a", "echo": true})),
+        400,
+        Some("echo"),
+    );
+
+    // Neutral values of options we do not honour are accepted.
+    let neutral = json!({"messages": hi, "n": 1, "frequency_penalty": 0, "presence_penalty": 0.0, "max_tokens": 1});
+    assert_eq!(post(address, chat, &neutral).status, 200);
+
+    let unknown = post(address, chat, &json!({"model": "gpt-4o", "messages": hi}));
+    assert_eq!(
+        assert_error(&unknown, 404, Some("model"))["code"],
+        "model_not_found"
+    );
+    let path = post(address, "/v1/embeddings", &json!({}));
+    assert_eq!(assert_error(&path, 404, None)["code"], "unknown_url");
+    assert_error(&get(address, chat), 405, None);
+
+    let huge = "x".repeat(MAX_BODY + 1);
+    let too_large = post(
+        address,
+        chat,
+        &json!({"messages": [{"role": "user", "content": huge}]}),
+    );
+    assert_eq!(
+        assert_error(&too_large, 413, None)["code"],
+        "request_too_large"
+    );
+}
+
+#[test]
+fn a_prompt_longer_than_the_context_is_refused_with_the_numbers() {
+    let fixture = Fixture::start(4, None);
+    // About 3000 tokens, for a context of 2048.
+    let long = "word ".repeat(3000);
+    for stream in [false, true] {
+        let body = json!({"messages": [{"role": "user", "content": long}], "max_tokens": 10, "stream": stream});
+        let response = post(fixture.address(), "/v1/chat/completions", &body);
+        let error = assert_error(&response, 400, Some("messages"));
+        assert_eq!(error["code"], "context_length_exceeded");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("2048") && message.contains("tokens too many"),
+            "{message}"
+        );
+    }
+    let body = json!({"prompt": long, "max_tokens": 10});
+    let error = assert_error(
+        &post(fixture.address(), "/v1/completions", &body),
+        400,
+        Some("prompt"),
+    );
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains("tokens too many")
+    );
+}
+
+#[test]
+fn the_api_key_is_required_when_set() {
+    let fixture = Fixture::start(4, Some("sesame"));
+    let address = fixture.address();
+    let body = r#"{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}"#;
+    let chat = "/v1/chat/completions";
+    for key in [None, Some("wrong"), Some("sesam")] {
+        let response = http::request("POST", address, chat, Some(body), key);
+        assert_eq!(
+            assert_error(&response, 401, None)["code"],
+            "invalid_api_key"
+        );
+        assert_eq!(
+            http::request("GET", address, "/v1/models", None, key).status,
+            401
+        );
+    }
+    assert_eq!(
+        http::request("POST", address, chat, Some(body), Some("sesame")).status,
+        200
+    );
+    assert_eq!(
+        http::request("GET", address, "/v1/models", None, Some("sesame")).status,
+        200
+    );
+    assert_eq!(
+        get(address, "/health").status,
+        200,
+        "health stays open for probes"
+    );
+}
+
+fn long_stream(max_tokens: usize) -> Value {
+    json!({
+        "messages": [{"role": "user", "content": "Tell me a long story."}],
+        "max_tokens": max_tokens, "temperature": 1.0, "min_p": 0, "seed": 5, "stream": true,
+    })
+}
+
+#[test]
+fn a_full_queue_answers_503_with_retry_after() {
+    let fixture = Fixture::start(1, None);
+    let address = fixture.address();
+    let mut running = RawStream::open(address, "/v1/chat/completions", &long_stream(2000));
+    assert_eq!(running.status, 200);
+    running.next_event().expect("the first chunk");
+    // The second waits in the queue (of one) behind the first.
+    let queued = thread::spawn(move || {
+        post(
+            address,
+            "/v1/completions",
+            &json!({"prompt": "a", "max_tokens": 2, "temperature": 0}),
+        )
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(address, "/health").json()["queued"] != 1 {
+        assert!(Instant::now() < deadline, "the second request never queued");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let refused = post(
+        address,
+        "/v1/completions",
+        &json!({"prompt": "b", "max_tokens": 2}),
+    );
+    assert_eq!(assert_error(&refused, 503, None)["code"], "queue_full");
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    let streamed_refusal = RawStream::open(address, "/v1/chat/completions", &long_stream(5));
+    assert_eq!(
+        streamed_refusal.status, 503,
+        "refused before the stream begins"
+    );
+
+    drop(running);
+    let queued = queued.join().expect("the queued request");
+    assert_eq!(queued.status, 200, "{}", queued.body);
+    assert_eq!(queued.json()["usage"]["completion_tokens"], 2);
+}
+
+#[test]
+fn a_client_that_hangs_up_mid_stream_frees_the_engine_within_a_token() {
+    let fixture = Fixture::start(4, None);
+    let address = fixture.address();
+    let generated = || {
+        get(address, "/health").json()["generated_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = generated();
+    let mut stream = RawStream::open(address, "/v1/chat/completions", &long_stream(2000));
+    assert_eq!(stream.status, 200);
+    let mut received = 0;
+    while received < 3 {
+        let event = stream.next_event().expect("chunk");
+        let chunk: Value = serde_json::from_str(&event).expect("json");
+        let delta = &chunk["choices"][0]["delta"];
+        if delta["role"].is_null() && delta["content"].is_string() {
+            received += 1;
+        }
+    }
+    drop(stream);
+    let started = Instant::now();
+    let next = post(
+        address,
+        "/v1/completions",
+        &json!({"prompt": "a", "max_tokens": 2, "temperature": 0}),
+    );
+    assert_eq!(next.status, 200, "{}", next.body);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // Tokens received, plus the ones in flight when the socket closed (the one being sent
+    // and the one being computed), plus the next request's two.
+    let spent = generated() - before;
+    assert!(
+        spent <= received + 2 + 2 + 2,
+        "{spent} tokens for {received} received"
+    );
+}
