@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the real smolchat window under Xvfb with the tiny test model, sends a message the way a
-# user would (xdotool), and saves what the screen shows to target/screenshot.png.
+# Runs the real smolchat window under Xvfb with the genuine SmolLM2-135M-Instruct GGUF file
+# (fetched by .ci/setup), asks it a question the way a user would (xdotool), and saves what the
+# screen shows, a real answer, to target/screenshot.png.
 # Usage: .ci/screenshot.sh [path/to/smolchat] [out.png]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,11 +12,11 @@ out="${2:-target/screenshot.png}"
 root="$(mktemp -d)"
 trap 'kill "${app_pid:-}" "${xvfb_pid:-}" 2>/dev/null || true; rm -rf "$root"' EXIT
 
-# Settings pointing at the tiny checkpoint; data and config kept out of the real home.
+# Settings pointing at the genuine model; data and config kept out of the real home.
 export SMOLCHAT_DATA_DIR="$root/data" SMOLCHAT_CONFIG_DIR="$root/config"
 mkdir -p "$SMOLCHAT_CONFIG_DIR"
 cat >"$SMOLCHAT_CONFIG_DIR/settings.json" <<JSON
-{"model_folder": "$PWD/tests/fixtures/tiny-smollm", "max_new_tokens": 60, "show_token_probabilities": false}
+{"model_folder": "$PWD/tests/models/SmolLM2-135M-Instruct.Q4_1.gguf", "max_new_tokens": 60, "show_token_probabilities": false}
 JSON
 
 # -displayfd: Xvfb picks a free display and writes its number only once it accepts clients, so
@@ -48,11 +49,13 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 [ -n "$window" ] || { echo "the smolchat window did not appear on $DISPLAY" >&2; exit 1; }
-sleep 2
+# Loading dequantizes the file, which an unoptimised debug build takes its time over.
+sleep 15
 xdotool windowactivate --sync "$window" 2>/dev/null || xdotool windowfocus "$window"
-xdotool type --delay 30 "Hello! Please write a **short** poem."
+xdotool type --delay 30 "What is the capital of France?"
 xdotool key Return
-sleep 5
+# The debug build decodes this model at a few tokens a second.
+sleep 30
 kill -0 "$app_pid" || { echo "smolchat exited" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"
 import -window root "$out"

@@ -20,15 +20,15 @@ pub enum ModelSource {
 }
 
 impl ModelSource {
-    /// What the user typed for `--model` or in the model field. An existing path always
-    /// wins, so a local folder that happens to look like `org/name` never goes to the
-    /// network.
+    /// What the user typed for `--model` or in the model field. A name ending in `.gguf` is
+    /// a file, and an existing path always wins, so a local folder that happens to look like
+    /// `org/name` never goes to the network.
     pub fn parse(spec: &str) -> Self {
         let path = Path::new(spec);
-        if !path.exists() && is_hub_model_id(spec) {
-            ModelSource::Hub(spec.to_string())
-        } else if is_gguf(path) {
+        if is_gguf(path) {
             ModelSource::GgufFile(path.to_path_buf())
+        } else if !path.exists() && is_hub_model_id(spec) {
+            ModelSource::Hub(spec.to_string())
         } else {
             ModelSource::Folder(path.to_path_buf())
         }
