@@ -28,14 +28,17 @@ pub trait Checkpoint {
     /// needs to hold.
     fn stored_values(&self) -> usize;
 
-    /// One tensor in `dtype`, decoded into `arena` when one is given and has room.
+    /// One tensor in `dtype`, decoded into `arena` when one is given and has room: the stack
+    /// of that one part, unless a reader has a faster way.
     fn tensor(
         &self,
         role: TensorRole,
         shape: &[usize],
         dtype: DType,
         arena: Option<&mut WeightArena>,
-    ) -> Result<TensorData>;
+    ) -> Result<TensorData> {
+        self.stacked(&[(role, shape.to_vec())], dtype, arena)
+    }
 
     /// Matrices of one column count stacked row-wise into one, e.g. the q, k and v
     /// projections into the single matrix that one fused matmul multiplies by.

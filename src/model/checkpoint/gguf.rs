@@ -146,16 +146,6 @@ impl Checkpoint for GgufCheckpoint {
             .sum()
     }
 
-    fn tensor(
-        &self,
-        role: TensorRole,
-        shape: &[usize],
-        dtype: DType,
-        arena: Option<&mut WeightArena>,
-    ) -> Result<TensorData> {
-        self.stacked(&[(role, shape.to_vec())], dtype, arena)
-    }
-
     fn stacked(
         &self,
         parts: &[(TensorRole, Vec<usize>)],
