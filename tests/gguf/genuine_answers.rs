@@ -1,6 +1,7 @@
 //! The genuine SmolLM2-135M-Instruct Q4_1 file run end to end: its own tokenizer and chat
-//! template give transformers' prompt ids, and greedy decoding gives the first 32 ids that
-//! transformers gives on the same file dequantized (`tests/fixtures/gguf-reference/Q4_1.json`,
+//! template give transformers' prompt ids, greedy decoding gives the first 32 ids that
+//! transformers gives on the same file dequantized, and the first reply token's top five
+//! log-probabilities agree with transformers' to 1e-3 (`tests/fixtures/gguf-reference/Q4_1.json`,
 //! written by `tests/reference/gguf_reference.py`). Some of those steps are decided by margins
 //! under 0.01 in logit, so this holds the activations' precision as well as the weights.
 
@@ -42,8 +43,13 @@ fn ids(value: &Value) -> Vec<u32> {
         .collect()
 }
 
-/// Greedy ids of `prompt`, `count` of them, through the app's one generation loop.
-fn greedy(loaded: &LoadedModel, prompt: &[u32], count: usize) -> (Vec<u32>, String) {
+/// Greedy ids of `prompt`, `count` of them, through the app's one generation loop, and the
+/// first reply position's five likeliest tokens with their log-probabilities.
+fn greedy(
+    loaded: &LoadedModel,
+    prompt: &[u32],
+    count: usize,
+) -> (Vec<u32>, String, Vec<(u32, f32)>) {
     let params = SamplingParams {
         temperature: 0.0,
         ..SamplingParams::default()
@@ -51,13 +57,18 @@ fn greedy(loaded: &LoadedModel, prompt: &[u32], count: usize) -> (Vec<u32>, Stri
     let mut cache = loaded.model.new_cache();
     let mut session = GenerationSession::start(loaded, &mut cache, prompt, &params, count)
         .expect("prefill")
-        .ignoring_stop_tokens();
-    let (mut ids, mut text) = (Vec::new(), String::new());
+        .ignoring_stop_tokens()
+        .with_logprobs(Some(5));
+    let (mut ids, mut text, mut first_top) = (Vec::new(), String::new(), Vec::new());
     while let Step::Token(token) = session.step().expect("step") {
+        if ids.is_empty() {
+            let logprobs = token.logprobs.expect("logprobs were asked for");
+            first_top = logprobs.top.iter().map(|&(id, _, lp)| (id, lp)).collect();
+        }
         ids.push(token.id);
         text.push_str(&token.text);
     }
-    (ids, text)
+    (ids, text, first_top)
 }
 
 #[test]
@@ -71,6 +82,7 @@ fn greedy_replies_equal_transformers_on_the_dequantized_file() {
     let reference = reference();
     let prompts = reference["prompts"].as_array().expect("prompts");
     assert_eq!(prompts.len(), 8);
+    let mut worst = 0f32;
     for prompt in prompts {
         let name = prompt["name"].as_str().expect("name");
         let rendered = loaded
@@ -80,9 +92,33 @@ fn greedy_replies_equal_transformers_on_the_dequantized_file() {
         let prompt_ids = loaded.tokenizer.encode(&rendered, false).expect("encode");
         assert_eq!(prompt_ids, ids(&prompt["prompt_ids"]), "{name}: prompt ids");
         let expected = ids(&prompt["greedy_ids"]);
-        let (got, text) = greedy(&loaded, &prompt_ids, expected.len());
+        let (got, text, top) = greedy(&loaded, &prompt_ids, expected.len());
         assert_eq!(got, expected, "{name}: greedy ids ({text:?})");
+        // The first reply token's top five, from the full distribution: the same ids, and
+        // log-probabilities within 1e-3 of transformers' f32 values.
+        let reference_top: Vec<(u32, f32)> = prompt["first_token_top5"]
+            .as_array()
+            .expect("top 5")
+            .iter()
+            .map(|entry| {
+                (
+                    entry["id"].as_u64().unwrap() as u32,
+                    entry["logprob"].as_f64().unwrap() as f32,
+                )
+            })
+            .collect();
+        assert_eq!(top.len(), 5, "{name}");
+        for ((id, logprob), (reference_id, reference_logprob)) in top.iter().zip(&reference_top) {
+            assert_eq!(
+                id, reference_id,
+                "{name}: top-5 ids {top:?} vs {reference_top:?}"
+            );
+            let error = (logprob - reference_logprob).abs();
+            worst = worst.max(error);
+            assert!(error < 1e-3, "{name}: logprob of {id} off by {error}");
+        }
     }
+    eprintln!("largest top-5 logprob difference from transformers: {worst:e}");
 }
 
 #[test]
