@@ -13,7 +13,7 @@ use crate::text::{ChatMessage, ContextWindow, OverflowPolicy};
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
-    /// A model folder, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct.
+    /// A model folder, a .gguf file, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct.
     #[arg(long)]
     model: String,
     /// Feed the prompt as plain text, without the chat template.

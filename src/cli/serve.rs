@@ -13,7 +13,7 @@ use crate::server::{DEFAULT_MAX_BODY_BYTES, Server, ServerConfig};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// A model folder, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct.
+    /// A model folder, a .gguf file, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct.
     #[arg(long)]
     model: String,
     /// Only this machine by default; any other address needs --api-key.
