@@ -43,12 +43,7 @@ const MAX_ARRAY_DEPTH: usize = 8;
 pub struct GgufFile {
     path: PathBuf,
     bytes: Storage,
-    version: u32,
-    metadata: Metadata,
-    tensors: Vec<TensorInfo>,
-    tensor_index: HashMap<String, usize>,
-    alignment: u64,
-    data_offset: u64,
+    header: Header,
 }
 
 enum Storage {
@@ -188,20 +183,14 @@ impl GgufFile {
     }
 
     fn from_storage(path: PathBuf, bytes: Storage) -> Result<Self, GgufError> {
-        let header = match parse(&bytes) {
-            Ok(h) => h,
-            Err(kind) => return Err(GgufError::new(path, kind)),
-        };
-        Ok(Self {
-            path,
-            bytes,
-            version: header.version,
-            metadata: header.metadata,
-            tensors: header.tensors,
-            tensor_index: header.tensor_index,
-            alignment: header.alignment,
-            data_offset: header.data_offset,
-        })
+        match parse(&bytes) {
+            Ok(header) => Ok(Self {
+                path,
+                bytes,
+                header,
+            }),
+            Err(kind) => Err(GgufError::new(path, kind)),
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -210,29 +199,32 @@ impl GgufFile {
 
     /// The GGUF format version (2 or 3).
     pub fn version(&self) -> u32 {
-        self.version
+        self.header.version
     }
 
     pub fn alignment(&self) -> u64 {
-        self.alignment
+        self.header.alignment
     }
 
     /// File offset of the data section.
     pub fn data_offset(&self) -> u64 {
-        self.data_offset
+        self.header.data_offset
     }
 
     pub fn metadata(&self) -> &Metadata {
-        &self.metadata
+        &self.header.metadata
     }
 
     /// All tensor infos, in file order.
     pub fn tensors(&self) -> &[TensorInfo] {
-        &self.tensors
+        &self.header.tensors
     }
 
     pub fn tensor_info(&self, name: &str) -> Option<&TensorInfo> {
-        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+        self.header
+            .tensor_index
+            .get(name)
+            .map(|&i| &self.header.tensors[i])
     }
 
     /// The named tensor and its bytes; [`GgufErrorKind::MissingTensor`] if absent.
@@ -243,7 +235,7 @@ impl GgufFile {
             })
         })?;
         // In bounds: checked in `parse`.
-        let start = (self.data_offset + info.offset) as usize;
+        let start = (self.header.data_offset + info.offset) as usize;
         let data = &self.bytes[start..start + info.n_bytes as usize];
         Ok(TensorView {
             info,
@@ -266,7 +258,10 @@ impl GgufFile {
     }
 
     fn optional<'a, T: FromMetadata<'a>>(&'a self, key: &str) -> Result<Option<T>, GgufError> {
-        self.metadata.typed(key).map_err(|kind| self.error(kind))
+        self.header
+            .metadata
+            .typed(key)
+            .map_err(|kind| self.error(kind))
     }
 
     /// Any integer value that fits in a `u32`.
@@ -308,11 +303,11 @@ impl fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("GgufFile")
             .field("path", &self.path)
-            .field("version", &self.version)
-            .field("metadata_entries", &self.metadata.len())
-            .field("tensors", &self.tensors.len())
-            .field("alignment", &self.alignment)
-            .field("data_offset", &self.data_offset)
+            .field("version", &self.header.version)
+            .field("metadata_entries", &self.header.metadata.len())
+            .field("tensors", &self.header.tensors.len())
+            .field("alignment", &self.header.alignment)
+            .field("data_offset", &self.header.data_offset)
             .finish_non_exhaustive()
     }
 }
