@@ -86,15 +86,7 @@ impl Responder {
                 "finish_reason": reason,
             }),
         };
-        json!({
-            "id": self.id,
-            "object": self.object(false),
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": null,
-            "choices": [choice],
-            "usage": self.usage(completion_tokens),
-        })
+        self.envelope(false, vec![choice], Some(self.usage(completion_tokens)))
     }
 
     /// The chunk that opens a chat stream: the assistant's role.
@@ -126,15 +118,7 @@ impl Responder {
 
     /// `stream_options.include_usage`: no choices, the counts.
     pub fn usage_chunk(&self, completion_tokens: usize) -> Value {
-        json!({
-            "id": self.id,
-            "object": self.object(true),
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": null,
-            "choices": [],
-            "usage": self.usage(completion_tokens),
-        })
+        self.envelope(true, Vec::new(), Some(self.usage(completion_tokens)))
     }
 
     fn object(&self, chunk: bool) -> &'static str {
@@ -160,14 +144,23 @@ impl Responder {
                 "finish_reason": reason,
             }),
         };
-        json!({
+        self.envelope(true, vec![choice], None)
+    }
+
+    /// The fields every response and chunk share; `usage` only where it is sent.
+    fn envelope(&self, chunk: bool, choices: Vec<Value>, usage: Option<Value>) -> Value {
+        let mut body = json!({
             "id": self.id,
-            "object": self.object(true),
+            "object": self.object(chunk),
             "created": self.created,
             "model": self.model,
             "system_fingerprint": null,
-            "choices": [choice],
-        })
+            "choices": choices,
+        });
+        if let Some(usage) = usage {
+            body["usage"] = usage;
+        }
+        body
     }
 
     /// Chat: `{"content": [{token, logprob, bytes, top_logprobs}]}`; completions: parallel
