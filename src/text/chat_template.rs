@@ -90,6 +90,17 @@ pub struct ChatTemplate {
     special_tokens: BTreeMap<&'static str, String>,
 }
 
+/// `bos_token` and `eos_token` as the template sees them, where known.
+fn named_special_tokens(
+    bos_token: Option<&str>,
+    eos_token: Option<&str>,
+) -> BTreeMap<&'static str, String> {
+    [("bos_token", bos_token), ("eos_token", eos_token)]
+        .into_iter()
+        .filter_map(|(name, token)| Some((name, token?.to_owned())))
+        .collect()
+}
+
 impl ChatTemplate {
     /// Loads the template and special tokens from a model folder, falling back to
     /// ChatML when none of the usual files carries a template.
@@ -121,10 +132,6 @@ impl ChatTemplate {
         bos_token: Option<&str>,
         eos_token: Option<&str>,
     ) -> Result<Self> {
-        let special_tokens = [("bos_token", bos_token), ("eos_token", eos_token)]
-            .into_iter()
-            .filter_map(|(name, token)| Some((name, token?.to_owned())))
-            .collect();
         let (template, source) = match template {
             Some(template) => (
                 template.to_owned(),
@@ -132,7 +139,7 @@ impl ChatTemplate {
             ),
             None => (CHATML_TEMPLATE.to_owned(), TemplateSource::FallbackChatMl),
         };
-        Self::from_source(template, source, special_tokens)
+        Self::from_source(template, source, named_special_tokens(bos_token, eos_token))
     }
 
     /// Builds a template from text, e.g. a user override from the settings.
@@ -141,14 +148,11 @@ impl ChatTemplate {
         bos_token: Option<&str>,
         eos_token: Option<&str>,
     ) -> Result<Self> {
-        let mut special_tokens = BTreeMap::new();
-        if let Some(token) = bos_token {
-            special_tokens.insert("bos_token", token.to_owned());
-        }
-        if let Some(token) = eos_token {
-            special_tokens.insert("eos_token", token.to_owned());
-        }
-        Self::from_source(template.to_owned(), TemplateSource::Inline, special_tokens)
+        Self::from_source(
+            template.to_owned(),
+            TemplateSource::Inline,
+            named_special_tokens(bos_token, eos_token),
+        )
     }
 
     fn from_source(
