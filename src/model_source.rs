@@ -81,6 +81,29 @@ pub fn is_gguf(path: &Path) -> bool {
         .is_some_and(|extension| extension.eq_ignore_ascii_case("gguf"))
 }
 
+/// The name a person knows a model by, from its folder or file: the repository id for a
+/// snapshot in the Hugging Face cache (whose folder is named by a commit hash), the file
+/// name without `.gguf`, or the folder's name. The window and the local server show it.
+pub fn model_name(path: &Path) -> String {
+    let hub_repo = path.ancestors().find_map(|ancestor| {
+        let folder = ancestor.file_name()?.to_str()?;
+        let repo = folder.strip_prefix("models--")?;
+        Some(repo.replacen("--", "/", 1))
+    });
+    let own_name = || {
+        let name = if is_gguf(path) {
+            path.file_stem()
+        } else {
+            path.file_name()
+        };
+        name.map_or_else(
+            || path.display().to_string(),
+            |name| name.to_string_lossy().into_owned(),
+        )
+    };
+    hub_repo.unwrap_or_else(own_name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,6 +128,19 @@ mod tests {
             ModelSource::parse("models/SmolLM2.Q4_1.GGUF"),
             ModelSource::GgufFile(PathBuf::from("models/SmolLM2.Q4_1.GGUF"))
         );
+    }
+
+    #[test]
+    fn models_are_named_as_people_know_them() {
+        let snapshot = Path::new(
+            "/home/me/.cache/huggingface/hub/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/12fd25f77366fa6b3b4b768ec3050bf629380bac",
+        );
+        assert_eq!(model_name(snapshot), DEFAULT_MODEL_ID);
+        assert_eq!(
+            model_name(Path::new("/models/SmolLM2-135M-Instruct.Q4_1.gguf")),
+            "SmolLM2-135M-Instruct.Q4_1"
+        );
+        assert_eq!(model_name(Path::new("/models/deq-bf16")), "deq-bf16");
     }
 
     #[test]

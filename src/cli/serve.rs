@@ -8,7 +8,7 @@ use crate::backend::BackendKind;
 use crate::engine::{DEFAULT_QUEUE_LIMIT, EngineHandle, EngineOptions, Event};
 use crate::generation::ModelOptions;
 use crate::model::Precision;
-use crate::model_source::ModelSource;
+use crate::model_source::{ModelSource, model_name};
 use crate::server::{DEFAULT_MAX_BODY_BYTES, Server, ServerConfig};
 
 #[derive(Debug, Args)]
@@ -37,14 +37,12 @@ pub struct ServeArgs {
     precision: Precision,
 }
 
-/// The model's name in the API: the hub id, or the folder's name.
+/// The model's name in the API: the hub id, or the folder's or file's name; what was typed
+/// is accepted too.
 fn model_names(spec: &str, source: &ModelSource) -> Vec<String> {
     let primary = match source {
         ModelSource::Hub(id) => id.clone(),
-        ModelSource::Folder(path) | ModelSource::GgufFile(path) => path
-            .file_name()
-            .map(|name| name.to_string_lossy().into_owned())
-            .unwrap_or_else(|| spec.to_string()),
+        ModelSource::Folder(path) | ModelSource::GgufFile(path) => model_name(path),
     };
     let mut names = vec![primary];
     if names[0] != spec {
@@ -76,7 +74,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         backend: args.backend,
         precision: args.precision,
     };
-    engine.load_model(ModelSource::Folder(dir), options);
+    engine.load_model(ModelSource::local(dir), options);
     let info = loop {
         match engine.events().recv_timeout(Duration::from_secs(3600)) {
             Ok(Event::ModelReady(info)) => break info,

@@ -119,6 +119,8 @@ impl fmt::Debug for Reply {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelInfo {
     pub dir: PathBuf,
+    /// See [`crate::model_source::model_name`]; the local server's model id.
+    pub name: String,
     pub description: String,
     pub context_limit: usize,
     pub options: ModelOptions,

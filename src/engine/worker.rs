@@ -14,7 +14,7 @@ use crate::generation::{
     FinishReason, GenerationSession, GenerationStats, LoadedModel, ModelOptions, Step,
 };
 use crate::model::KvCache;
-use crate::model_source::ModelSource;
+use crate::model_source::{ModelSource, model_name};
 use crate::stats::memory;
 use crate::text::ContextWindow;
 
@@ -275,6 +275,7 @@ impl Worker {
         match LoadedModel::load(&dir, options) {
             Ok(loaded) => {
                 let info = ModelInfo {
+                    name: model_name(&dir),
                     dir,
                     description: loaded.describe(),
                     context_limit: loaded.model.config().max_position_embeddings,

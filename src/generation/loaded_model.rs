@@ -6,7 +6,7 @@ use crate::backend::{BackendKind, ComputeDevice};
 use crate::gguf::{GgufConfig, GgufFile, GgufTokenizer};
 use crate::model::checkpoint::gguf::GgufCheckpoint;
 use crate::model::{Llama, LlamaConfig, Precision};
-use crate::model_source::is_gguf;
+use crate::model_source::{is_gguf, model_name};
 use crate::text::{ChatTemplate, StopTokens, TextTokenizer};
 
 /// How to load a model: where it runs and in which precision.
@@ -61,13 +61,9 @@ impl LoadedModel {
     /// A one-line description for the status bar and logs.
     pub fn describe(&self) -> String {
         let config = self.model.config();
-        let name = self
-            .dir
-            .file_name()
-            .map(|name| name.to_string_lossy().into_owned())
-            .unwrap_or_else(|| self.dir.display().to_string());
         format!(
-            "{name} · {} layers · {} context · {} on {}",
+            "{} · {} layers · {} context · {} on {}",
+            model_name(&self.dir),
             config.num_hidden_layers,
             config.max_position_embeddings,
             self.options.precision,

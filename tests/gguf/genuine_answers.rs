@@ -145,3 +145,59 @@ fn the_france_question_is_answered_with_paris() {
         "The capital of France is Paris."
     );
 }
+
+/// Ends the server however the test ends.
+struct Serving(std::process::Child);
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_server_opens_the_file_and_answers_with_paris() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let binary = env!("CARGO_BIN_EXE_smolchat");
+    let mut server = Serving(
+        std::process::Command::new(binary)
+            .args(["serve", "--port", "0", "--model"])
+            .arg(super::builder::real_model())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("smolchat runs"),
+    );
+    let mut line = String::new();
+    BufReader::new(server.0.stdout.take().expect("stdout"))
+        .read_line(&mut line)
+        .expect("the serving line");
+    let address = line
+        .rsplit_once("http://")
+        .and_then(|(_, rest)| rest.strip_suffix("/v1\n"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let body = serde_json::json!({
+        "model": "SmolLM2-135M-Instruct.Q4_1",
+        "messages": [{"role": "user", "content": "What is the capital of France?"}],
+        "temperature": 0,
+    })
+    .to_string();
+    let mut socket = std::net::TcpStream::connect(&address).expect("connect");
+    write!(
+        socket,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut response = String::new();
+    socket.read_to_string(&mut response).expect("response");
+    let (head, json) = response.split_once("\r\n\r\n").expect("a body");
+    assert!(head.starts_with("HTTP/1.1 200"), "{response}");
+    let json: Value = serde_json::from_str(json).expect("json");
+    assert_eq!(json["model"], "SmolLM2-135M-Instruct.Q4_1");
+    assert_eq!(
+        json["choices"][0]["message"]["content"],
+        "The capital of France is Paris."
+    );
+}
