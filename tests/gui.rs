@@ -12,7 +12,9 @@ use smolchat::engine::EngineHandle;
 use smolchat::generation::FinishReason;
 use smolchat::store::{Paths, Settings};
 use smolchat::text::Role;
-use smolchat::ui::{Action, AppState, ExportFormat, ModelStatus, SmolchatApp, UiCommand, labels};
+use smolchat::ui::{
+    Action, AppState, ExportFormat, ModelStatus, ServerStatus, SmolchatApp, UiCommand, labels,
+};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-smollm")
@@ -303,4 +305,102 @@ fn regenerate_edit_and_resend_export_and_undo_delete() {
     harness.step();
     assert!(listed(harness.state()), "undo brings the conversation back");
     assert!(file.is_file(), "undo saves it again");
+}
+
+/// `POST /v1/completions` with `body`, over a plain socket; the whole response.
+fn post_completion(address: std::net::SocketAddr, body: &serde_json::Value) -> String {
+    use std::io::{Read, Write};
+    let body = body.to_string();
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "POST /v1/completions HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+/// The replies of a two-turn chat with a fixed seed, and with `serve` the switch on and an
+/// API completion asked for while the first reply streams, then again once all is quiet.
+fn two_turns_in_the_window(serve: bool) -> (Vec<String>, Option<(String, String)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths::under(dir.path());
+    let mut settings = Settings {
+        model_folder: Some(fixture()),
+        max_new_tokens: 48,
+        seed_mode: smolchat::store::SeedMode::Fixed,
+        ..Settings::default()
+    };
+    settings.sampling.seed = 7;
+    settings.server.port = 0;
+    settings.save(&paths.settings_file()).unwrap();
+    let mut harness = harness(&paths);
+    wait_until(&mut harness, "the model", |app| app.state().model_ready());
+    let mut address = None;
+    if serve {
+        harness
+            .get_by_role_and_label(A11y::CheckBox, labels::SERVE_ON_LOCALHOST)
+            .click();
+        harness.step();
+        let ServerStatus::Serving(serving) = *harness.state().state().server() else {
+            panic!("not serving: {:?}", harness.state().state().server());
+        };
+        address = Some(serving);
+    }
+    let request = serde_json::json!({
+        "model": "tiny-smollm", "prompt": "Once upon a time", "max_tokens": 16, "temperature": 0
+    });
+    send(&mut harness, "Hello there");
+    wait_until(&mut harness, "the first tokens", |app| {
+        !last_reply(app).content.is_empty()
+    });
+    let during = address.map(|address| {
+        let request = request.clone();
+        std::thread::spawn(move || post_completion(address, &request))
+    });
+    assert!(
+        harness.state().state().is_generating(),
+        "the API request is made while the window's reply streams"
+    );
+    wait_until(&mut harness, "the first reply", |app| {
+        !app.state().is_generating()
+    });
+    let first = last_reply(harness.state()).content.clone();
+    send(&mut harness, "Tell me more");
+    wait_until(&mut harness, "the second reply", |app| {
+        !app.state().is_generating()
+    });
+    let second = last_reply(harness.state()).content.clone();
+    let api = during.zip(address).map(|(during, address)| {
+        let during = during.join().unwrap();
+        (during, post_completion(address, &request))
+    });
+    (vec![first, second], api)
+}
+
+#[test]
+fn serving_on_localhost_answers_while_the_window_streams_and_changes_neither_reply() {
+    let (alone, none) = two_turns_in_the_window(false);
+    assert!(none.is_none());
+    let (served, api) = two_turns_in_the_window(true);
+    assert_eq!(
+        served, alone,
+        "the window's replies are those it gives without the server"
+    );
+    let (during, quiet) = api.unwrap();
+    assert!(during.starts_with("HTTP/1.1 200"), "{during}");
+    let text = |response: &str| {
+        let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        json["choices"][0]["text"].as_str().unwrap().to_string()
+    };
+    assert!(!text(&during).is_empty());
+    assert_eq!(
+        text(&during),
+        text(&quiet),
+        "the API's answer does not depend on the chat"
+    );
 }

@@ -680,3 +680,46 @@ fn a_client_that_hangs_up_mid_stream_frees_the_engine_within_a_token() {
         "{spent} tokens for {received} received"
     );
 }
+
+#[test]
+fn a_client_that_hangs_up_before_a_whole_reply_frees_the_engine_within_a_token() {
+    use std::io::Write;
+    let fixture = Fixture::start(4, None);
+    let address = fixture.address();
+    let generated = || {
+        get(address, "/health").json()["generated_tokens"]
+            .as_u64()
+            .unwrap()
+    };
+    let before = generated();
+    let mut body = long_stream(2000);
+    body["stream"] = json!(false);
+    let body = body.to_string();
+    let mut socket = std::net::TcpStream::connect(address).expect("connect");
+    write!(
+        socket,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while generated() - before < 3 {
+        assert!(Instant::now() < deadline, "the reply never started");
+        thread::sleep(Duration::from_millis(5));
+    }
+    let at_hang_up = generated() - before;
+    drop(socket);
+    let next = post(
+        address,
+        "/v1/completions",
+        &json!({"prompt": "a", "max_tokens": 2, "temperature": 0}),
+    );
+    assert_eq!(next.status, 200, "{}", next.body);
+    // The ones counted when the socket closed, the one being computed then and the one the
+    // relay fails to send, and the next request's two.
+    let spent = generated() - before;
+    assert!(
+        spent <= at_hang_up + 2 + 2,
+        "{spent} tokens; {at_hang_up} when the client hung up"
+    );
+}

@@ -16,7 +16,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -28,7 +28,7 @@ use axum::response::{IntoResponse, Json, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
 use crate::engine::Client;
 use bridge::Output;
@@ -39,6 +39,10 @@ use response::Responder;
 /// Request bodies above this are refused with 413: a full 2048-token context is about 10 KB
 /// of text, so this leaves room for any conversation the model can read and no more.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 1 << 20;
+
+/// How long a stopping server waits for open requests: long enough for a short completion,
+/// short enough that the window's switch answers at once.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -59,7 +63,7 @@ impl ServerConfig {
     pub fn check(&self) -> Result<(), String> {
         if !self.host.is_loopback() && self.api_key.is_none() {
             return Err(format!(
-                "--host {} would let other machines use the model; set --api-key too",
+                "serving on {} would let other machines use the model; set an API key too",
                 self.host
             ));
         }
@@ -112,20 +116,36 @@ impl Server {
             .expect("a bound listener has an address")
     }
 
-    /// Serves until `shutdown` completes, on a runtime of its own, blocking this thread.
+    /// Serves until `shutdown` completes, on a runtime of its own, blocking this thread. Open
+    /// requests then get [`SHUTDOWN_GRACE`] to finish; any still streaming after it are cut,
+    /// which stops their generations.
     pub fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> std::io::Result<()> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            // Two threads keep HTTP responsive while the engine thread and the relays work;
-            // the model's own threads need the rest of the cores.
-            .worker_threads(2)
+            // One thread: HTTP work is microseconds per token, and every thread that wakes
+            // per token takes a core from the model's own threads.
+            .worker_threads(1)
             .thread_name("smolchat-http")
             .enable_all()
             .build()?;
         runtime.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(self.listener)?;
-            axum::serve(listener, self.router)
-                .with_graceful_shutdown(shutdown)
-                .await
+            let (stopping, stopped) = watch::channel(false);
+            tokio::spawn(async move {
+                shutdown.await;
+                let _ = stopping.send(true);
+            });
+            let mut grace_over = stopped.clone();
+            let serve = axum::serve(listener, self.router).with_graceful_shutdown(async move {
+                let mut stopped = stopped;
+                let _ = stopped.wait_for(|stop| *stop).await;
+            });
+            tokio::select! {
+                served = serve => served,
+                _ = async move {
+                    let _ = grace_over.wait_for(|stop| *stop).await;
+                    tokio::time::sleep(SHUTDOWN_GRACE).await;
+                } => Ok(()),
+            }
         })
     }
 

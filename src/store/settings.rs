@@ -35,6 +35,32 @@ pub struct Settings {
     pub model_folder: Option<PathBuf>,
     pub show_token_probabilities: bool,
     pub show_settings: bool,
+    pub server: ServerSettings,
+}
+
+/// The window's "Serve on localhost" switch and where it serves; the address and key are
+/// edited while the switch is off, so a half-typed port never restarts the server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ServerSettings {
+    pub enabled: bool,
+    /// Kept as typed, so a mistyped address is shown back with the reason it is refused.
+    pub host: String,
+    /// 0 lets the system pick a free port, shown once serving.
+    pub port: u16,
+    /// Empty for none; a non-loopback host needs one.
+    pub api_key: String,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            host: "127.0.0.1".into(),
+            port: 8080,
+            api_key: String::new(),
+        }
+    }
 }
 
 impl Default for Settings {
@@ -50,6 +76,7 @@ impl Default for Settings {
             model_folder: None,
             show_token_probabilities: false,
             show_settings: true,
+            server: ServerSettings::default(),
         }
     }
 }

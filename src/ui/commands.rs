@@ -23,6 +23,8 @@ pub enum UiCommand {
     FocusInput,
     ToggleSettings,
     ToggleTokenView,
+    /// "Serve on localhost": the loaded model answers OpenAI's API for other programs.
+    ToggleServer,
 }
 
 /// The menu bar's menus, in their order.
@@ -52,6 +54,7 @@ impl UiCommand {
             UiCommand::RegenerateLast => "Regenerate last reply",
             UiCommand::ExportMarkdown => "Export as Markdown",
             UiCommand::ExportJson => "Export as JSON",
+            UiCommand::ToggleServer => super::labels::SERVE_ON_LOCALHOST,
         }
     }
 
@@ -62,9 +65,10 @@ impl UiCommand {
             | UiCommand::StopGeneration
             | UiCommand::ExportMarkdown
             | UiCommand::ExportJson => Menu::Chat,
-            UiCommand::FocusInput | UiCommand::ToggleSettings | UiCommand::ToggleTokenView => {
-                Menu::View
-            }
+            UiCommand::FocusInput
+            | UiCommand::ToggleSettings
+            | UiCommand::ToggleTokenView
+            | UiCommand::ToggleServer => Menu::View,
         }
     }
 
@@ -77,7 +81,7 @@ impl UiCommand {
             UiCommand::ToggleSettings => command(Key::Comma),
             UiCommand::ToggleTokenView => command(Key::T),
             UiCommand::RegenerateLast => command(Key::R),
-            UiCommand::ExportMarkdown | UiCommand::ExportJson => None,
+            UiCommand::ExportMarkdown | UiCommand::ExportJson | UiCommand::ToggleServer => None,
         }
     }
 

@@ -6,6 +6,7 @@ pub mod commands;
 mod conversation_list;
 mod first_run;
 mod input;
+mod local_server;
 #[cfg(test)]
 mod scripted_engine;
 mod settings_panel;
@@ -17,6 +18,7 @@ mod view_state;
 
 pub use app::{SmolchatApp, run};
 pub use commands::{Action, UiCommand};
+pub use local_server::ServerStatus;
 pub use state::{AppState, ExportFormat, ModelStatus};
 pub use view_state::ViewState;
 
@@ -32,4 +34,5 @@ pub mod labels {
     pub const MODEL_FOLDER: &str = "Model folder";
     pub const USE_FOLDER: &str = "Use this folder";
     pub const NO_MODEL_HEADING: &str = "No model yet";
+    pub const SERVE_ON_LOCALHOST: &str = "Serve on localhost";
 }

@@ -5,6 +5,7 @@
 use super::commands::Action;
 use super::first_run::use_folder;
 use super::labels;
+use super::local_server::ServerStatus;
 use super::state::AppState;
 use super::stats_plot;
 use super::view_state::ViewState;
@@ -37,6 +38,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
             let mut changed = sampling(ui, &mut settings);
             changed |= context_and_prompt(ui, &mut settings);
             changed |= model(ui, &mut settings, view, actions);
+            changed |= local_server(ui, &mut settings, state.server());
             if changed {
                 actions.push(Action::UpdateSettings(settings));
             }
@@ -168,5 +170,53 @@ fn model(
     if ui.button("Load folder").clicked() {
         actions.push(use_folder(&view.model_path));
     }
+    changed
+}
+
+/// The "Serve on localhost" switch. Address, port and key are edited while it is off, so the
+/// server never restarts on a half-typed value.
+fn local_server(ui: &mut egui::Ui, s: &mut Settings, status: &ServerStatus) -> bool {
+    ui.separator();
+    ui.label("Local API server");
+    let mut changed = ui
+        .checkbox(&mut s.server.enabled, labels::SERVE_ON_LOCALHOST)
+        .on_hover_text("Other programs use the loaded model through OpenAI's API")
+        .changed();
+    ui.add_enabled_ui(!s.server.enabled, |ui| {
+        egui::Grid::new("server address")
+            .num_columns(2)
+            .show(ui, |ui| {
+                let label = ui.label("Address");
+                changed |= ui
+                    .add(egui::TextEdit::singleline(&mut s.server.host).desired_width(120.0))
+                    .labelled_by(label.id)
+                    .on_hover_text("127.0.0.1: this machine only; any other address needs a key")
+                    .changed();
+                ui.end_row();
+                let label = ui.label("Port");
+                changed |= ui
+                    .add(egui::DragValue::new(&mut s.server.port))
+                    .labelled_by(label.id)
+                    .changed();
+                ui.end_row();
+                let label = ui.label("API key");
+                changed |= ui
+                    .add(
+                        egui::TextEdit::singleline(&mut s.server.api_key)
+                            .password(true)
+                            .hint_text("none")
+                            .desired_width(120.0),
+                    )
+                    .labelled_by(label.id)
+                    .on_hover_text("Clients send it as Authorization: Bearer KEY")
+                    .changed();
+                ui.end_row();
+            });
+    });
+    let line = status.describe();
+    match status {
+        ServerStatus::Failed(_) => ui.colored_label(ui.visuals().error_fg_color, line),
+        _ => ui.add(egui::Label::new(line).selectable(true)),
+    };
     changed
 }

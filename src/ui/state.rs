@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::commands::{Action, UiCommand};
+use super::local_server::{LocalServer, ServerStatus};
 use crate::engine::{EngineError, EngineHandle, Event, LiveStats, ModelInfo, RequestId};
 use crate::generation::{FinishReason, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
@@ -64,6 +65,8 @@ pub struct AppState {
     /// Newest first; never empty, so there is always a conversation to type into.
     conversations: Vec<Conversation>,
     current: usize,
+    /// Declared before the engine, so it stops before the engine it serves.
+    server: LocalServer,
     engine: EngineHandle,
     model: ModelStatus,
     generation: Option<ActiveGeneration>,
@@ -107,6 +110,7 @@ impl AppState {
             store,
             conversations,
             current: 0,
+            server: LocalServer::new(),
             engine,
             model: ModelStatus::NotConfigured,
             generation: None,
@@ -121,6 +125,7 @@ impl AppState {
         if let Some(folder) = state.settings.model_folder.clone() {
             state.load_model_folder(folder);
         }
+        state.sync_server();
         state
     }
 
@@ -185,6 +190,11 @@ impl AppState {
             .map(|active| active.message_index)
     }
 
+    /// The "Serve on localhost" server's state.
+    pub fn server(&self) -> &ServerStatus {
+        self.server.status()
+    }
+
     pub fn model_ready(&self) -> bool {
         matches!(self.model, ModelStatus::Ready(_))
     }
@@ -237,6 +247,11 @@ impl AppState {
                 settings.show_token_probabilities = !settings.show_token_probabilities;
                 self.update_settings(settings)
             }
+            UiCommand::ToggleServer => {
+                let mut settings = self.settings.clone();
+                settings.server.enabled = !settings.server.enabled;
+                self.update_settings(settings)
+            }
         }
     }
 
@@ -250,7 +265,16 @@ impl AppState {
         if reload {
             self.reload_model();
         }
+        self.sync_server();
         saved
+    }
+
+    fn sync_server(&mut self) {
+        let model = match &self.model {
+            ModelStatus::Ready(info) => Some(info.name.as_str()),
+            _ => None,
+        };
+        self.server.sync(&self.settings.server, model, &self.engine);
     }
 
     fn save_settings(&mut self) -> bool {
@@ -623,6 +647,7 @@ impl AppState {
                     self.notify(format!("GPU: {reason}."));
                 }
                 self.model = ModelStatus::Ready(info);
+                self.sync_server();
             }
             Event::PromptProcessed {
                 request,

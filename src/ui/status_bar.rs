@@ -4,6 +4,7 @@
 use egui::RichText;
 
 use super::commands::Action;
+use super::local_server::ServerStatus;
 use super::state::{AppState, ModelStatus};
 use crate::stats::memory;
 use crate::store::MessageStats;
@@ -38,6 +39,11 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
             if let Some(bytes) = live.device_bytes {
                 ui.label(format!("\u{b7} GPU memory {:.0} MiB", memory::mib(bytes)));
             }
+        }
+        if let ServerStatus::Serving(address) = state.server() {
+            ui.separator();
+            ui.label(format!("API http://{address}/v1"))
+                .on_hover_text("Serve on localhost is on: other programs can use this model");
         }
         for (index, notice) in state.notices().iter().enumerate() {
             ui.separator();

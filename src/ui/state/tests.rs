@@ -13,6 +13,7 @@ use crate::model_source::ModelSource;
 use crate::store::{ConversationStore, Paths, StoredMessage};
 use crate::text::{ChatMessage, Role};
 use crate::ui::commands::{Action, UiCommand};
+use crate::ui::local_server::ServerStatus;
 use crate::ui::scripted_engine::{Requested, ScriptedEngine, model_info, stats, token};
 
 struct Fixture {
@@ -472,6 +473,7 @@ fn the_conversation_being_written_cannot_be_deleted() {
 fn a_gpu_fallback_and_a_missing_chat_template_are_both_noticed() {
     let mut f = Fixture::new();
     let info = ModelInfo {
+        name: "model".into(),
         fallback_template: true,
         backend_fallback: Some("no GPU adapter found".into()),
         ..model_info(&f.model_dir())
@@ -549,4 +551,78 @@ fn a_download_error_is_shown_once_and_gone_when_a_model_loads() {
     f.play([Event::ModelReady(info)]);
     assert!(f.state.model_ready());
     assert_eq!(shown_problems(&f.state), Vec::<String>::new());
+}
+
+/// What `GET path` on `address` answers first: its status line.
+fn status_line(address: std::net::SocketAddr, path: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    Ok(response.lines().next().unwrap_or_default().to_string())
+}
+
+fn with_server(state: &AppState, change: impl FnOnce(&mut crate::store::ServerSettings)) -> Action {
+    let mut settings = state.settings().clone();
+    change(&mut settings.server);
+    Action::UpdateSettings(settings)
+}
+
+#[test]
+fn the_server_switch_serves_the_loaded_model_and_stops() {
+    let mut f = Fixture::new();
+    let on = with_server(&f.state, |server| {
+        server.enabled = true;
+        server.port = 0;
+    });
+    assert!(f.state.apply(on));
+    assert_eq!(*f.state.server(), ServerStatus::WaitingForModel);
+
+    let info = model_info(&f.model_dir());
+    f.load(info);
+    let ServerStatus::Serving(address) = *f.state.server() else {
+        panic!("not serving: {:?}", f.state.server());
+    };
+    assert!(address.ip().is_loopback());
+    assert_eq!(
+        status_line(address, "/v1/models").unwrap(),
+        "HTTP/1.1 200 OK"
+    );
+    let saved = crate::store::Settings::load(&Paths::under(f.dir.path()).settings_file()).unwrap();
+    assert!(saved.server.enabled, "the switch is remembered");
+
+    assert!(f.state.apply(UiCommand::ToggleServer));
+    assert_eq!(*f.state.server(), ServerStatus::Off);
+    assert!(
+        status_line(address, "/v1/models").is_err(),
+        "still listening"
+    );
+}
+
+#[test]
+fn a_server_address_that_cannot_serve_says_why() {
+    let mut f = Fixture::ready();
+    let typo = with_server(&f.state, |server| {
+        server.enabled = true;
+        server.host = "127.0.0.1.5".into();
+    });
+    f.state.apply(typo);
+    let ServerStatus::Failed(reason) = f.state.server() else {
+        panic!("{:?}", f.state.server());
+    };
+    assert!(
+        reason.contains("\u{201c}127.0.0.1.5\u{201d} is not an IP address"),
+        "{reason}"
+    );
+
+    let open = with_server(&f.state, |server| server.host = "0.0.0.0".into());
+    f.state.apply(open);
+    let ServerStatus::Failed(reason) = f.state.server() else {
+        panic!("{:?}", f.state.server());
+    };
+    assert!(reason.contains("set an API key"), "{reason}");
 }
