@@ -158,7 +158,11 @@ fn three_turn_conversation_reuses_the_cache() {
         let (reason, stats) = reply.finish.expect("finished");
         assert_eq!(reason, FinishReason::MaxTokens);
         assert_eq!(reply.token_ids.len(), 6);
-        assert_eq!(reply.stats_events, 6, "live stats after every token");
+        assert!(
+            (1..=6).contains(&reply.stats_events),
+            "live stats after the first token, then at most every 100 ms: {}",
+            reply.stats_events
+        );
         let prompt_stats = reply.prompt_stats.expect("prompt processed");
         assert_eq!(prompt_stats.prompt_tokens, prompt.len());
 
