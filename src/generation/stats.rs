@@ -25,7 +25,12 @@ pub struct GenerationStats {
 }
 
 impl GenerationStats {
+    /// `None` below two prefilled tokens: running one token (the rest of the prompt was in
+    /// the cache) is a decode step, and its rate said nothing about prefill.
     pub fn prefill_tokens_per_second(&self) -> Option<f64> {
+        if self.prefilled_tokens < 2 {
+            return None;
+        }
         per_second(self.prefilled_tokens, self.prefill_time)
     }
 
@@ -47,5 +52,23 @@ mod millis {
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
         serializer.serialize_f64(duration.as_secs_f64() * 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_one_token_prefill_has_no_prefill_speed() {
+        let stats = |prefilled_tokens| GenerationStats {
+            prompt_tokens: 300,
+            reused_tokens: 300 - prefilled_tokens,
+            prefilled_tokens,
+            prefill_time: Duration::from_millis(40),
+            ..GenerationStats::default()
+        };
+        assert_eq!(stats(1).prefill_tokens_per_second(), None);
+        assert_eq!(stats(20).prefill_tokens_per_second(), Some(500.0));
     }
 }

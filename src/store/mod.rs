@@ -9,7 +9,7 @@ use std::path::PathBuf;
 pub use conversation::{
     Conversation, ConversationStore, GenerationRecord, MessageStats, StoredMessage, StoredToken,
 };
-pub use settings::{SeedMode, ServerSettings, Settings};
+pub use settings::{SeedMode, ServerSettings, Settings, Theme};
 
 /// Environment variables that move the data and config folders, so that tests, screenshots
 /// and portable installs never touch the user's real home.

@@ -10,6 +10,16 @@ use crate::backend::BackendKind;
 use crate::model::Precision;
 use crate::text::{OverflowPolicy, SamplingParams};
 
+/// Light or dark, or whatever the system uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Theme {
+    #[default]
+    System,
+    Light,
+    Dark,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SeedMode {
@@ -35,7 +45,13 @@ pub struct Settings {
     pub model_folder: Option<PathBuf>,
     pub show_token_probabilities: bool,
     pub show_settings: bool,
+    pub show_conversations: bool,
+    pub theme: Theme,
     pub server: ServerSettings,
+    /// The window's inner size when it was last closed, in points.
+    pub window_size: Option<[f32; 2]>,
+    /// The unsent message when the window was last closed.
+    pub draft: String,
 }
 
 /// The window's "Serve on localhost" switch and where it serves; the address and key are
@@ -76,7 +92,11 @@ impl Default for Settings {
             model_folder: None,
             show_token_probabilities: false,
             show_settings: true,
+            show_conversations: true,
+            theme: Theme::System,
             server: ServerSettings::default(),
+            window_size: None,
+            draft: String::new(),
         }
     }
 }

@@ -9,7 +9,7 @@ use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
 use super::{chat_view, conversation_list, first_run, input, settings_panel, status_bar};
 use crate::engine::EngineHandle;
-use crate::store::Paths;
+use crate::store::{Paths, Settings, Theme};
 
 const ICON_PNG: &[u8] = include_bytes!("../../assets/icon.png");
 
@@ -18,6 +18,14 @@ const ICON_PNG: &[u8] = include_bytes!("../../assets/icon.png");
 /// time: under software rendering on a 2-core machine the window decoded at 30–34 tok/s
 /// where the command line decodes at 100. With frames at most this often it decoded at 50.
 const FRAME_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Below this width the chat would be squeezed between the two side panels, so the
+/// conversation list gives way while the settings are open.
+const NARROW_WIDTH: f32 = 1000.0;
+
+/// The chat column's widest: lines longer than about 90 characters are hard to follow, and on
+/// a wide screen the column stays in the middle.
+pub const MAX_CHAT_WIDTH: f32 = 760.0;
 
 pub struct SmolchatApp {
     state: AppState,
@@ -33,6 +41,7 @@ impl SmolchatApp {
                 .as_ref()
                 .map(|folder| folder.display().to_string())
                 .unwrap_or_default(),
+            input: state.settings().draft.clone(),
             focus_input: true,
             ..ViewState::default()
         };
@@ -57,6 +66,7 @@ impl SmolchatApp {
             Action::Command(UiCommand::FocusInput | UiCommand::NewConversation) => {
                 view.focus_input = true;
             }
+            Action::Command(UiCommand::Quit) => view.close_requested = true,
             Action::Send(_) if done => {
                 view.input.clear();
                 view.focus_input = true;
@@ -80,20 +90,38 @@ impl SmolchatApp {
             ctx.request_repaint_after(wait);
         }
 
+        let size = ctx.viewport_rect().size();
+        self.view.window_size = Some([size.x, size.y]);
+
         let mut actions = Vec::new();
         let (state, view) = (&self.state, &mut self.view);
-        Panel::top("menu").show(ui, |ui| menu_bar(ui, &mut actions));
+        let settings = state.settings();
+        let theme = match settings.theme {
+            Theme::System => egui::ThemePreference::System,
+            Theme::Light => egui::ThemePreference::Light,
+            Theme::Dark => egui::ThemePreference::Dark,
+        };
+        if ctx.options(|options| options.theme_preference) != theme {
+            ctx.set_theme(theme);
+        }
+        let narrow = ui.available_width() < NARROW_WIDTH;
+        let show_list = settings.show_conversations && !(narrow && settings.show_settings);
+        Panel::top("menu").show(ui, |ui| menu_bar(ui, state, show_list, &mut actions));
         Panel::bottom("status").show(ui, |ui| status_bar::show(ui, state, &mut actions));
-        Panel::left("conversations")
-            .resizable(true)
-            .default_size(200.0)
-            .show(ui, |ui| {
-                conversation_list::show(ui, state, view, &mut actions)
-            });
-        if state.settings().show_settings {
+        if show_list {
+            Panel::left("conversations")
+                .resizable(true)
+                .default_size(190.0)
+                .max_size(320.0)
+                .show(ui, |ui| {
+                    conversation_list::show(ui, state, view, &mut actions)
+                });
+        }
+        if settings.show_settings {
             Panel::right("settings")
                 .resizable(true)
-                .default_size(260.0)
+                .default_size(250.0)
+                .max_size(420.0)
                 .show(ui, |ui| settings_panel::show(ui, state, view, &mut actions));
         }
         let show_chat = matches!(
@@ -114,6 +142,16 @@ impl SmolchatApp {
         for action in actions {
             self.execute(action);
         }
+        if std::mem::take(&mut self.view.close_requested) {
+            ctx.send_viewport_cmd(egui::ViewportCommand::Close);
+        }
+    }
+
+    /// Keeps what the next start restores: the window's size and the unsent message.
+    pub fn remember_window(&mut self) {
+        let size = self.view.window_size;
+        let draft = self.view.input.clone();
+        self.execute(Action::RememberWindow { size, draft });
     }
 }
 
@@ -121,9 +159,15 @@ impl eframe::App for SmolchatApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         self.show(ui);
     }
+
+    fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
+        self.remember_window();
+    }
 }
 
-fn menu_bar(ui: &mut egui::Ui, actions: &mut Vec<Action>) {
+/// `list_shown`: whether the conversation list is on screen (a narrow window hides it while
+/// the settings are open; its switch then closes the settings to make room).
+fn menu_bar(ui: &mut egui::Ui, state: &AppState, list_shown: bool, actions: &mut Vec<Action>) {
     egui::MenuBar::new().ui(ui, |ui| {
         for menu in Menu::iter() {
             ui.menu_button(menu.label(), |ui| {
@@ -131,6 +175,30 @@ fn menu_bar(ui: &mut egui::Ui, actions: &mut Vec<Action>) {
                     command_menu_item(ui, command, actions);
                 }
             });
+        }
+        ui.separator();
+        // The side panels' switches, where a user looks for them.
+        let settings = state.settings();
+        let list_command = if settings.show_conversations && !list_shown {
+            UiCommand::ToggleSettings
+        } else {
+            UiCommand::ToggleConversations
+        };
+        for (command, label, shown) in [
+            (list_command, "Chats", list_shown),
+            (
+                UiCommand::ToggleSettings,
+                "Settings",
+                settings.show_settings,
+            ),
+        ] {
+            if ui
+                .selectable_label(shown, label)
+                .on_hover_text(command.description(ui.ctx()))
+                .clicked()
+            {
+                actions.push(command.into());
+            }
         }
     });
 }
@@ -164,10 +232,15 @@ fn errors_banner(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>)
 
 /// Opens the window; returns when it is closed.
 pub fn run(paths: Paths) -> Result<(), String> {
+    let size = Settings::load(&paths.settings_file())
+        .ok()
+        .and_then(|settings| settings.window_size)
+        .filter(|[width, height]| *width >= 600.0 && *height >= 400.0)
+        .unwrap_or([1100.0, 720.0]);
     let mut viewport = egui::ViewportBuilder::default()
         .with_title("smolchat")
         .with_app_id("smolchat")
-        .with_inner_size([1100.0, 720.0])
+        .with_inner_size(size)
         .with_min_inner_size([600.0, 400.0]);
     match eframe::icon_data::from_png_bytes(ICON_PNG) {
         Ok(icon) => viewport = viewport.with_icon(icon),
@@ -182,8 +255,6 @@ pub fn run(paths: Paths) -> Result<(), String> {
         "smolchat",
         options,
         Box::new(move |cc| {
-            cc.egui_ctx
-                .options_mut(|options| options.theme_preference = egui::ThemePreference::System);
             let ctx = cc.egui_ctx.clone();
             let engine = EngineHandle::spawn(move || ctx.request_repaint_after(FRAME_INTERVAL))
                 .map_err(|err| format!("cannot start the inference thread: {err}"))?;

@@ -4,6 +4,7 @@
 use egui::{Color32, RichText, ScrollArea};
 use egui_commonmark::CommonMarkViewer;
 
+use super::app::MAX_CHAT_WIDTH;
 use super::commands::{Action, UiCommand};
 use super::state::AppState;
 use super::token_view;
@@ -30,81 +31,102 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
         .stick_to_bottom(true)
         .auto_shrink([false, false])
         .show(ui, |ui| {
-            for (index, message) in conversation.messages.iter().enumerate() {
-                let is_streaming = streaming == Some(index);
-                message_frame(ui, message.role).show(ui, |ui| {
-                    ui.set_width(ui.available_width());
-                    ui.label(RichText::new(role_name(message.role)).strong());
-                    if let Some((editing, draft)) = &mut view.editing
-                        && *editing == index
-                    {
-                        let label = ui.label("Edit message");
-                        ui.add(egui::TextEdit::multiline(draft).desired_width(f32::INFINITY))
-                            .labelled_by(label.id);
-                        ui.horizontal(|ui| {
-                            if ui.button("Resend").clicked() {
-                                actions.push(Action::EditAndResend(index, draft.clone()));
+            centered_column(ui, |ui| {
+                for (index, message) in conversation.messages.iter().enumerate() {
+                    let is_streaming = streaming == Some(index);
+                    message_frame(ui, message.role).show(ui, |ui| {
+                        ui.set_width(ui.available_width());
+                        ui.label(RichText::new(role_name(message.role)).strong());
+                        if let Some((editing, draft)) = &mut view.editing
+                            && *editing == index
+                        {
+                            let label = ui.label("Edit message");
+                            ui.add(egui::TextEdit::multiline(draft).desired_width(f32::INFINITY))
+                                .labelled_by(label.id);
+                            ui.horizontal(|ui| {
+                                if ui.button("Resend").clicked() {
+                                    actions.push(Action::EditAndResend(index, draft.clone()));
+                                }
+                                cancel_edit |= ui.button("Cancel").clicked();
+                            });
+                            return;
+                        }
+                        let tokens = message.generation.as_ref().map(|g| g.tokens.as_slice());
+                        match tokens {
+                            Some(tokens) if show_tokens && !tokens.is_empty() => {
+                                token_view::show(ui, tokens)
                             }
-                            cancel_edit |= ui.button("Cancel").clicked();
+                            _ if message.role == Role::Assistant => {
+                                CommonMarkViewer::new().show(
+                                    ui,
+                                    &mut view.markdown,
+                                    &message.content,
+                                );
+                            }
+                            _ => {
+                                ui.label(&message.content);
+                            }
+                        }
+                        if is_streaming {
+                            // No spinner: it redraws the window every frame, and those frames
+                            // took a core from generation. Each new token redraws the text.
+                            ui.label(RichText::new("writing\u{2026}").weak());
+                            return;
+                        }
+                        ui.horizontal_wrapped(|ui| {
+                            if ui
+                                .small_button("Copy")
+                                .on_hover_text("Copy this message")
+                                .clicked()
+                            {
+                                ui.ctx().copy_text(message.content.clone());
+                            }
+                            if message.role == Role::User
+                                && !generating
+                                && ui
+                                    .small_button("Edit")
+                                    .on_hover_text("Edit this message and send it again")
+                                    .clicked()
+                            {
+                                view.editing = Some((index, message.content.clone()));
+                            }
+                            if message.role == Role::Assistant
+                                && index == last
+                                && !generating
+                                && ui
+                                    .small_button("Regenerate")
+                                    .on_hover_text(UiCommand::RegenerateLast.description(ui.ctx()))
+                                    .clicked()
+                            {
+                                actions.push(UiCommand::RegenerateLast.into());
+                            }
+                            if let Some(record) = &message.generation {
+                                generation_summary(ui, record);
+                            }
                         });
-                        return;
-                    }
-                    let tokens = message.generation.as_ref().map(|g| g.tokens.as_slice());
-                    match tokens {
-                        Some(tokens) if show_tokens && !tokens.is_empty() => {
-                            token_view::show(ui, tokens)
-                        }
-                        _ if message.role == Role::Assistant => {
-                            CommonMarkViewer::new().show(ui, &mut view.markdown, &message.content);
-                        }
-                        _ => {
-                            ui.label(&message.content);
-                        }
-                    }
-                    if is_streaming {
-                        // No spinner: it redraws the window every frame, and those frames
-                        // took a core from generation. Each new token redraws the text.
-                        ui.label(RichText::new("writing\u{2026}").weak());
-                        return;
-                    }
-                    ui.horizontal_wrapped(|ui| {
-                        if ui
-                            .small_button("Copy")
-                            .on_hover_text("Copy this message")
-                            .clicked()
-                        {
-                            ui.ctx().copy_text(message.content.clone());
-                        }
-                        if message.role == Role::User
-                            && !generating
-                            && ui
-                                .small_button("Edit")
-                                .on_hover_text("Edit this message and send it again")
-                                .clicked()
-                        {
-                            view.editing = Some((index, message.content.clone()));
-                        }
-                        if message.role == Role::Assistant
-                            && index == last
-                            && !generating
-                            && ui
-                                .small_button("Regenerate")
-                                .on_hover_text(UiCommand::RegenerateLast.description(ui.ctx()))
-                                .clicked()
-                        {
-                            actions.push(UiCommand::RegenerateLast.into());
-                        }
-                        if let Some(record) = &message.generation {
-                            generation_summary(ui, record);
-                        }
                     });
-                });
-                ui.add_space(4.0);
-            }
+                    ui.add_space(8.0);
+                }
+            });
         });
     if cancel_edit {
         view.editing = None;
     }
+}
+
+/// Lays out `add` in a column of at most [`MAX_CHAT_WIDTH`], in the middle of `ui`.
+pub fn centered_column<R>(ui: &mut egui::Ui, add: impl FnOnce(&mut egui::Ui) -> R) -> R {
+    let available = ui.available_width();
+    let width = available.min(MAX_CHAT_WIDTH);
+    ui.horizontal(|ui| {
+        ui.add_space(((available - width) / 2.0).max(0.0));
+        ui.vertical(|ui| {
+            ui.set_width(width);
+            add(ui)
+        })
+        .inner
+    })
+    .inner
 }
 
 fn message_frame(ui: &egui::Ui, role: Role) -> egui::Frame {
@@ -153,10 +175,16 @@ fn generation_summary(ui: &mut egui::Ui, record: &GenerationRecord) {
 
 pub fn stats_line(stats: &MessageStats) -> String {
     let rate = |value: Option<f64>| value.map_or("\u{2013}".to_string(), |v| format!("{v:.1}"));
+    // With the conversation in the cache only the new turn is prefilled; one token is not a
+    // prefill speed worth showing.
+    let prefill = match (stats.prefill_tokens_per_second, stats.reused_tokens) {
+        (None, reused) if reused > 0 => format!("{reused} prompt tokens cached"),
+        (speed, 0) => format!("prefill {} tok/s", rate(speed)),
+        (speed, reused) => format!("prefill {} tok/s ({reused} cached)", rate(speed)),
+    };
     format!(
-        "TTFT {:.0} ms \u{b7} prefill {} tok/s \u{b7} decode {} tok/s \u{b7} {} tokens \u{b7} context {}/{}",
+        "TTFT {:.0} ms \u{b7} {prefill} \u{b7} decode {} tok/s \u{b7} {} tokens \u{b7} context {}/{}",
         stats.time_to_first_token_ms,
-        rate(stats.prefill_tokens_per_second),
         rate(stats.decode_tokens_per_second),
         stats.generated_tokens,
         stats.context_used,

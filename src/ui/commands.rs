@@ -21,10 +21,16 @@ pub enum UiCommand {
     ExportMarkdown,
     ExportJson,
     FocusInput,
+    ToggleConversations,
     ToggleSettings,
     ToggleTokenView,
     /// "Serve on localhost": the loaded model answers OpenAI's API for other programs.
     ToggleServer,
+    ThemeSystem,
+    ThemeLight,
+    ThemeDark,
+    /// Closes the window; the draft and the window's size are kept for next time.
+    Quit,
 }
 
 /// The menu bar's menus, in their order.
@@ -49,12 +55,17 @@ impl UiCommand {
             UiCommand::NewConversation => "New chat",
             UiCommand::StopGeneration => "Stop",
             UiCommand::FocusInput => "Focus message box",
+            UiCommand::ToggleConversations => "Toggle conversation list",
             UiCommand::ToggleSettings => "Toggle settings",
             UiCommand::ToggleTokenView => "Toggle token probabilities",
             UiCommand::RegenerateLast => "Regenerate last reply",
             UiCommand::ExportMarkdown => "Export as Markdown",
             UiCommand::ExportJson => "Export as JSON",
             UiCommand::ToggleServer => super::labels::SERVE_ON_LOCALHOST,
+            UiCommand::Quit => "Quit",
+            UiCommand::ThemeSystem => "Theme: as the system",
+            UiCommand::ThemeLight => "Theme: light",
+            UiCommand::ThemeDark => "Theme: dark",
         }
     }
 
@@ -64,11 +75,16 @@ impl UiCommand {
             | UiCommand::RegenerateLast
             | UiCommand::StopGeneration
             | UiCommand::ExportMarkdown
-            | UiCommand::ExportJson => Menu::Chat,
+            | UiCommand::ExportJson
+            | UiCommand::Quit => Menu::Chat,
             UiCommand::FocusInput
+            | UiCommand::ToggleConversations
             | UiCommand::ToggleSettings
             | UiCommand::ToggleTokenView
-            | UiCommand::ToggleServer => Menu::View,
+            | UiCommand::ToggleServer
+            | UiCommand::ThemeSystem
+            | UiCommand::ThemeLight
+            | UiCommand::ThemeDark => Menu::View,
         }
     }
 
@@ -78,10 +94,17 @@ impl UiCommand {
             UiCommand::NewConversation => command(Key::N),
             UiCommand::StopGeneration => Some(KeyboardShortcut::new(Modifiers::NONE, Key::Escape)),
             UiCommand::FocusInput => command(Key::L),
+            UiCommand::ToggleConversations => command(Key::B),
             UiCommand::ToggleSettings => command(Key::Comma),
+            UiCommand::Quit => command(Key::Q),
             UiCommand::ToggleTokenView => command(Key::T),
             UiCommand::RegenerateLast => command(Key::R),
-            UiCommand::ExportMarkdown | UiCommand::ExportJson | UiCommand::ToggleServer => None,
+            UiCommand::ExportMarkdown
+            | UiCommand::ExportJson
+            | UiCommand::ToggleServer
+            | UiCommand::ThemeSystem
+            | UiCommand::ThemeLight
+            | UiCommand::ThemeDark => None,
         }
     }
 
@@ -128,6 +151,11 @@ pub enum Action {
     UpdateSettings(Settings),
     DismissError(usize),
     DismissNotice(usize),
+    /// Keeps the window's size and the unsent message for the next start (on closing).
+    RememberWindow {
+        size: Option<[f32; 2]>,
+        draft: String,
+    },
 }
 
 impl From<UiCommand> for Action {

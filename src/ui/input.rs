@@ -13,35 +13,47 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
     // Enter must be taken before the text box sees it, or it would insert a newline.
     let had_focus = ui.memory(|memory| memory.has_focus(id));
     let enter_pressed = had_focus && ui.input_mut(take_plain_enter);
-    ui.horizontal(|ui| {
-        let label = ui.label(labels::MESSAGE_INPUT);
-        let button_width = 80.0;
-        let edit = egui::TextEdit::multiline(&mut view.input)
-            .id(id)
-            .hint_text("Type a message; Enter sends, Shift+Enter adds a line")
-            .desired_rows(2)
-            .desired_width(ui.available_width() - button_width);
-        let response = ui.add(edit).labelled_by(label.id);
-        if view.focus_input {
-            response.request_focus();
-            view.focus_input = false;
-        }
-        if state.is_generating() {
-            let stop = ui
-                .button(labels::STOP)
-                .on_hover_text(UiCommand::StopGeneration.description(ui.ctx()));
-            if stop.clicked() {
-                actions.push(UiCommand::StopGeneration.into());
-            }
-        } else {
-            let send = ui
-                .add_enabled(state.model_ready(), egui::Button::new(labels::SEND))
-                .on_hover_text("Send (Enter)");
-            if send.clicked() || enter_pressed {
-                actions.push(Action::Send(view.input.clone()));
-            }
-        }
+    super::chat_view::centered_column(ui, |ui| {
+        ui.horizontal(|ui| show_row(ui, id, enter_pressed, state, view, actions))
     });
+}
+
+/// The message box and the Send (or Stop) button beside it.
+fn show_row(
+    ui: &mut egui::Ui,
+    id: egui::Id,
+    enter_pressed: bool,
+    state: &AppState,
+    view: &mut ViewState,
+    actions: &mut Vec<Action>,
+) {
+    let label = ui.label(labels::MESSAGE_INPUT);
+    let button_width = 80.0;
+    let edit = egui::TextEdit::multiline(&mut view.input)
+        .id(id)
+        .hint_text("Enter sends \u{b7} Shift+Enter: new line")
+        .desired_rows(2)
+        .desired_width(ui.available_width() - button_width);
+    let response = ui.add(edit).labelled_by(label.id);
+    if view.focus_input {
+        response.request_focus();
+        view.focus_input = false;
+    }
+    if state.is_generating() {
+        let stop = ui
+            .button(labels::STOP)
+            .on_hover_text(UiCommand::StopGeneration.description(ui.ctx()));
+        if stop.clicked() {
+            actions.push(UiCommand::StopGeneration.into());
+        }
+    } else {
+        let send = ui
+            .add_enabled(state.model_ready(), egui::Button::new(labels::SEND))
+            .on_hover_text("Send (Enter)");
+        if send.clicked() || enter_pressed {
+            actions.push(Action::Send(view.input.clone()));
+        }
+    }
 }
 
 /// Takes the presses of Enter without modifiers. `consume_key(Modifiers::NONE, Enter)` would

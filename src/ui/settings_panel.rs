@@ -35,21 +35,33 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
         .show(ui, |ui| {
             ui.heading("Settings");
             let mut settings = state.settings().clone();
-            let mut changed = sampling(ui, &mut settings);
-            changed |= context_and_prompt(ui, &mut settings);
-            changed |= model(ui, &mut settings, view, actions);
-            changed |= local_server(ui, &mut settings, state.server());
+            let mut changed = false;
+            section(ui, "Sampling", |ui| changed |= sampling(ui, &mut settings));
+            section(ui, "Reply and context", |ui| {
+                changed |= context_and_prompt(ui, &mut settings)
+            });
+            section(ui, "Model", |ui| {
+                changed |= model(ui, &mut settings, view, actions)
+            });
+            section(ui, "Local API server", |ui| {
+                changed |= local_server(ui, &mut settings, state.server())
+            });
             if changed {
                 actions.push(Action::UpdateSettings(settings));
             }
-            ui.separator();
-            stats_plot::show(ui, state);
+            section(ui, "Live figures", |ui| stats_plot::show(ui, state));
         });
+}
+
+/// A part of the panel that folds away; egui remembers which are folded.
+fn section(ui: &mut egui::Ui, title: &str, add: impl FnOnce(&mut egui::Ui)) {
+    egui::CollapsingHeader::new(egui::RichText::new(title).strong())
+        .default_open(true)
+        .show(ui, add);
 }
 
 fn sampling(ui: &mut egui::Ui, s: &mut Settings) -> bool {
     let mut changed = false;
-    ui.label("Sampling");
     changed |= ui
         .add(egui::Slider::new(&mut s.sampling.temperature, 0.0..=2.0).text(labels::TEMPERATURE))
         .on_hover_text("0 always picks the likeliest token; higher is more varied")
@@ -95,7 +107,6 @@ fn sampling(ui: &mut egui::Ui, s: &mut Settings) -> bool {
 
 fn context_and_prompt(ui: &mut egui::Ui, s: &mut Settings) -> bool {
     let mut changed = false;
-    ui.separator();
     changed |= ui
         .add(
             egui::Slider::new(&mut s.max_new_tokens, 1..=2048)
@@ -160,8 +171,6 @@ fn model(
     view: &mut ViewState,
     actions: &mut Vec<Action>,
 ) -> bool {
-    ui.separator();
-    ui.label("Model");
     let changed = choice(ui, "Backend", &mut s.backend, &BACKENDS)
         | choice(ui, "Precision", &mut s.precision, &PRECISIONS);
     let label = ui.label("Current model folder");
@@ -176,8 +185,6 @@ fn model(
 /// The "Serve on localhost" switch. Address, port and key are edited while it is off, so the
 /// server never restarts on a half-typed value.
 fn local_server(ui: &mut egui::Ui, s: &mut Settings, status: &ServerStatus) -> bool {
-    ui.separator();
-    ui.label("Local API server");
     let mut changed = ui
         .checkbox(&mut s.server.enabled, labels::SERVE_ON_LOCALHOST)
         .on_hover_text("Other programs use the loaded model through OpenAI's API")

@@ -14,7 +14,7 @@ use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
 use crate::model_source::{ModelSource, is_gguf};
 use crate::store::{
     Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, SeedMode, Settings,
-    StoredMessage, StoredToken,
+    StoredMessage, StoredToken, Theme,
 };
 use crate::text::{ChatMessage, Role};
 
@@ -222,6 +222,12 @@ impl AppState {
             Action::UpdateSettings(settings) => self.update_settings(settings),
             Action::DismissError(index) => remove(&mut self.errors, index),
             Action::DismissNotice(index) => remove(&mut self.notices, index),
+            Action::RememberWindow { size, draft } => {
+                let mut settings = self.settings.clone();
+                settings.window_size = size.or(settings.window_size);
+                settings.draft = draft;
+                self.update_settings(settings)
+            }
         }
     }
 
@@ -237,6 +243,13 @@ impl AppState {
             UiCommand::ExportJson => self.export_current(ExportFormat::Json),
             // Only the window's focus moves; `SmolchatApp::execute` does that.
             UiCommand::FocusInput => true,
+            UiCommand::ToggleConversations => {
+                let mut settings = self.settings.clone();
+                settings.show_conversations = !settings.show_conversations;
+                self.update_settings(settings)
+            }
+            // The window closes in `SmolchatApp::execute`, which first remembers it.
+            UiCommand::Quit => true,
             UiCommand::ToggleSettings => {
                 let mut settings = self.settings.clone();
                 settings.show_settings = !settings.show_settings;
@@ -247,12 +260,21 @@ impl AppState {
                 settings.show_token_probabilities = !settings.show_token_probabilities;
                 self.update_settings(settings)
             }
+            UiCommand::ThemeSystem => self.set_theme(Theme::System),
+            UiCommand::ThemeLight => self.set_theme(Theme::Light),
+            UiCommand::ThemeDark => self.set_theme(Theme::Dark),
             UiCommand::ToggleServer => {
                 let mut settings = self.settings.clone();
                 settings.server.enabled = !settings.server.enabled;
                 self.update_settings(settings)
             }
         }
+    }
+
+    fn set_theme(&mut self, theme: Theme) -> bool {
+        let mut settings = self.settings.clone();
+        settings.theme = theme;
+        self.update_settings(settings)
     }
 
     fn update_settings(&mut self, mut settings: Settings) -> bool {
@@ -476,13 +498,20 @@ impl AppState {
             return true;
         }
         self.conversations.insert(0, Conversation::new());
+        // The current conversation moved down one.
+        self.current += 1;
         self.select(0)
     }
 
     fn select(&mut self, index: usize) -> bool {
         let exists = index < self.conversations.len();
-        if exists {
+        if exists && index != self.current {
             self.current = index;
+            // The last reply's figures belong to the conversation it was written in; a
+            // running reply's stay until it ends.
+            if !self.is_generating() {
+                self.live = None;
+            }
         }
         exists
     }
@@ -647,6 +676,9 @@ impl AppState {
                     self.notify(format!("GPU: {reason}."));
                 }
                 self.model = ModelStatus::Ready(info);
+                // Figures of another model or backend would be compared with this one's.
+                self.live = None;
+                self.history.clear();
                 self.sync_server();
             }
             Event::PromptProcessed {

@@ -15,4 +15,8 @@ pub struct ViewState {
     /// The first-run screen's and the settings panel's model folder field.
     pub model_path: String,
     pub markdown: CommonMarkCache,
+    /// The window's inner size this frame, kept when it closes.
+    pub window_size: Option<[f32; 2]>,
+    /// Set by Quit; the window closes at the end of the frame.
+    pub close_requested: bool,
 }

@@ -10,12 +10,23 @@ use super::SmolchatApp;
 use crate::engine::Event;
 use crate::store::Paths;
 use crate::text::ChatMessage;
+use crate::ui::app::MAX_CHAT_WIDTH;
 use crate::ui::commands::Action;
 use crate::ui::scripted_engine::{ScriptedEngine, model_info};
-use crate::ui::{AppState, labels};
+use crate::ui::{AppState, UiCommand, labels};
 
 /// The window with a model loaded, the script that serves it, and its data folder.
 fn window() -> (Harness<'static, SmolchatApp>, ScriptedEngine, TempDir) {
+    window_of_size([1100.0, 720.0])
+}
+
+/// A heading only the settings panel shows.
+const SETTINGS_SECTION: &str = "Sampling";
+
+/// A button only the conversation list shows.
+const LIST_BUTTON: &str = "Delete conversation";
+
+fn window_of_size(size: [f32; 2]) -> (Harness<'static, SmolchatApp>, ScriptedEngine, TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let (handle, engine) = ScriptedEngine::new();
     let mut state = AppState::new(Paths::under(dir.path()), handle);
@@ -25,12 +36,10 @@ fn window() -> (Harness<'static, SmolchatApp>, ScriptedEngine, TempDir) {
     assert!(state.apply(Action::UseModelFolder(folder.clone())));
     engine.send(Event::ModelReady(model_info(&folder)));
     engine.commands();
-    let mut harness = Harness::builder()
-        .with_size([1100.0, 720.0])
-        .build_ui_state(
-            |ui, app: &mut SmolchatApp| app.show(ui),
-            SmolchatApp::new(state),
-        );
+    let mut harness = Harness::builder().with_size(size).build_ui_state(
+        |ui, app: &mut SmolchatApp| app.show(ui),
+        SmolchatApp::new(state),
+    );
     harness.step();
     assert!(harness.state().state().model_ready());
     (harness, engine, dir)
@@ -40,12 +49,12 @@ fn window() -> (Harness<'static, SmolchatApp>, ScriptedEngine, TempDir) {
 fn a_shortcut_runs_its_command_in_the_window() {
     let (mut harness, _engine, _dir) = window();
     assert!(harness.state().state().settings().show_settings);
-    assert!(harness.query_by_label("Settings").is_some());
+    assert!(harness.query_by_label(SETTINGS_SECTION).is_some());
     harness.key_press_modifiers(Modifiers::COMMAND, Key::Comma);
     harness.step();
     harness.step();
     assert!(!harness.state().state().settings().show_settings);
-    assert!(harness.query_by_label("Settings").is_none());
+    assert!(harness.query_by_label(SETTINGS_SECTION).is_none());
 }
 
 fn type_message(harness: &mut Harness<'static, SmolchatApp>, text: &str) {
@@ -77,4 +86,84 @@ fn shift_enter_adds_a_line_and_enter_sends() {
         [ChatMessage::user("first line\nsecond line")]
     );
     assert_eq!(harness.state().view().input, "");
+}
+
+#[test]
+fn a_narrow_window_gives_the_chat_room_and_chats_swaps_the_panels() {
+    let (mut harness, _engine, _dir) = window_of_size([800.0, 600.0]);
+    assert!(harness.query_by_label(SETTINGS_SECTION).is_some());
+    assert!(
+        harness.query_by_label(LIST_BUTTON).is_none(),
+        "the conversation list squeezes the chat beside the settings"
+    );
+    let message = harness.get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT);
+    assert!(message.rect().width() > 300.0, "{:?}", message.rect());
+
+    harness.get_by_role_and_label(A11y::Button, "Chats").click();
+    harness.step();
+    harness.step();
+    assert!(harness.query_by_label(LIST_BUTTON).is_some());
+    assert!(!harness.state().state().settings().show_settings);
+}
+
+#[test]
+fn on_a_wide_screen_the_chat_column_keeps_a_readable_width() {
+    let (harness, _engine, _dir) = window_of_size([1920.0, 1080.0]);
+    let message = harness.get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT);
+    assert!(
+        message.rect().width() <= MAX_CHAT_WIDTH,
+        "{:?}",
+        message.rect()
+    );
+    assert!(harness.query_by_label(LIST_BUTTON).is_some());
+}
+
+#[test]
+fn quit_closes_the_window_and_the_draft_and_size_come_back() {
+    let (mut harness, _engine, dir) = window();
+    harness
+        .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
+        .focus();
+    harness.step();
+    type_message(&mut harness, "half a thought");
+    // One frame with the key press: kittest's `key_press` would run a frame per event, and
+    // the close request is in the output of the first.
+    let ctrl = Modifiers::COMMAND | Modifiers::CTRL;
+    harness.input_mut().events.push(egui::Event::Key {
+        key: Key::Q,
+        physical_key: None,
+        pressed: true,
+        repeat: false,
+        modifiers: ctrl,
+    });
+    harness.step();
+    let closed = harness
+        .output()
+        .viewport_output
+        .values()
+        .any(|viewport| viewport.commands.contains(&egui::ViewportCommand::Close));
+    assert!(closed, "Ctrl+Q did not close the window");
+    harness.state_mut().remember_window();
+
+    let saved = crate::store::Settings::load(&Paths::under(dir.path()).settings_file()).unwrap();
+    assert_eq!(saved.draft, "half a thought");
+    assert_eq!(saved.window_size, Some([1100.0, 720.0]));
+    let (handle, _engine) = ScriptedEngine::new();
+    let again = SmolchatApp::new(AppState::new(Paths::under(dir.path()), handle));
+    assert_eq!(again.view().input, "half a thought");
+}
+
+#[test]
+fn the_theme_follows_the_choice_and_is_remembered() {
+    let (mut harness, _engine, dir) = window();
+    for (command, theme) in [
+        (UiCommand::ThemeLight, egui::Theme::Light),
+        (UiCommand::ThemeDark, egui::Theme::Dark),
+    ] {
+        harness.state_mut().execute(command);
+        harness.step();
+        assert_eq!(harness.ctx.theme(), theme);
+    }
+    let saved = crate::store::Settings::load(&Paths::under(dir.path()).settings_file()).unwrap();
+    assert_eq!(saved.theme, crate::store::Theme::Dark);
 }

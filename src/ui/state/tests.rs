@@ -626,3 +626,46 @@ fn a_server_address_that_cannot_serve_says_why() {
     };
     assert!(reason.contains("set an API key"), "{reason}");
 }
+
+#[test]
+fn figures_of_another_conversation_or_model_are_not_shown() {
+    let mut f = Fixture::ready();
+    let request = f.send("Hello");
+    f.reply(request.id, &["Hi"], FinishReason::StopToken);
+    assert!(f.state.live().is_some());
+    assert!(f.state.apply(UiCommand::NewConversation));
+    assert!(
+        f.state.live().is_none(),
+        "the last reply's figures followed to a new chat"
+    );
+
+    assert!(f.state.apply(Action::Select(1)));
+    let request = f.send("Again");
+    f.play([Event::Stats {
+        request: request.id,
+        stats: stats(2),
+    }]);
+    f.reply(request.id, &["Hi", "!"], FinishReason::StopToken);
+    assert!(f.state.live().is_some());
+    assert!(!f.state.history().is_empty());
+    let info = model_info(&f.model_dir());
+    f.play([Event::ModelReady(info)]);
+    assert!(
+        f.state.live().is_none(),
+        "figures of the previous model stayed"
+    );
+    assert!(f.state.history().is_empty());
+}
+
+#[test]
+fn the_draft_and_window_size_are_remembered() {
+    let mut f = Fixture::new();
+    assert!(f.state.apply(Action::RememberWindow {
+        size: Some([900.0, 640.0]),
+        draft: "unsent".into(),
+    }));
+    let (handle, _engine) = ScriptedEngine::new();
+    let again = AppState::new(Paths::under(f.dir.path()), handle);
+    assert_eq!(again.settings().draft, "unsent");
+    assert_eq!(again.settings().window_size, Some([900.0, 640.0]));
+}
