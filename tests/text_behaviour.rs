@@ -478,3 +478,16 @@ fn overflow_policy_serializes_for_settings() {
         OverflowPolicy::Stop
     );
 }
+
+#[test]
+fn a_conversation_ending_with_a_reply_continues_that_reply() {
+    let mut messages = conversation();
+    messages.push(ChatMessage::assistant("Plums are"));
+    let (ids, dropped) = fit(&messages, 4096, OverflowPolicy::Stop).expect("fits");
+    assert_eq!(dropped, 0);
+    let text = tokenizer().decode(&ids, false).expect("decode");
+    assert!(
+        text.ends_with("Third question about plums?<|im_end|>\n<|im_start|>assistant\nPlums are"),
+        "{text}"
+    );
+}

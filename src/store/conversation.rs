@@ -21,6 +21,10 @@ pub struct Conversation {
     pub id: String,
     pub title: String,
     pub created_unix_ms: u64,
+    /// This chat's own system prompt, shown at its top; `None` until the chat is given one
+    /// (and in files written before chats had one): the default in the settings applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_prompt: Option<String>,
     pub messages: Vec<StoredMessage>,
 }
 
@@ -29,6 +33,21 @@ pub struct StoredMessage {
     pub role: Role,
     pub content: String,
     /// How an assistant reply was produced, so it can be understood and replayed later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<GenerationRecord>,
+    /// The other replies to the same turn (regenerate keeps the earlier ones), in the order
+    /// they were written, without the one shown; see [`StoredMessage::show_variant`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_variants: Vec<ReplyVariant>,
+    /// Where the shown reply stands among all of them (0 = the first written).
+    #[serde(default)]
+    pub variant: usize,
+}
+
+/// One reply to a turn, as kept beside the one shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplyVariant {
+    pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<GenerationRecord>,
 }
@@ -93,11 +112,44 @@ impl StoredMessage {
             role,
             content: content.into(),
             generation: None,
+            other_variants: Vec::new(),
+            variant: 0,
         }
     }
 
     pub fn to_chat_message(&self) -> ChatMessage {
         ChatMessage::new(self.role, self.content.clone())
+    }
+
+    /// How many replies this turn has, the shown one included.
+    pub fn variant_count(&self) -> usize {
+        self.other_variants.len() + 1
+    }
+
+    /// Every reply to this turn in the order written, the shown one in its place.
+    pub fn into_variants(self) -> Vec<ReplyVariant> {
+        let mut all = self.other_variants;
+        let shown = ReplyVariant {
+            content: self.content,
+            generation: self.generation,
+        };
+        all.insert(self.variant.min(all.len()), shown);
+        all
+    }
+
+    /// Shows reply `index` (in the order written) instead of the current one; false when
+    /// there is no such reply.
+    pub fn show_variant(&mut self, index: usize) -> bool {
+        if index >= self.variant_count() {
+            return false;
+        }
+        let mut all = std::mem::replace(self, StoredMessage::new(self.role, "")).into_variants();
+        let shown = all.remove(index);
+        self.content = shown.content;
+        self.generation = shown.generation;
+        self.other_variants = all;
+        self.variant = index;
+        true
     }
 }
 
@@ -109,6 +161,7 @@ impl Conversation {
             id: format!("{now}-{:04x}", rand::random::<u16>()),
             title: "New chat".into(),
             created_unix_ms: now,
+            system_prompt: None,
             messages: Vec::new(),
         }
     }

@@ -37,6 +37,7 @@ pub struct Settings {
     pub sampling: SamplingParams,
     pub seed_mode: SeedMode,
     pub max_new_tokens: usize,
+    /// What a new chat's system prompt starts as.
     pub system_prompt: String,
     pub overflow: OverflowPolicy,
     pub backend: BackendKind,

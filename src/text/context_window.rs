@@ -40,18 +40,29 @@ impl ContextWindow {
     /// A leading system message is always kept whole; messages are dropped oldest
     /// first and only up to a user message, so the conversation still opens with
     /// a user turn; the last user message is never dropped.
+    ///
+    /// A conversation that ends with an assistant message is a reply to continue: the prompt
+    /// ends with that reply's text where the template would open a new reply.
     pub fn fit(
         &self,
         messages: &[ChatMessage],
         template: &ChatTemplate,
         tokenizer: &TextTokenizer,
     ) -> Result<FittedPrompt> {
+        let (messages, unfinished) = match messages.split_last() {
+            Some((last, earlier)) if last.role == Role::Assistant => {
+                (earlier, last.content.as_str())
+            }
+            _ => (messages, ""),
+        };
         let system_len = usize::from(messages.first().map(|m| m.role) == Some(Role::System));
         let (system, turns) = messages.split_at(system_len);
 
         let encode_without = |dropped: usize| -> Result<Vec<u32>> {
             let kept: Vec<ChatMessage> = system.iter().chain(&turns[dropped..]).cloned().collect();
-            tokenizer.encode(&template.render(&kept, true)?, false)
+            let mut text = template.render(&kept, true)?;
+            text.push_str(unfinished);
+            tokenizer.encode(&text, false)
         };
 
         let full = encode_without(0)?;

@@ -10,7 +10,7 @@ use super::state::AppState;
 use super::token_view;
 use super::view_state::ViewState;
 use crate::generation::FinishReason;
-use crate::store::{GenerationRecord, MessageStats};
+use crate::store::{GenerationRecord, MessageStats, StoredMessage};
 use crate::text::Role;
 
 pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
@@ -20,6 +20,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
     let conversation = state.current();
     let last = conversation.messages.len().saturating_sub(1);
     let mut cancel_edit = false;
+    centered_column(ui, |ui| system_prompt(ui, state, view, actions));
     if conversation.messages.is_empty() {
         ui.centered_and_justified(|ui| {
             ui.label(RichText::new("Say hello to start the conversation.").weak());
@@ -90,15 +91,8 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                             {
                                 view.editing = Some((index, message.content.clone()));
                             }
-                            if message.role == Role::Assistant
-                                && index == last
-                                && !generating
-                                && ui
-                                    .small_button("Regenerate")
-                                    .on_hover_text(UiCommand::RegenerateLast.description(ui.ctx()))
-                                    .clicked()
-                            {
-                                actions.push(UiCommand::RegenerateLast.into());
+                            if message.role == Role::Assistant && index == last && !generating {
+                                last_reply_actions(ui, index, message, actions);
                             }
                             if let Some(record) = &message.generation {
                                 generation_summary(ui, record);
@@ -111,6 +105,92 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
         });
     if cancel_edit {
         view.editing = None;
+    }
+}
+
+/// The chat's system prompt, folded to one line at the top; edits apply from the next reply.
+fn system_prompt(
+    ui: &mut egui::Ui,
+    state: &AppState,
+    view: &mut ViewState,
+    actions: &mut Vec<Action>,
+) {
+    let id = &state.current().id;
+    let current = state.system_prompt();
+    let draft = match &mut view.system_prompt {
+        Some((owner, draft)) if owner == id => draft,
+        other => &mut other.insert((id.clone(), current.to_string())).1,
+    };
+    let first_line = current.lines().next().unwrap_or_default();
+    let title = if first_line.is_empty() {
+        "System prompt: none".to_string()
+    } else {
+        format!("System prompt: {first_line}")
+    };
+    egui::CollapsingHeader::new(RichText::new(title).weak())
+        .id_salt("system prompt")
+        .show(ui, |ui| {
+            let label =
+                ui.label("This chat's system prompt (the settings hold the default for new chats)");
+            let response = ui
+                .add(
+                    egui::TextEdit::multiline(draft)
+                        .hint_text("e.g. You are a concise assistant.")
+                        .desired_rows(2)
+                        .desired_width(f32::INFINITY),
+                )
+                .labelled_by(label.id);
+            if response.lost_focus() && draft.as_str() != current {
+                actions.push(Action::SetSystemPrompt(draft.clone()));
+            }
+        });
+}
+
+/// Regenerate, Continue and "‹ 2/3 ›" between the replies to the last turn.
+fn last_reply_actions(
+    ui: &mut egui::Ui,
+    index: usize,
+    message: &StoredMessage,
+    actions: &mut Vec<Action>,
+) {
+    let count = message.variant_count();
+    if count > 1 {
+        let shown = message.variant;
+        if ui
+            .add_enabled(shown > 0, egui::Button::new("\u{2039}").small())
+            .on_hover_text("Previous reply")
+            .clicked()
+        {
+            actions.push(Action::ShowVariant(index, shown - 1));
+        }
+        ui.label(format!("{}/{count}", shown + 1));
+        if ui
+            .add_enabled(shown + 1 < count, egui::Button::new("\u{203a}").small())
+            .on_hover_text("Next reply")
+            .clicked()
+        {
+            actions.push(Action::ShowVariant(index, shown + 1));
+        }
+    }
+    // Stopped, cut by the token limit, or cut by the app closing mid-reply.
+    let unfinished = message.generation.as_ref().is_some_and(|record| {
+        matches!(
+            record.finish_reason,
+            Some(FinishReason::Stopped | FinishReason::MaxTokens) | None
+        )
+    });
+    let mut offer = |command: UiCommand, label: &str| {
+        if ui
+            .small_button(label)
+            .on_hover_text(command.description(ui.ctx()))
+            .clicked()
+        {
+            actions.push(command.into());
+        }
+    };
+    offer(UiCommand::RegenerateLast, "Regenerate");
+    if unfinished {
+        offer(UiCommand::ContinueLast, "Continue");
     }
 }
 

@@ -15,7 +15,10 @@ use crate::store::Settings;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter)]
 pub enum UiCommand {
     NewConversation,
+    /// Writes another reply to the last turn; the earlier ones stay, one click away.
     RegenerateLast,
+    /// Extends the last reply where it was stopped or cut short.
+    ContinueLast,
     /// Stops the running reply, or the download.
     StopGeneration,
     ExportMarkdown,
@@ -59,6 +62,7 @@ impl UiCommand {
             UiCommand::ToggleSettings => "Toggle settings",
             UiCommand::ToggleTokenView => "Toggle token probabilities",
             UiCommand::RegenerateLast => "Regenerate last reply",
+            UiCommand::ContinueLast => "Continue last reply",
             UiCommand::ExportMarkdown => "Export as Markdown",
             UiCommand::ExportJson => "Export as JSON",
             UiCommand::ToggleServer => super::labels::SERVE_ON_LOCALHOST,
@@ -73,6 +77,7 @@ impl UiCommand {
         match self {
             UiCommand::NewConversation
             | UiCommand::RegenerateLast
+            | UiCommand::ContinueLast
             | UiCommand::StopGeneration
             | UiCommand::ExportMarkdown
             | UiCommand::ExportJson
@@ -99,6 +104,7 @@ impl UiCommand {
             UiCommand::Quit => command(Key::Q),
             UiCommand::ToggleTokenView => command(Key::T),
             UiCommand::RegenerateLast => command(Key::R),
+            UiCommand::ContinueLast => command(Key::E),
             UiCommand::ExportMarkdown
             | UiCommand::ExportJson
             | UiCommand::ToggleServer
@@ -144,6 +150,10 @@ pub enum Action {
     UndoDelete,
     /// Replaces user message `.0` of the current conversation and replies anew.
     EditAndResend(usize, String),
+    /// Shows reply `.1` (in the order written) of the last turn, message `.0`.
+    ShowVariant(usize, usize),
+    /// The current chat's system prompt, used from its next reply on.
+    SetSystemPrompt(String),
     UseModelFolder(PathBuf),
     DownloadDefaultModel,
     /// The settings as the panel left them; a new backend or precision reloads the model.

@@ -123,7 +123,7 @@ fn context_and_prompt(ui: &mut egui::Ui, s: &mut Settings) -> bool {
                     .changed();
             }
         });
-    let label = ui.label("System prompt");
+    let label = ui.label("Default system prompt");
     changed |= ui
         .add(
             egui::TextEdit::multiline(&mut s.system_prompt)

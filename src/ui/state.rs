@@ -13,8 +13,8 @@ use crate::generation::{FinishReason, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
 use crate::model_source::{ModelSource, is_gguf};
 use crate::store::{
-    Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, SeedMode, Settings,
-    StoredMessage, StoredToken, Theme,
+    Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, ReplyVariant, SeedMode,
+    Settings, StoredMessage, StoredToken, Theme,
 };
 use crate::text::{ChatMessage, Role};
 
@@ -48,6 +48,14 @@ pub struct StatsSample {
     pub seconds: f64,
     pub tokens_per_second: f64,
     pub resident_mib: f64,
+}
+
+/// Where a generation's text goes.
+enum Reply {
+    /// A new reply to the last turn, after the earlier replies to it (regenerate).
+    New(Vec<ReplyVariant>),
+    /// The end of the last reply (Continue).
+    Continue,
 }
 
 #[derive(Debug)]
@@ -195,6 +203,14 @@ impl AppState {
         self.server.status()
     }
 
+    /// The current chat's system prompt: its own, or the default for chats that have none.
+    pub fn system_prompt(&self) -> &str {
+        self.current()
+            .system_prompt
+            .as_deref()
+            .unwrap_or(&self.settings.system_prompt)
+    }
+
     pub fn model_ready(&self) -> bool {
         matches!(self.model, ModelStatus::Ready(_))
     }
@@ -217,6 +233,11 @@ impl AppState {
             Action::Delete(index) => self.delete(index),
             Action::UndoDelete => self.undo_delete(),
             Action::EditAndResend(index, text) => self.edit_and_resend(index, &text),
+            Action::ShowVariant(message, variant) => self.show_variant(message, variant),
+            Action::SetSystemPrompt(prompt) => {
+                self.conversations[self.current].system_prompt = Some(prompt);
+                self.save_current()
+            }
             Action::UseModelFolder(folder) => self.use_model_folder(folder),
             Action::DownloadDefaultModel => self.download_default_model(),
             Action::UpdateSettings(settings) => self.update_settings(settings),
@@ -235,6 +256,7 @@ impl AppState {
         match command {
             UiCommand::NewConversation => self.new_conversation(),
             UiCommand::RegenerateLast => self.regenerate(),
+            UiCommand::ContinueLast => self.continue_reply(),
             UiCommand::StopGeneration => {
                 self.engine.stop();
                 true
@@ -374,23 +396,63 @@ impl AppState {
         conversation
             .messages
             .push(StoredMessage::new(Role::User, text));
-        self.start_generation();
+        self.start_generation(Reply::New(Vec::new()));
         true
     }
 
-    /// Replaces the last reply with a new one.
-    fn regenerate(&mut self) -> bool {
-        let conversation = &self.conversations[self.current];
-        let last_is_reply = conversation
+    /// The last message of the current conversation, when it is a reply.
+    fn last_reply(&self) -> Option<&StoredMessage> {
+        self.current()
             .messages
             .last()
-            .is_some_and(|message| message.role == Role::Assistant);
-        if !last_is_reply || !self.can_generate() {
+            .filter(|message| message.role == Role::Assistant)
+    }
+
+    /// Writes a new reply to the last turn, keeping the earlier ones as variants.
+    fn regenerate(&mut self) -> bool {
+        if self.last_reply().is_none() || !self.can_generate() {
             return false;
         }
-        self.conversations[self.current].messages.pop();
-        self.start_generation();
+        let Some(last) = self.conversations[self.current].messages.pop() else {
+            return false;
+        };
+        self.start_generation(Reply::New(last.into_variants()));
         true
+    }
+
+    /// Extends a reply that was stopped or cut short by the token limit.
+    fn continue_reply(&mut self) -> bool {
+        let unfinished = self.last_reply().is_some_and(|message| {
+            !message.content.is_empty()
+                && message.generation.as_ref().is_some_and(|record| {
+                    matches!(
+                        record.finish_reason,
+                        Some(FinishReason::Stopped | FinishReason::MaxTokens) | None
+                    )
+                })
+        });
+        if !unfinished {
+            self.notify("Only a reply that was stopped or reached the token limit can continue.");
+            return false;
+        }
+        if !self.can_generate() {
+            return false;
+        }
+        self.start_generation(Reply::Continue);
+        true
+    }
+
+    /// Shows another reply of the last turn.
+    fn show_variant(&mut self, message: usize, variant: usize) -> bool {
+        let last = self.current().messages.len().saturating_sub(1);
+        if message != last || self.last_reply().is_none() || self.is_generating() {
+            return false;
+        }
+        let conversation = &mut self.conversations[self.current];
+        if !conversation.messages[message].show_variant(variant) {
+            return false;
+        }
+        self.save_current()
     }
 
     /// Replaces user message `index` with `text`, forgets everything after it and replies anew.
@@ -407,7 +469,7 @@ impl AppState {
         let messages = &mut self.conversations[self.current].messages;
         messages.truncate(index);
         messages.push(StoredMessage::new(Role::User, text));
-        self.start_generation();
+        self.start_generation(Reply::New(Vec::new()));
         true
     }
 
@@ -423,7 +485,7 @@ impl AppState {
         true
     }
 
-    fn start_generation(&mut self) {
+    fn start_generation(&mut self, reply: Reply) {
         let ModelStatus::Ready(info) = &self.model else {
             return;
         };
@@ -437,12 +499,13 @@ impl AppState {
             ));
             return;
         }
-        let system = self.settings.system_prompt.trim();
+        let system = self.system_prompt().trim();
         let mut messages: Vec<ChatMessage> = Vec::new();
         if !system.is_empty() {
             messages.push(ChatMessage::system(system));
         }
         let conversation = &mut self.conversations[self.current];
+        // A conversation that ends with a reply asks the engine to continue that reply.
         messages.extend(
             conversation
                 .messages
@@ -460,11 +523,25 @@ impl AppState {
             stats: None,
             tokens: Vec::new(),
         };
-        conversation.messages.push(StoredMessage {
-            role: Role::Assistant,
-            content: String::new(),
-            generation: Some(record),
-        });
+        match reply {
+            Reply::New(earlier) => conversation.messages.push(StoredMessage {
+                variant: earlier.len(),
+                other_variants: earlier,
+                generation: Some(record),
+                ..StoredMessage::new(Role::Assistant, "")
+            }),
+            Reply::Continue => {
+                if let Some(previous) = conversation
+                    .messages
+                    .last_mut()
+                    .and_then(|message| message.generation.as_mut())
+                {
+                    // The reply keeps its tokens and now ends as this generation does.
+                    previous.finish_reason = None;
+                    previous.sampling = record.sampling;
+                }
+            }
+        }
         let message_index = conversation.messages.len() - 1;
         let conversation_id = conversation.id.clone();
         let request = self.engine.generate(
@@ -849,9 +926,9 @@ impl AppState {
         }
     }
 
-    fn save_current(&mut self) {
+    fn save_current(&mut self) -> bool {
         let conversation = self.current().clone();
-        self.save(&conversation);
+        self.save(&conversation)
     }
 
     fn save(&mut self, conversation: &Conversation) -> bool {

@@ -15,6 +15,8 @@ pub struct ViewState {
     /// The first-run screen's and the settings panel's model folder field.
     pub model_path: String,
     pub markdown: CommonMarkCache,
+    /// The system prompt box's text, and the conversation it belongs to.
+    pub system_prompt: Option<(String, String)>,
     /// The window's inner size this frame, kept when it closes.
     pub window_size: Option<[f32; 2]>,
     /// Set by Quit; the window closes at the end of the frame.

@@ -669,3 +669,82 @@ fn the_draft_and_window_size_are_remembered() {
     assert_eq!(again.settings().draft, "unsent");
     assert_eq!(again.settings().window_size, Some([900.0, 640.0]));
 }
+
+#[test]
+fn regenerate_keeps_the_earlier_reply_as_a_variant() {
+    let mut f = Fixture::ready();
+    let first = f.send("Name a fruit");
+    f.reply(first.id, &["Apple"], FinishReason::StopToken);
+    assert!(f.state.apply(UiCommand::RegenerateLast));
+    let second = f.engine.generate_request();
+    assert_eq!(second.messages, [ChatMessage::user("Name a fruit")]);
+    f.reply(second.id, &["Pear"], FinishReason::StopToken);
+    let reply = f.last_message().clone();
+    assert_eq!(
+        (reply.content.as_str(), reply.variant, reply.variant_count()),
+        ("Pear", 1, 2)
+    );
+
+    assert!(f.state.apply(Action::ShowVariant(1, 0)));
+    assert_eq!(f.last_message().content, "Apple");
+    assert!(
+        !f.state.apply(Action::ShowVariant(1, 2)),
+        "there is no third"
+    );
+    let saved = f.saved();
+    assert_eq!(saved.messages[1].content, "Apple");
+    assert_eq!(saved.messages[1].other_variants[0].content, "Pear");
+
+    // The next message is a reply to the variant shown.
+    let next = f.send("Another");
+    assert_eq!(next.messages[1], ChatMessage::assistant("Apple"));
+}
+
+#[test]
+fn continue_extends_a_stopped_reply() {
+    let mut f = Fixture::ready();
+    let first = f.send("Tell a story");
+    assert!(
+        !f.state.apply(UiCommand::ContinueLast),
+        "nothing to continue while it runs"
+    );
+    f.reply(first.id, &["Once", " upon"], FinishReason::Stopped);
+    assert!(f.state.apply(UiCommand::ContinueLast));
+    let more = f.engine.generate_request();
+    assert_eq!(
+        more.messages,
+        [
+            ChatMessage::user("Tell a story"),
+            ChatMessage::assistant("Once upon")
+        ]
+    );
+    f.reply(more.id, &[" a", " time"], FinishReason::StopToken);
+    let reply = f.last_message();
+    assert_eq!(reply.content, "Once upon a time");
+    let record = reply.generation.as_ref().unwrap();
+    assert_eq!(record.finish_reason, Some(FinishReason::StopToken));
+    assert_eq!(record.tokens.len(), 4);
+    assert_eq!(f.state.current().messages.len(), 2);
+
+    assert!(
+        !f.state.apply(UiCommand::ContinueLast),
+        "a finished reply does not continue"
+    );
+}
+
+#[test]
+fn each_chat_has_its_own_system_prompt_over_the_default() {
+    let mut f = Fixture::ready();
+    let mut settings = f.state.settings().clone();
+    settings.system_prompt = "Be brief.".into();
+    assert!(f.state.apply(Action::UpdateSettings(settings)));
+    assert_eq!(f.state.system_prompt(), "Be brief.");
+    assert!(f.state.apply(Action::SetSystemPrompt("Answer in French.".into())));
+    let request = f.send("Hello");
+    assert_eq!(request.messages[0], ChatMessage::system("Answer in French."));
+    f.reply(request.id, &["Bonjour"], FinishReason::StopToken);
+    assert_eq!(f.saved().system_prompt.as_deref(), Some("Answer in French."));
+
+    assert!(f.state.apply(UiCommand::NewConversation));
+    assert_eq!(f.state.system_prompt(), "Be brief.", "a new chat starts from the default");
+}
