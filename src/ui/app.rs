@@ -4,7 +4,10 @@
 use egui::{CentralPanel, Panel};
 use strum::IntoEnumIterator;
 
+use std::path::PathBuf;
+
 use super::commands::{Action, Menu, UiCommand};
+use super::file_dialog::{OpenDialog, Pick};
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
 use super::{chat_view, conversation_list, first_run, input, settings_panel, status_bar};
@@ -67,6 +70,15 @@ impl SmolchatApp {
                 view.focus_input = true;
             }
             Action::Command(UiCommand::Quit) => view.close_requested = true,
+            Action::Command(UiCommand::OpenModelFile) => {
+                view.dialog_requested = Some(Pick::GgufFile);
+            }
+            Action::Command(UiCommand::OpenModelFolder) => {
+                view.dialog_requested = Some(Pick::ModelFolder);
+            }
+            Action::UseModelFolder(path) if done => {
+                view.model_path = path.display().to_string();
+            }
             Action::Send(_) if done => {
                 view.input.clear();
                 view.focus_input = true;
@@ -93,7 +105,7 @@ impl SmolchatApp {
         let size = ctx.viewport_rect().size();
         self.view.window_size = Some([size.x, size.y]);
 
-        let mut actions = Vec::new();
+        let mut actions = model_files_given(&ctx, &mut self.view);
         let (state, view) = (&self.state, &mut self.view);
         let settings = state.settings();
         let theme = match settings.theme {
@@ -145,6 +157,14 @@ impl SmolchatApp {
         if std::mem::take(&mut self.view.close_requested) {
             ctx.send_viewport_cmd(egui::ViewportCommand::Close);
         }
+        if let Some(pick) = self.view.dialog_requested.take()
+            && self.view.dialog.is_none()
+        {
+            self.view.dialog = OpenDialog::open(pick, ctx.clone());
+        }
+        if !ctx.input(|input| input.raw.hovered_files.is_empty()) {
+            drop_hint(&ctx);
+        }
     }
 
     /// Keeps what the next start restores: the window's size and the unsent message.
@@ -167,6 +187,46 @@ impl eframe::App for SmolchatApp {
 
 /// `list_shown`: whether the conversation list is on screen (a narrow window hides it while
 /// the settings are open; its switch then closes the settings to make room).
+/// Models given to the window this frame: dropped on it, or chosen in an open dialog.
+fn model_files_given(ctx: &egui::Context, view: &mut ViewState) -> Vec<Action> {
+    let mut given: Vec<PathBuf> = ctx.input(|input| {
+        input
+            .raw
+            .dropped_files
+            .iter()
+            .map(|file| file.path().to_path_buf())
+            .filter(|path| !path.as_os_str().is_empty())
+            .collect()
+    });
+    if let Some(answer) = view.dialog.as_ref().and_then(OpenDialog::answer) {
+        view.dialog = None;
+        given.extend(answer);
+    }
+    // One model at a time: of several dropped, the first.
+    given
+        .into_iter()
+        .take(1)
+        .map(Action::UseModelFolder)
+        .collect()
+}
+
+/// Says what a drop will do while files are dragged over the window.
+fn drop_hint(ctx: &egui::Context) {
+    let screen = ctx.content_rect();
+    let painter = ctx.layer_painter(egui::LayerId::new(
+        egui::Order::Foreground,
+        egui::Id::unique("drop hint"),
+    ));
+    painter.rect_filled(screen, 0.0, egui::Color32::from_black_alpha(160));
+    painter.text(
+        screen.center(),
+        egui::Align2::CENTER_CENTER,
+        "Drop a .gguf file or a model folder to open it",
+        egui::FontId::proportional(22.0),
+        egui::Color32::WHITE,
+    );
+}
+
 fn menu_bar(ui: &mut egui::Ui, state: &AppState, list_shown: bool, actions: &mut Vec<Action>) {
     egui::MenuBar::new().ui(ui, |ui| {
         for menu in Menu::iter() {

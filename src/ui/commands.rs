@@ -23,6 +23,8 @@ pub enum UiCommand {
     StopGeneration,
     ExportMarkdown,
     ExportJson,
+    OpenModelFile,
+    OpenModelFolder,
     FocusInput,
     ToggleConversations,
     ToggleSettings,
@@ -65,6 +67,8 @@ impl UiCommand {
             UiCommand::ContinueLast => "Continue last reply",
             UiCommand::ExportMarkdown => "Export as Markdown",
             UiCommand::ExportJson => "Export as JSON",
+            UiCommand::OpenModelFile => "Open model file\u{2026}",
+            UiCommand::OpenModelFolder => "Open model folder\u{2026}",
             UiCommand::ToggleServer => super::labels::SERVE_ON_LOCALHOST,
             UiCommand::Quit => "Quit",
             UiCommand::ThemeSystem => "Theme: as the system",
@@ -81,6 +85,8 @@ impl UiCommand {
             | UiCommand::StopGeneration
             | UiCommand::ExportMarkdown
             | UiCommand::ExportJson
+            | UiCommand::OpenModelFile
+            | UiCommand::OpenModelFolder
             | UiCommand::Quit => Menu::Chat,
             UiCommand::FocusInput
             | UiCommand::ToggleConversations
@@ -102,12 +108,14 @@ impl UiCommand {
             UiCommand::ToggleConversations => command(Key::B),
             UiCommand::ToggleSettings => command(Key::Comma),
             UiCommand::Quit => command(Key::Q),
+            UiCommand::OpenModelFile => command(Key::O),
             UiCommand::ToggleTokenView => command(Key::T),
             UiCommand::RegenerateLast => command(Key::R),
             UiCommand::ContinueLast => command(Key::E),
             UiCommand::ExportMarkdown
             | UiCommand::ExportJson
             | UiCommand::ToggleServer
+            | UiCommand::OpenModelFolder
             | UiCommand::ThemeSystem
             | UiCommand::ThemeLight
             | UiCommand::ThemeDark => None,

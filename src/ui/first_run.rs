@@ -57,15 +57,48 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
             }
         }
         ui.add_space(24.0);
-        ui.label(RichText::new("Or use a local model folder (config.json, model.safetensors, tokenizer.json):").weak());
-        ui.horizontal(|ui| {
-            let label = ui.label(labels::MODEL_FOLDER);
-            ui.add(egui::TextEdit::singleline(&mut view.model_path).desired_width(320.0))
-                .labelled_by(label.id);
-            if ui.button(labels::USE_FOLDER).clicked() {
-                actions.push(use_folder(&view.model_path));
+        ui.label(
+            RichText::new(
+                "Or open a model you have: a .gguf file, or a folder with config.json, \
+                 model.safetensors and tokenizer.json. Dropping one on the window opens it too.",
+            )
+            .weak(),
+        );
+        let label = ui.label(labels::MODEL_FOLDER);
+        model_path_field(ui, label.id, labels::USE_FOLDER, view, actions, 360.0);
+    });
+}
+
+/// The model path box (Enter loads what it names), with buttons for the desktop's dialogs.
+pub fn model_path_field(
+    ui: &mut egui::Ui,
+    label: egui::Id,
+    load: &str,
+    view: &mut ViewState,
+    actions: &mut Vec<Action>,
+    width: f32,
+) {
+    let field = ui
+        .add(
+            egui::TextEdit::singleline(&mut view.model_path)
+                .hint_text("/path/to/model.gguf")
+                .desired_width(width),
+        )
+        .labelled_by(label);
+    let entered = field.lost_focus() && ui.input(|input| input.key_pressed(egui::Key::Enter));
+    ui.horizontal_wrapped(|ui| {
+        if ui.button(load).clicked() || entered {
+            actions.push(use_folder(&view.model_path));
+        }
+        for command in [UiCommand::OpenModelFile, UiCommand::OpenModelFolder] {
+            if ui
+                .button(command.label())
+                .on_hover_text(command.description(ui.ctx()))
+                .clicked()
+            {
+                actions.push(command.into());
             }
-        });
+        }
     });
 }
 

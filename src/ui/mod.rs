@@ -4,6 +4,7 @@ mod app;
 mod chat_view;
 pub mod commands;
 mod conversation_list;
+mod file_dialog;
 mod first_run;
 mod input;
 mod local_server;
@@ -31,8 +32,10 @@ pub mod labels {
     pub const TOP_P: &str = "Top-p";
     pub const MAX_NEW_TOKENS: &str = "Max new tokens";
     pub const DOWNLOAD_DEFAULT: &str = "Download SmolLM2-135M-Instruct";
-    pub const MODEL_FOLDER: &str = "Model folder";
-    pub const USE_FOLDER: &str = "Use this folder";
+    pub const MODEL_FOLDER: &str = "Model file or folder";
+    /// The settings panel's model field, beside the first-run screen's.
+    pub const CURRENT_MODEL: &str = "Current model";
+    pub const USE_FOLDER: &str = "Use this model";
     pub const NO_MODEL_HEADING: &str = "No model yet";
     pub const SERVE_ON_LOCALHOST: &str = "Serve on localhost";
 }

@@ -3,7 +3,7 @@
 //! reply; changing the backend, the precision or the model folder reloads the model.
 
 use super::commands::Action;
-use super::first_run::use_folder;
+use super::first_run::model_path_field;
 use super::labels;
 use super::local_server::ServerStatus;
 use super::state::AppState;
@@ -173,12 +173,8 @@ fn model(
 ) -> bool {
     let changed = choice(ui, "Backend", &mut s.backend, &BACKENDS)
         | choice(ui, "Precision", &mut s.precision, &PRECISIONS);
-    let label = ui.label("Current model folder");
-    ui.add(egui::TextEdit::singleline(&mut view.model_path).desired_width(f32::INFINITY))
-        .labelled_by(label.id);
-    if ui.button("Load folder").clicked() {
-        actions.push(use_folder(&view.model_path));
-    }
+    let label = ui.label(labels::CURRENT_MODEL);
+    model_path_field(ui, label.id, "Load", view, actions, f32::INFINITY);
     changed
 }
 

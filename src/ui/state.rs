@@ -270,8 +270,8 @@ impl AppState {
                 settings.show_conversations = !settings.show_conversations;
                 self.update_settings(settings)
             }
-            // The window closes in `SmolchatApp::execute`, which first remembers it.
-            UiCommand::Quit => true,
+            // The window closes, and dialogs open, in `SmolchatApp::execute`.
+            UiCommand::Quit | UiCommand::OpenModelFile | UiCommand::OpenModelFolder => true,
             UiCommand::ToggleSettings => {
                 let mut settings = self.settings.clone();
                 settings.show_settings = !settings.show_settings;

@@ -7,7 +7,8 @@ use egui_kittest::kittest::Queryable;
 use tempfile::TempDir;
 
 use super::SmolchatApp;
-use crate::engine::Event;
+use crate::engine::{Command, Event};
+use crate::model_source::ModelSource;
 use crate::store::Paths;
 use crate::text::ChatMessage;
 use crate::ui::app::MAX_CHAT_WIDTH;
@@ -166,4 +167,66 @@ fn the_theme_follows_the_choice_and_is_remembered() {
     }
     let saved = crate::store::Settings::load(&Paths::under(dir.path()).settings_file()).unwrap();
     assert_eq!(saved.theme, crate::store::Theme::Dark);
+}
+
+/// A file dropped on the window, as the platform reports it.
+#[derive(Debug)]
+struct Dropped(std::path::PathBuf);
+
+impl egui::DroppedFile for Dropped {
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
+    fn bytes(&self) -> Result<Vec<u8>, String> {
+        std::fs::read(&self.0).map_err(|err| err.to_string())
+    }
+}
+
+/// The model sources the window asked the engine to load since the last call.
+fn loads(engine: &ScriptedEngine) -> Vec<ModelSource> {
+    engine
+        .commands()
+        .into_iter()
+        .filter_map(|command| match command {
+            Command::LoadModel { source, .. } => Some(source),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_model_file_dropped_on_the_window_opens() {
+    let (mut harness, engine, dir) = window();
+    let file = dir.path().join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    std::fs::write(&file, b"GGUF").unwrap();
+    harness
+        .input_mut()
+        .dropped_files
+        .push(std::sync::Arc::new(Dropped(file.clone())));
+    harness.step();
+    assert_eq!(loads(&engine), [ModelSource::GgufFile(file.clone())]);
+    assert_eq!(
+        harness.state().view().model_path,
+        file.display().to_string()
+    );
+}
+
+#[test]
+fn enter_in_the_model_path_field_loads_it() {
+    let (mut harness, engine, dir) = window();
+    let file = dir.path().join("other.gguf");
+    std::fs::write(&file, b"GGUF").unwrap();
+    let field = harness.get_by_role_and_label(A11y::TextInput, labels::CURRENT_MODEL);
+    field.focus();
+    field.set_text_value_accesskit(&file.display().to_string());
+    harness.step();
+    assert_eq!(
+        harness.state().view().model_path,
+        file.display().to_string()
+    );
+    assert!(loads(&engine).is_empty(), "typing alone loads nothing");
+    harness.key_press(Key::Enter);
+    harness.step();
+    assert_eq!(loads(&engine), [ModelSource::GgufFile(file)]);
 }

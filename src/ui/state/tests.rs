@@ -739,12 +739,25 @@ fn each_chat_has_its_own_system_prompt_over_the_default() {
     settings.system_prompt = "Be brief.".into();
     assert!(f.state.apply(Action::UpdateSettings(settings)));
     assert_eq!(f.state.system_prompt(), "Be brief.");
-    assert!(f.state.apply(Action::SetSystemPrompt("Answer in French.".into())));
+    assert!(
+        f.state
+            .apply(Action::SetSystemPrompt("Answer in French.".into()))
+    );
     let request = f.send("Hello");
-    assert_eq!(request.messages[0], ChatMessage::system("Answer in French."));
+    assert_eq!(
+        request.messages[0],
+        ChatMessage::system("Answer in French.")
+    );
     f.reply(request.id, &["Bonjour"], FinishReason::StopToken);
-    assert_eq!(f.saved().system_prompt.as_deref(), Some("Answer in French."));
+    assert_eq!(
+        f.saved().system_prompt.as_deref(),
+        Some("Answer in French.")
+    );
 
     assert!(f.state.apply(UiCommand::NewConversation));
-    assert_eq!(f.state.system_prompt(), "Be brief.", "a new chat starts from the default");
+    assert_eq!(
+        f.state.system_prompt(),
+        "Be brief.",
+        "a new chat starts from the default"
+    );
 }
