@@ -230,3 +230,17 @@ fn enter_in_the_model_path_field_loads_it() {
     harness.step();
     assert_eq!(loads(&engine), [ModelSource::GgufFile(file)]);
 }
+
+/// Emoji this model writes often, and egui_commonmark's copy and copied icons of code blocks.
+#[test]
+fn emoji_and_the_code_block_icons_have_glyphs() {
+    let ctx = egui::Context::default();
+    let mut output = ctx.run_ui(Default::default(), |_| {});
+    output.textures_delta.clear();
+    let font = egui::FontId::proportional(14.0);
+    let missing: Vec<char> = "😊😀👍❤🚀✨🌍💡🐉🍞🗐✔"
+        .chars()
+        .filter(|&c| !ctx.fonts_mut(|fonts| fonts.has_glyph(&font, c)))
+        .collect();
+    assert!(missing.is_empty(), "drawn as boxes: {missing:?}");
+}
