@@ -91,6 +91,16 @@ impl ComputeDevice {
         }
     }
 
+    /// A GPU backend on a software rasterizer (llvmpipe, lavapipe): no card behind it, so it
+    /// computes on the CPU, slower than the CPU backends.
+    pub fn is_software_renderer(&self) -> bool {
+        self.backend == BackendKind::Gpu
+            && self
+                .device
+                .identity()
+                .is_some_and(|identity| identity.physical.is_none())
+    }
+
     /// Bytes the GPU allocator holds; `None` on the CPU, where the process's resident memory
     /// already says it.
     pub fn device_memory_bytes(&self) -> Option<u64> {

@@ -129,6 +129,9 @@ pub struct ModelInfo {
     pub fallback_template: bool,
     /// Why the model runs on another backend than the one asked for (no usable GPU).
     pub backend_fallback: Option<String>,
+    /// The GPU backend runs on a software rasterizer (see
+    /// [`crate::backend::ComputeDevice::is_software_renderer`]).
+    pub software_gpu: bool,
 }
 
 /// Figures sent while generating: the generation's own and the process's memory.

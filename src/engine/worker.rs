@@ -290,6 +290,7 @@ impl Worker {
                     load_time: loaded.load_time,
                     fallback_template: loaded.template.is_fallback(),
                     backend_fallback: loaded.device.fallback.clone(),
+                    software_gpu: loaded.device.is_software_renderer(),
                 };
                 let cache = loaded.model.new_cache();
                 self.model = Some((loaded, cache));

@@ -71,7 +71,12 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                         if is_streaming {
                             // No spinner: it redraws the window every frame, and those frames
                             // took a core from generation. Each new token redraws the text.
-                            ui.label(RichText::new("writing\u{2026}").weak());
+                            let doing = if state.preparing_gpu() {
+                                "preparing the GPU: the first reply compiles its kernels\u{2026}"
+                            } else {
+                                "writing\u{2026}"
+                            };
+                            ui.label(RichText::new(doing).weak());
                             return;
                         }
                         ui.horizontal_wrapped(|ui| {

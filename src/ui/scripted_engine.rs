@@ -148,6 +148,7 @@ pub fn model_info(dir: &Path) -> ModelInfo {
         load_time: Duration::from_millis(5),
         fallback_template: false,
         backend_fallback: None,
+        software_gpu: false,
     }
 }
 

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::commands::{Action, UiCommand};
 use super::local_server::{LocalServer, ServerStatus};
+use crate::backend::BackendKind;
 use crate::engine::{EngineError, EngineHandle, Event, LiveStats, ModelInfo, RequestId};
 use crate::generation::{FinishReason, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
@@ -91,6 +92,8 @@ pub struct AppState {
     deleted: Option<Conversation>,
     save_interval: Duration,
     started: Instant,
+    /// Replies finished since the model loaded: the GPU compiles its kernels in the first.
+    replies_on_model: usize,
 }
 
 impl AppState {
@@ -129,6 +132,7 @@ impl AppState {
             deleted: None,
             save_interval: DEFAULT_SAVE_INTERVAL,
             started: Instant::now(),
+            replies_on_model: 0,
         };
         if let Some(folder) = state.settings.model_folder.clone() {
             state.load_model_folder(folder);
@@ -201,6 +205,20 @@ impl AppState {
     /// The "Serve on localhost" server's state.
     pub fn server(&self) -> &ServerStatus {
         self.server.status()
+    }
+
+    /// The first reply on the GPU backend has no token yet: its kernels are compiling, which
+    /// takes tens of seconds on a software renderer. The window says so instead of "writing".
+    pub fn preparing_gpu(&self) -> bool {
+        let on_gpu = matches!(&self.model, ModelStatus::Ready(info) if info.options.backend == BackendKind::Gpu);
+        let no_token_yet = self.generation.as_ref().is_some_and(|active| {
+            self.conversations
+                .iter()
+                .find(|c| c.id == active.conversation_id)
+                .and_then(|c| c.messages.get(active.message_index))
+                .is_some_and(|message| message.content.is_empty())
+        });
+        on_gpu && self.replies_on_model == 0 && no_token_yet
     }
 
     /// The current chat's system prompt: its own, or the default for chats that have none.
@@ -752,6 +770,12 @@ impl AppState {
                 if let Some(reason) = &info.backend_fallback {
                     self.notify(format!("GPU: {reason}."));
                 }
+                if info.software_gpu {
+                    self.notify(
+                        "The GPU here is a software renderer: replies run slower than on the CPU backends, and the first one waits about a minute while its kernels compile.",
+                    );
+                }
+                self.replies_on_model = 0;
                 self.model = ModelStatus::Ready(info);
                 // Figures of another model or backend would be compared with this one's.
                 self.live = None;
@@ -828,6 +852,7 @@ impl AppState {
                     self.live = Some(stats);
                     self.save_streaming();
                     self.generation = None;
+                    self.replies_on_model += 1;
                 }
             }
             Event::Busy { refused } => {

@@ -761,3 +761,30 @@ fn each_chat_has_its_own_system_prompt_over_the_default() {
         "a new chat starts from the default"
     );
 }
+
+#[test]
+fn a_software_gpu_is_named_and_its_first_reply_says_it_is_compiling() {
+    let mut f = Fixture::new();
+    let mut info = model_info(&f.model_dir());
+    info.options.backend = BackendKind::Gpu;
+    info.software_gpu = true;
+    f.load(info);
+    assert!(
+        f.state.notices()[0].contains("software renderer"),
+        "{:?}",
+        f.state.notices()
+    );
+    let first = f.send("Hello");
+    assert!(f.state.preparing_gpu());
+    f.play([Event::Token {
+        request: first.id,
+        token: token("Hi"),
+    }]);
+    assert!(!f.state.preparing_gpu(), "the first token came");
+    f.reply(first.id, &[], FinishReason::StopToken);
+    f.send("Again");
+    assert!(
+        !f.state.preparing_gpu(),
+        "kernels compile in the first reply only"
+    );
+}
