@@ -97,7 +97,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                                 view.editing = Some((index, message.content.clone()));
                             }
                             if message.role == Role::Assistant && index == last && !generating {
-                                last_reply_actions(ui, index, message, actions);
+                                last_reply_actions(ui, message, actions);
                             }
                             if let Some(record) = &message.generation {
                                 generation_summary(ui, record);
@@ -152,29 +152,24 @@ fn system_prompt(
 }
 
 /// Regenerate, Continue and "‹ 2/3 ›" between the replies to the last turn.
-fn last_reply_actions(
-    ui: &mut egui::Ui,
-    index: usize,
-    message: &StoredMessage,
-    actions: &mut Vec<Action>,
-) {
+fn last_reply_actions(ui: &mut egui::Ui, message: &StoredMessage, actions: &mut Vec<Action>) {
     let count = message.variant_count();
     if count > 1 {
         let shown = message.variant;
         if ui
             .add_enabled(shown > 0, egui::Button::new("\u{2039}").small())
-            .on_hover_text("Previous reply")
+            .on_hover_text(UiCommand::PreviousReply.description(ui.ctx()))
             .clicked()
         {
-            actions.push(Action::ShowVariant(index, shown - 1));
+            actions.push(UiCommand::PreviousReply.into());
         }
         ui.label(format!("{}/{count}", shown + 1));
         if ui
             .add_enabled(shown + 1 < count, egui::Button::new("\u{203a}").small())
-            .on_hover_text("Next reply")
+            .on_hover_text(UiCommand::NextReply.description(ui.ctx()))
             .clicked()
         {
-            actions.push(Action::ShowVariant(index, shown + 1));
+            actions.push(UiCommand::NextReply.into());
         }
     }
     // Stopped, cut by the token limit, or cut by the app closing mid-reply.

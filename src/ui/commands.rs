@@ -19,6 +19,9 @@ pub enum UiCommand {
     RegenerateLast,
     /// Extends the last reply where it was stopped or cut short.
     ContinueLast,
+    /// The last turn's previous reply ("‹"), and its next ("›").
+    PreviousReply,
+    NextReply,
     /// Stops the running reply, or the download.
     StopGeneration,
     ExportMarkdown,
@@ -65,6 +68,8 @@ impl UiCommand {
             UiCommand::ToggleTokenView => "Toggle token probabilities",
             UiCommand::RegenerateLast => "Regenerate last reply",
             UiCommand::ContinueLast => "Continue last reply",
+            UiCommand::PreviousReply => "Previous reply",
+            UiCommand::NextReply => "Next reply",
             UiCommand::ExportMarkdown => "Export as Markdown",
             UiCommand::ExportJson => "Export as JSON",
             UiCommand::OpenModelFile => "Open model file\u{2026}",
@@ -82,6 +87,8 @@ impl UiCommand {
             UiCommand::NewConversation
             | UiCommand::RegenerateLast
             | UiCommand::ContinueLast
+            | UiCommand::PreviousReply
+            | UiCommand::NextReply
             | UiCommand::StopGeneration
             | UiCommand::ExportMarkdown
             | UiCommand::ExportJson
@@ -112,6 +119,8 @@ impl UiCommand {
             UiCommand::ToggleTokenView => command(Key::T),
             UiCommand::RegenerateLast => command(Key::R),
             UiCommand::ContinueLast => command(Key::E),
+            UiCommand::PreviousReply => Some(KeyboardShortcut::new(Modifiers::ALT, Key::ArrowLeft)),
+            UiCommand::NextReply => Some(KeyboardShortcut::new(Modifiers::ALT, Key::ArrowRight)),
             UiCommand::ExportMarkdown
             | UiCommand::ExportJson
             | UiCommand::ToggleServer
@@ -158,8 +167,6 @@ pub enum Action {
     UndoDelete,
     /// Replaces user message `.0` of the current conversation and replies anew.
     EditAndResend(usize, String),
-    /// Shows reply `.1` (in the order written) of the last turn, message `.0`.
-    ShowVariant(usize, usize),
     /// The current chat's system prompt, used from its next reply on.
     SetSystemPrompt(String),
     UseModelFolder(PathBuf),

@@ -251,7 +251,6 @@ impl AppState {
             Action::Delete(index) => self.delete(index),
             Action::UndoDelete => self.undo_delete(),
             Action::EditAndResend(index, text) => self.edit_and_resend(index, &text),
-            Action::ShowVariant(message, variant) => self.show_variant(message, variant),
             Action::SetSystemPrompt(prompt) => {
                 self.conversations[self.current].system_prompt = Some(prompt);
                 self.save_current()
@@ -275,6 +274,16 @@ impl AppState {
             UiCommand::NewConversation => self.new_conversation(),
             UiCommand::RegenerateLast => self.regenerate(),
             UiCommand::ContinueLast => self.continue_reply(),
+            UiCommand::PreviousReply | UiCommand::NextReply => {
+                let Some(shown) = self.last_reply().map(|reply| reply.variant) else {
+                    return false;
+                };
+                let wanted = match command {
+                    UiCommand::PreviousReply => shown.checked_sub(1),
+                    _ => Some(shown + 1),
+                };
+                wanted.is_some_and(|variant| self.show_variant(variant))
+            }
             UiCommand::StopGeneration => {
                 self.engine.stop();
                 true
@@ -461,16 +470,16 @@ impl AppState {
     }
 
     /// Shows another reply of the last turn.
-    fn show_variant(&mut self, message: usize, variant: usize) -> bool {
-        let last = self.current().messages.len().saturating_sub(1);
-        if message != last || self.last_reply().is_none() || self.is_generating() {
+    fn show_variant(&mut self, variant: usize) -> bool {
+        if self.last_reply().is_none() || self.is_generating() {
             return false;
         }
         let conversation = &mut self.conversations[self.current];
-        if !conversation.messages[message].show_variant(variant) {
-            return false;
-        }
-        self.save_current()
+        let shown = conversation
+            .messages
+            .last_mut()
+            .is_some_and(|reply| reply.show_variant(variant));
+        shown && self.save_current()
     }
 
     /// Replaces user message `index` with `text`, forgets everything after it and replies anew.

@@ -685,12 +685,16 @@ fn regenerate_keeps_the_earlier_reply_as_a_variant() {
         ("Pear", 1, 2)
     );
 
-    assert!(f.state.apply(Action::ShowVariant(1, 0)));
+    assert!(f.state.apply(UiCommand::PreviousReply));
     assert_eq!(f.last_message().content, "Apple");
     assert!(
-        !f.state.apply(Action::ShowVariant(1, 2)),
-        "there is no third"
+        !f.state.apply(UiCommand::PreviousReply),
+        "Apple is the first"
     );
+    assert!(f.state.apply(UiCommand::NextReply));
+    assert_eq!(f.last_message().content, "Pear");
+    assert!(!f.state.apply(UiCommand::NextReply), "there is no third");
+    assert!(f.state.apply(UiCommand::PreviousReply));
     let saved = f.saved();
     assert_eq!(saved.messages[1].content, "Apple");
     assert_eq!(saved.messages[1].other_variants[0].content, "Pear");
