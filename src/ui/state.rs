@@ -368,8 +368,13 @@ impl AppState {
             folder.join("config.json").is_file()
         };
         if !usable {
+            let what = if folder.exists() {
+                "is neither a .gguf file nor a folder with config.json"
+            } else {
+                "does not exist"
+            };
             let problem = format!(
-                "{} is neither a .gguf file nor a folder with config.json. Choose a GGUF model file, or the folder that holds the model's config.json, model.safetensors and tokenizer.json.",
+                "{} {what}. Choose a GGUF model file, or the folder that holds the model's config.json, model.safetensors and tokenizer.json.",
                 folder.display()
             );
             match self.model {

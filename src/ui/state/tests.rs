@@ -524,9 +524,16 @@ fn a_mistyped_folder_is_named_and_the_loaded_model_stays() {
     assert_eq!(f.state.settings().model_folder, Some(f.model_dir()));
     assert_advises(
         f.state.errors(),
+        &format!("{} does not exist", typo.display()),
+    );
+    let empty = f.dir.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    assert!(!f.state.apply(Action::UseModelFolder(empty.clone())));
+    assert_advises(
+        &f.state.errors()[1..],
         &format!(
             "{} is neither a .gguf file nor a folder with config.json",
-            typo.display()
+            empty.display()
         ),
     );
 }

@@ -1,0 +1,183 @@
+#!/usr/bin/env bash
+# A new user's first minutes with the real window, scripted: Xvfb, xdotool and the genuine
+# SmolLM2-135M-Instruct GGUF file (fetched by .ci/setup). It starts with no settings (the
+# first-run screen), types a path that does not exist, loads the model by its path, has three
+# chats (one message with Shift+Enter, one reply stopped then continued, one regenerated and
+# switched back to its first reply), quits with Ctrl+Q, and checks the saved conversations. It
+# then reopens the window to take screenshots at 800x600 and 1920x1080, dark and light.
+# Usage: .ci/walkthrough.sh [path/to/smolchat] [output folder]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bin="${1:-target/debug/smolchat}"
+out="${2:-target/walkthrough}"
+model="$PWD/tests/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+[ -x "$bin" ] || cargo build --locked --bin smolchat
+[ -f "$model" ] || { echo "missing $model: run .ci/setup" >&2; exit 1; }
+root="$(mktemp -d)"
+trap 'kill "${app_pid:-}" "${xvfb_pid:-}" 2>/dev/null || true; rm -rf "$root"' EXIT
+mkdir -p "$out"
+export SMOLCHAT_DATA_DIR="$root/data" SMOLCHAT_CONFIG_DIR="$root/config"
+mkdir -p "$SMOLCHAT_CONFIG_DIR"
+settings="$SMOLCHAT_CONFIG_DIR/settings.json"
+
+start_x() { # WIDTHxHEIGHT
+  kill "${xvfb_pid:-}" 2>/dev/null || true
+  rm -f "$root/display"
+  Xvfb -displayfd 3 -screen 0 "$1x24" -nolisten tcp 3>"$root/display" 2>"$root/xvfb.log" &
+  xvfb_pid=$!
+  for _ in $(seq 600); do
+    [ -s "$root/display" ] && break
+    kill -0 "$xvfb_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ ! -s "$root/display" ]; then
+    echo "Xvfb did not start:" >&2
+    cat "$root/xvfb.log" >&2
+    exit 1
+  fi
+  export DISPLAY=":$(head -n1 "$root/display")" LIBGL_ALWAYS_SOFTWARE=1 WINIT_UNIX_BACKEND=x11
+  unset WAYLAND_DISPLAY
+}
+
+start_app() { # WIDTH HEIGHT
+  "$bin" &
+  app_pid=$!
+  window=""
+  for _ in $(seq 150); do
+    window="$(xdotool search --name '^smolchat$' 2>/dev/null | head -n1 || true)"
+    [ -n "$window" ] && break
+    sleep 0.2
+  done
+  [ -n "$window" ] || { echo "the smolchat window did not appear" >&2; exit 1; }
+  xdotool windowmove "$window" 0 0
+  xdotool windowsize "$window" "$1" "$2"
+  sleep 2
+  xdotool windowactivate --sync "$window" 2>/dev/null || xdotool windowfocus "$window"
+}
+
+# The model is in memory once the process holds its f32 weights (the file dequantized).
+wait_loaded() {
+  for _ in $(seq 300); do
+    rss_kb="$(awk '/^VmRSS/ {print $2}' "/proc/$app_pid/status")"
+    [ "$rss_kb" -gt 450000 ] && { sleep 2; return; }
+    sleep 0.5
+  done
+  echo "the model did not load in 150 s" >&2
+  exit 1
+}
+
+# Waits until the newest conversation's last reply has finished (or, with "stopped", until
+# it has text to stop).
+wait_reply() {
+  for _ in $(seq 600); do
+    if python3 - "$SMOLCHAT_DATA_DIR/conversations" "${1:-finished}" <<'PY'
+import json, pathlib, sys
+files = sorted(pathlib.Path(sys.argv[1]).glob("*.json"), key=lambda p: p.stat().st_mtime)
+if not files:
+    sys.exit(1)
+last = json.loads(files[-1].read_text())["messages"][-1]
+generation = last.get("generation") or {}
+if sys.argv[2] == "stopped":
+    sys.exit(0 if last["role"] == "assistant" and len(generation.get("tokens", [])) >= 3 else 1)
+sys.exit(0 if generation.get("finish_reason") else 1)
+PY
+    then return; fi
+    sleep 0.5
+  done
+  echo "no reply within 5 minutes" >&2
+  exit 1
+}
+
+key() { xdotool key --clearmodifiers "$@"; sleep 0.5; }
+# A key that starts a reply: the conversation file shows it within a second or two.
+start() { key "$@"; sleep 2; }
+say() { xdotool type --delay 20 "$1"; sleep 0.3; }
+shot() { sleep 1; import -window root "$out/$1.png"; echo "saved $out/$1.png"; }
+
+# First run, 800x600, dark; short replies so that the debug build keeps up.
+printf '{"theme": "dark", "max_new_tokens": 24}\n' >"$settings"
+start_x 800x600
+start_app 800 600
+shot first-run-800x600-dark
+# The model path field of the first-run screen (see the screenshot above).
+xdotool mousemove 250 276 click 1
+say "/no/such/model.gguf"
+key Return
+shot bad-path-800x600-dark
+# The settings panel's model field, which the error above the first-run field does not move.
+xdotool mousemove 660 472 click 1
+key ctrl+a
+say "$model"
+key Return
+wait_loaded
+
+# Chat 1: a question, then a message of two lines.
+key ctrl+l
+say "What is the capital of France?"
+start Return
+wait_reply
+key ctrl+l
+say "Say two words."
+key shift+Return
+say "Then stop."
+start Return
+wait_reply
+# Chat 2: a long story, stopped, then continued.
+key ctrl+n
+say "Tell me a long story about a dragon."
+start Return
+wait_reply stopped
+key Escape
+wait_reply
+start ctrl+e
+wait_reply
+# Chat 3: regenerated, then back to the first reply.
+key ctrl+n
+say "Name a fruit."
+start Return
+wait_reply
+start ctrl+r
+wait_reply
+key alt+Left
+shot walkthrough-800x600-dark
+key ctrl+q
+for _ in $(seq 50); do kill -0 "$app_pid" 2>/dev/null || break; sleep 0.2; done
+if kill -0 "$app_pid" 2>/dev/null; then echo "Ctrl+Q did not close the window" >&2; exit 1; fi
+
+python3 - "$SMOLCHAT_DATA_DIR/conversations" "$settings" <<'PY'
+import json, pathlib, sys
+chats = [json.loads(p.read_text()) for p in pathlib.Path(sys.argv[1]).glob("*.json")]
+chats.sort(key=lambda c: c["created_unix_ms"])
+assert len(chats) == 3, f"{len(chats)} conversations"
+first, story, fruit = (c["messages"] for c in chats)
+assert [m["role"] for m in first] == ["user", "assistant"] * 2, first
+assert first[2]["content"] == "Say two words.\nThen stop.", first[2]["content"]
+assert len(story) == 2 and story[1]["generation"]["finish_reason"] != "stopped", story[1]
+assert len(story[1]["generation"]["tokens"]) > 3, "the continued reply"
+reply = fruit[1]
+assert len(reply.get("other_variants", [])) == 1 and reply["variant"] == 0, reply
+settings = json.loads(pathlib.Path(sys.argv[2]).read_text())
+assert settings["window_size"] == [800.0, 600.0], settings.get("window_size")
+print("walkthrough: 3 chats saved as expected; Ctrl+Q kept the window size")
+PY
+
+# The same chats reopened, in each theme and size.
+for theme in light dark; do
+  for size in 800x600 1920x1080; do
+    python3 - "$settings" "$theme" "$size" <<'PY'
+import json, sys
+path, theme, size = sys.argv[1:]
+settings = json.load(open(path))
+settings["theme"] = theme
+settings["window_size"] = [float(v) for v in size.split("x")]
+json.dump(settings, open(path, "w"))
+PY
+    start_x "$size"
+    start_app "${size%x*}" "${size#*x}"
+    wait_loaded
+    shot "chat-$size-$theme"
+    kill "$app_pid"
+    wait "$app_pid" 2>/dev/null || true
+  done
+done
