@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use fake_hub::{COMMIT, FakeHub, MODEL_ID, Repo, fixture, sha256_hex};
 use smolchat::hub::{
-    DownloadProgress, HubCache, HubError, HubOptions, ModelDownloader, Timeouts, resolve_cache_dir,
-    resolve_endpoint,
+    DownloadProgress, HubCache, HubError, HubOptions, ModelDownloader, Retries, Timeouts,
+    resolve_cache_dir, resolve_endpoint,
 };
 
 fn downloader(endpoint: &str, cache: &Path, read_timeout: Duration) -> ModelDownloader {
@@ -19,6 +19,10 @@ fn downloader(endpoint: &str, cache: &Path, read_timeout: Duration) -> ModelDown
         timeouts: Timeouts {
             connect: Duration::from_secs(2),
             read: read_timeout,
+        },
+        retries: Retries {
+            attempts: 3,
+            first_wait: Duration::from_millis(20),
         },
     })
 }
@@ -158,37 +162,79 @@ fn only_files_missing_from_cache_are_downloaded() {
 }
 
 #[test]
-fn interrupted_download_resumes_with_a_range_request() {
+fn a_dropped_connection_reconnects_by_itself_and_resumes() {
     const CUT: usize = 1_000_000;
     let hub = FakeHub::start(Repo {
-        cut_first_get: Some(("model.safetensors".into(), CUT)),
+        cut_gets: Some(("model.safetensors".into(), CUT, 1)),
         redirect_lfs: true,
         ..Repo::fixture()
     });
     let cache = tempfile::tempdir().unwrap();
     let dl = downloader(&hub.endpoint, cache.path(), Duration::from_secs(5));
 
-    let error = fetch(&dl).0.unwrap_err();
-    assert!(matches!(error, HubError::Network { .. }), "{error}");
-    let weights_sha = sha256_hex(&fixture("model.safetensors"));
-    let blobs = repo_dir(cache.path()).join("blobs");
-    let partial = blobs.join(format!("{weights_sha}.incomplete"));
-    assert_eq!(std::fs::metadata(&partial).unwrap().len(), CUT as u64);
-    assert!(dl.cached_model_dir(MODEL_ID).is_none());
-
-    let dir = fetch(&dl).0.unwrap();
+    let (dir, seen) = fetch(&dl);
+    let dir = dir.unwrap();
     let resumed: Vec<_> = hub
         .gets()
         .into_iter()
         .filter(|r| r.path.ends_with("model.safetensors"))
         .collect();
+    assert_eq!(resumed.len(), 2, "one cut, one resume");
     assert_eq!(
         resumed.last().unwrap().range.as_deref(),
         Some("bytes=1000000-")
     );
+    let weights_sha = sha256_hex(&fixture("model.safetensors"));
     let content = std::fs::read(dir.join("model.safetensors")).unwrap();
     assert_eq!(sha256_hex(&content), weights_sha);
-    assert!(!partial.exists());
+    let reconnect = seen
+        .iter()
+        .find_map(|p| p.reconnecting.clone())
+        .expect("the reconnect was reported");
+    assert_eq!((reconnect.attempt, reconnect.attempts), (2, 3));
+    let line = smolchat::hub::render_progress_line(
+        seen.iter().find(|p| p.reconnecting.is_some()).unwrap(),
+        10,
+    );
+    assert!(
+        line.contains("reconnecting in 1 s (attempt 2 of 3)"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_connection_that_keeps_dropping_gives_up_and_a_rerun_resumes() {
+    const CUT: usize = 0;
+    let hub = FakeHub::start(Repo {
+        cut_gets: Some(("model.safetensors".into(), CUT, 3)),
+        redirect_lfs: true,
+        ..Repo::fixture()
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let dl = downloader(&hub.endpoint, cache.path(), Duration::from_secs(5));
+
+    let (result, seen) = fetch(&dl);
+    let error = result.unwrap_err();
+    assert!(matches!(error, HubError::Network { .. }), "{error}");
+    let weights = hub
+        .gets()
+        .into_iter()
+        .filter(|r| r.path.ends_with("model.safetensors"))
+        .count();
+    assert_eq!(
+        weights, 3,
+        "three tries that received nothing, then the error"
+    );
+    assert_eq!(seen.iter().filter(|p| p.reconnecting.is_some()).count(), 2);
+    assert!(dl.cached_model_dir(MODEL_ID).is_none());
+
+    // The server is back: a second run completes.
+    let dir = fetch(&dl).0.unwrap();
+    let content = std::fs::read(dir.join("model.safetensors")).unwrap();
+    assert_eq!(
+        sha256_hex(&content),
+        sha256_hex(&fixture("model.safetensors"))
+    );
 }
 
 #[test]

@@ -5,13 +5,14 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use ureq::Agent;
 
 use super::error::HubError;
-use super::http::{self, FileMetadata};
-use super::progress::{DownloadProgress, ProgressTracker};
+use super::http::{self, FileMetadata, Retries};
+use super::progress::{DownloadProgress, ProgressTracker, Reconnecting};
 
 const CHUNK: usize = 64 * 1024;
 
@@ -31,10 +32,13 @@ pub(crate) struct BlobRequest<'a> {
 }
 
 /// Downloads into `{blob}.incomplete`, continuing a previous attempt with a
-/// range request, then checks size and sha256 and renames into place.
+/// range request, then checks size and sha256 and renames into place. A
+/// transfer that breaks is resumed by itself as `retries` allows, each wait
+/// reported as [`Reconnecting`].
 pub(crate) fn download_blob(
     agent: &Agent,
     request: &BlobRequest<'_>,
+    retries: Retries,
     tracker: &mut ProgressTracker,
     progress: &mut dyn FnMut(DownloadProgress),
     cancel: &AtomicBool,
@@ -49,8 +53,40 @@ pub(crate) fn download_blob(
     }
     tracker.restart_at(have);
     tracker.update(have, true, progress);
-    if request.meta.size != Some(have) || have == 0 {
-        have = receive(agent, request, &partial, have, tracker, progress, cancel)?;
+    let mut fruitless = 0;
+    while request.meta.size != Some(have) || have == 0 {
+        let before = have;
+        let error = match receive(agent, request, &partial, have, tracker, progress, cancel) {
+            Ok(done) if request.meta.size.is_none_or(|size| done == size) => {
+                have = done;
+                break;
+            }
+            Ok(done) => HubError::Network {
+                url: request.meta.download_url.clone(),
+                reason: format!(
+                    "the connection closed after {done} of {} bytes",
+                    request.meta.size.unwrap_or_default()
+                ),
+            },
+            Err(error) if error.is_transient() => error,
+            Err(error) => return Err(error),
+        };
+        // What reached the disk before the break is kept and resumed from.
+        have = fs::metadata(&partial).map_or(0, |meta| meta.len());
+        fruitless = if have > before { 1 } else { fruitless + 1 };
+        if fruitless >= retries.attempts {
+            return Err(error);
+        }
+        let after = retries.wait_before(fruitless + 1);
+        let status = Reconnecting {
+            attempt: fruitless + 1,
+            attempts: retries.attempts,
+            after,
+            reason: error.to_string(),
+        };
+        tracker.reconnecting(status, progress);
+        wait_unless_cancelled(after, cancel, request.file)?;
+        tracker.restart_at(have);
     }
     tracker.update(have, true, progress);
     verify(request, &partial, have)?;
@@ -131,6 +167,19 @@ fn receive(
     file.flush()
         .map_err(|e| HubError::io("cannot write", partial, e))?;
     Ok(done)
+}
+
+fn wait_unless_cancelled(wait: Duration, cancel: &AtomicBool, file: &str) -> Result<(), HubError> {
+    let until = Instant::now() + wait;
+    while Instant::now() < until {
+        if cancel.load(Ordering::Relaxed) {
+            return Err(HubError::Cancelled {
+                file: file.to_string(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20).min(until - Instant::now()));
+    }
+    Ok(())
 }
 
 fn content_range_start(response: &ureq::http::Response<ureq::Body>) -> Option<u64> {

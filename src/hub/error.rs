@@ -89,4 +89,14 @@ impl HubError {
             source,
         }
     }
+
+    /// A failure that trying again may cure: a dropped or stalled connection, or a
+    /// server that is overloaded or briefly down.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            HubError::Network { .. } => true,
+            HubError::Http { status, .. } => matches!(status, 408 | 429 | 500..=599),
+            _ => false,
+        }
+    }
 }

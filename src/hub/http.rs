@@ -20,6 +20,33 @@ pub struct Timeouts {
     pub read: Duration,
 }
 
+/// How a broken transfer is retried: up to `attempts` tries in a row that receive nothing,
+/// waiting `first_wait`, then twice as long before each next one. Any try that receives bytes
+/// starts the count again, so a slow, flaky line still finishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retries {
+    pub attempts: usize,
+    pub first_wait: Duration,
+}
+
+impl Default for Retries {
+    /// 1 + 2 + 4 + 8 s of waiting: a router restart or a Wi-Fi hand-over, not an outage.
+    fn default() -> Self {
+        Retries {
+            attempts: 5,
+            first_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Retries {
+    /// The wait before try `attempt` (2 for the first retry).
+    pub fn wait_before(&self, attempt: usize) -> Duration {
+        let doublings = attempt.saturating_sub(2).min(16) as u32;
+        self.first_wait.saturating_mul(1 << doublings)
+    }
+}
+
 impl Default for Timeouts {
     fn default() -> Self {
         Timeouts {

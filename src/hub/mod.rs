@@ -14,8 +14,8 @@ pub use cache::{
     DEFAULT_ENDPOINT, HubCache, endpoint_from_env, resolve_cache_dir, resolve_endpoint,
 };
 pub use error::HubError;
-pub use http::Timeouts;
+pub use http::{Retries, Timeouts};
 pub use model_files::{OPTIONAL_FILES, REQUIRED_FILES};
 pub use model_id::{DEFAULT_MODEL_ID, is_hub_model_id};
-pub use progress::{DownloadProgress, render_progress_line, stderr_progress};
+pub use progress::{DownloadProgress, Reconnecting, render_progress_line, stderr_progress};
 pub use snapshot::{HubOptions, ModelDownloader};

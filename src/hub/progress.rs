@@ -14,6 +14,18 @@ pub struct DownloadProgress {
     pub bytes_total: Option<u64>,
     pub bytes_per_sec: f64,
     pub eta: Option<Duration>,
+    /// Set while the download waits to reconnect after its connection broke.
+    pub reconnecting: Option<Reconnecting>,
+}
+
+/// A transfer that broke and is about to be tried again, from the bytes already received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reconnecting {
+    /// 1-based: the attempt about to be made after this wait.
+    pub attempt: usize,
+    pub attempts: usize,
+    pub after: Duration,
+    pub reason: String,
 }
 
 impl DownloadProgress {
@@ -56,6 +68,7 @@ impl ProgressTracker {
                 bytes_total,
                 bytes_per_sec: 0.0,
                 eta: None,
+                reconnecting: None,
             },
             resumed_from: bytes_done,
             started: Instant::now(),
@@ -101,6 +114,18 @@ impl ProgressTracker {
     }
 }
 
+impl ProgressTracker {
+    /// Reports that the transfer broke and is retried after a wait.
+    pub fn reconnecting(&mut self, status: Reconnecting, report: &mut dyn FnMut(DownloadProgress)) {
+        let mut progress = self.template.clone();
+        progress.bytes_per_sec = 0.0;
+        progress.eta = None;
+        progress.reconnecting = Some(status);
+        self.last_report = Some(Instant::now());
+        report(progress);
+    }
+}
+
 /// One terminal line for a progress report, e.g.
 /// `[2/6] model.safetensors [#####     ]  50%  12.0 MiB/s  ETA 10s`.
 pub fn render_progress_line(progress: &DownloadProgress, bar_width: usize) -> String {
@@ -116,6 +141,15 @@ pub fn render_progress_line(progress: &DownloadProgress, bar_width: usize) -> St
         ),
         None => human_bytes(progress.bytes_done as f64),
     };
+    if let Some(retry) = &progress.reconnecting {
+        return format!(
+            "{head}  {size}  connection lost ({}); reconnecting in {} s (attempt {} of {})",
+            retry.reason,
+            retry.after.as_secs_f64().ceil(),
+            retry.attempt,
+            retry.attempts
+        );
+    }
     let speed = format!("{}/s", human_bytes(progress.bytes_per_sec));
     match progress.fraction() {
         Some(fraction) => {
@@ -178,6 +212,7 @@ mod tests {
             bytes_total: Some(1024 * 1024),
             bytes_per_sec: 1024.0 * 1024.0,
             eta: Some(Duration::from_secs(3)),
+            reconnecting: None,
         };
         assert_eq!(
             render_progress_line(&progress, 10),

@@ -8,7 +8,7 @@ use ureq::Agent;
 use super::blob::{BlobRequest, download_blob};
 use super::cache::{HubCache, endpoint_from_env};
 use super::error::HubError;
-use super::http::{self, FileMetadata, Lookup, Timeouts};
+use super::http::{self, FileMetadata, Lookup, Retries, Timeouts};
 use super::model_files::{OPTIONAL_FILES, REQUIRED_FILES, is_complete, shards_in_index};
 use super::model_id::validate_model_id;
 use super::progress::{DownloadProgress, ProgressTracker};
@@ -22,6 +22,7 @@ pub struct HubOptions {
     /// Branch, tag or commit hash.
     pub revision: String,
     pub timeouts: Timeouts,
+    pub retries: Retries,
 }
 
 impl HubOptions {
@@ -33,6 +34,7 @@ impl HubOptions {
             cache: HubCache::from_env()?,
             revision: "main".to_string(),
             timeouts: Timeouts::default(),
+            retries: Retries::default(),
         })
     }
 }
@@ -190,7 +192,15 @@ impl ModelDownloader {
                 meta,
                 blob: &blob,
             };
-            download_blob(&self.agent, &request, &mut tracker, progress, cancel)?;
+            let retries = self.options.retries;
+            download_blob(
+                &self.agent,
+                &request,
+                retries,
+                &mut tracker,
+                progress,
+                cancel,
+            )?;
         }
         cache.link_snapshot_file(model_id, &meta.commit, &planned.file, &meta.etag)
     }

@@ -46,6 +46,18 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                         .desired_width(400.0),
                 );
                 ui.label(text);
+                if let Some(retry) = progress.as_ref().and_then(|p| p.reconnecting.as_ref()) {
+                    ui.colored_label(
+                        ui.visuals().warn_fg_color,
+                        format!(
+                            "Connection lost ({}). Reconnecting in {:.0} s, attempt {} of {}; the bytes already here are kept.",
+                            retry.reason,
+                            retry.after.as_secs_f64().ceil(),
+                            retry.attempt,
+                            retry.attempts
+                        ),
+                    );
+                }
                 if ui.button("Cancel download").clicked() {
                     actions.push(UiCommand::StopGeneration.into());
                 }

@@ -28,8 +28,8 @@ pub struct Repo {
     /// Served like LFS files: sha256 etag, redirect to `/cdn/` when asked.
     pub lfs: BTreeSet<String>,
     pub redirect_lfs: bool,
-    /// Close the connection after this many body bytes of the first GET of a file.
-    pub cut_first_get: Option<(String, usize)>,
+    /// Close the connection after `.1` body bytes of the next `.2` GETs of file `.0`.
+    pub cut_gets: Option<(String, usize, usize)>,
     /// Serve this file with one byte flipped (headers still claim the real hash).
     pub corrupt: Option<String>,
 }
@@ -173,10 +173,10 @@ fn serve(
     }
     let mut cut = None;
     if method == "GET"
-        && let Some((cut_file, after)) = repo.cut_first_get.clone()
+        && let Some((cut_file, after, times)) = repo.cut_gets.clone()
         && cut_file == file
     {
-        repo.cut_first_get = None;
+        repo.cut_gets = (times > 1).then(|| (cut_file, after, times - 1));
         cut = Some(after);
     }
     drop(repo);

@@ -244,3 +244,38 @@ fn emoji_and_the_code_block_icons_have_glyphs() {
         .collect();
     assert!(missing.is_empty(), "drawn as boxes: {missing:?}");
 }
+
+#[test]
+fn a_download_that_lost_its_connection_says_it_is_reconnecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let (handle, engine) = ScriptedEngine::new();
+    let mut state = AppState::new(Paths::under(dir.path()), handle);
+    assert!(state.apply(Action::DownloadDefaultModel));
+    engine.send(Event::DownloadProgress(crate::hub::DownloadProgress {
+        file: "model.safetensors".into(),
+        file_index: 3,
+        file_count: 6,
+        bytes_done: 100 << 20,
+        bytes_total: Some(270 << 20),
+        bytes_per_sec: 0.0,
+        eta: None,
+        reconnecting: Some(crate::hub::Reconnecting {
+            attempt: 2,
+            attempts: 5,
+            after: std::time::Duration::from_secs(1),
+            reason: "connection reset by peer".into(),
+        }),
+    }));
+    let mut harness = Harness::builder()
+        .with_size([1100.0, 720.0])
+        .build_ui_state(
+            |ui, app: &mut SmolchatApp| app.show(ui),
+            SmolchatApp::new(state),
+        );
+    harness.step();
+    assert!(
+        harness
+            .query_by_label_contains("Reconnecting in 1 s, attempt 2 of 5")
+            .is_some()
+    );
+}
