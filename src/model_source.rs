@@ -17,6 +17,9 @@ pub enum ModelSource {
     /// `organisation/name` on the hub, fetched into the shared Hugging Face cache when the
     /// cache does not hold it complete.
     Hub(String),
+    /// `organisation/name:QUANT`: the one `.gguf` file of a hub repository whose name carries
+    /// that quantization (as llama.cpp and Ollama name them), fetched alone.
+    HubGguf { model_id: String, quant: String },
 }
 
 impl ModelSource {
@@ -25,8 +28,16 @@ impl ModelSource {
     /// `org/name` never goes to the network.
     pub fn parse(spec: &str) -> Self {
         let path = Path::new(spec);
+        let hub_file = spec
+            .split_once(':')
+            .filter(|(model_id, quant)| is_hub_model_id(model_id) && !quant.is_empty());
         if is_gguf(path) {
             ModelSource::GgufFile(path.to_path_buf())
+        } else if let Some((model_id, quant)) = hub_file.filter(|_| !path.exists()) {
+            ModelSource::HubGguf {
+                model_id: model_id.to_string(),
+                quant: quant.to_string(),
+            }
         } else if !path.exists() && is_hub_model_id(spec) {
             ModelSource::Hub(spec.to_string())
         } else {
@@ -60,6 +71,9 @@ impl ModelSource {
             ModelSource::Hub(model_id) => ModelDownloader::from_env()
                 .and_then(|downloader| downloader.ensure_model(model_id, progress, cancel))
                 .map_err(|err| EngineError::from_hub(model_id, err)),
+            ModelSource::HubGguf { model_id, quant } => ModelDownloader::from_env()
+                .and_then(|downloader| downloader.ensure_gguf(model_id, quant, progress, cancel))
+                .map_err(|err| EngineError::from_hub(model_id, err)),
         }
     }
 }
@@ -71,6 +85,7 @@ impl fmt::Display for ModelSource {
                 write!(f, "{}", path.display())
             }
             ModelSource::Hub(model_id) => f.write_str(model_id),
+            ModelSource::HubGguf { model_id, quant } => write!(f, "{model_id}:{quant}"),
         }
     }
 }
@@ -123,6 +138,13 @@ mod tests {
         assert_eq!(
             ModelSource::parse(DEFAULT_MODEL_ID),
             ModelSource::Hub(DEFAULT_MODEL_ID.to_string())
+        );
+        assert_eq!(
+            ModelSource::parse("bartowski/SmolLM2-135M-Instruct-GGUF:Q4_K_M"),
+            ModelSource::HubGguf {
+                model_id: "bartowski/SmolLM2-135M-Instruct-GGUF".into(),
+                quant: "Q4_K_M".into()
+            }
         );
         assert_eq!(
             ModelSource::parse("models/SmolLM2.Q4_1.GGUF"),

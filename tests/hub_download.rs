@@ -462,3 +462,49 @@ fn cancelled_download_stops_and_leaves_nothing_loadable() {
     assert!(dl.cached_model_dir(MODEL_ID).is_none());
     assert!(hub.gets().is_empty());
 }
+
+#[test]
+fn a_quantization_picks_one_gguf_file_and_downloads_only_it() {
+    let hub = FakeHub::start(Repo {
+        redirect_lfs: true,
+        ..Repo::gguf_files()
+    });
+    let cache = tempfile::tempdir().unwrap();
+    let dl = downloader(&hub.endpoint, cache.path(), Duration::from_secs(5));
+    let never = AtomicBool::new(false);
+
+    let file = dl
+        .ensure_gguf(MODEL_ID, "q4_k_m", &mut |_| {}, &never)
+        .unwrap();
+    assert_eq!(
+        file,
+        repo_dir(cache.path())
+            .join("snapshots")
+            .join(COMMIT)
+            .join("tiny-smollm-Q4_K_M.gguf")
+    );
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        Repo::gguf_files().files["tiny-smollm-Q4_K_M.gguf"]
+    );
+    let fetched: Vec<String> = hub.gets().into_iter().map(|r| r.path).collect();
+    assert!(
+        fetched.iter().all(|path| !path.contains("Q8_0")),
+        "{fetched:?}"
+    );
+
+    hub.clear_log();
+    let again = dl
+        .ensure_gguf(MODEL_ID, "Q4_K_M", &mut |_| {}, &never)
+        .unwrap();
+    assert_eq!(again, file);
+    assert!(hub.requests().is_empty(), "the cached file is used offline");
+
+    let error = dl
+        .ensure_gguf(MODEL_ID, "Q5_K_M", &mut |_| {}, &never)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "TestOrg/tiny-smollm has no .gguf file for Q5_K_M; it has Q4_K_M, Q8_0"
+    );
+}

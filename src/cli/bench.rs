@@ -11,8 +11,8 @@ use crate::text::SamplingParams;
 
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// A model folder (e.g. one written by `smolchat dev random-checkpoint`), a .gguf file or a
-    /// hub id.
+    /// A model folder (e.g. one written by `smolchat dev random-checkpoint`), a .gguf file, a
+    /// hub id, or owner/repo:Q4_K_M.
     #[arg(long)]
     model: String,
     #[arg(long, default_value_t = 128)]

@@ -13,7 +13,8 @@ use crate::text::{ChatMessage, ContextWindow, OverflowPolicy};
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
-    /// A model folder, a .gguf file, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct.
+    /// A model folder, a .gguf file, a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct, or
+    /// owner/repo:Q4_K_M for one GGUF file of a hub repository.
     #[arg(long)]
     model: String,
     /// Feed the prompt as plain text, without the chat template.

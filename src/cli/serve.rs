@@ -13,7 +13,8 @@ use crate::server::{DEFAULT_MAX_BODY_BYTES, Server, ServerConfig};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// A model folder, a .gguf file, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct.
+    /// A model folder, a .gguf file, a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct, or
+    /// owner/repo:Q4_K_M for one GGUF file of a hub repository.
     #[arg(long)]
     model: String,
     /// Only this machine by default; any other address needs --api-key.
@@ -42,6 +43,7 @@ pub struct ServeArgs {
 fn model_names(spec: &str, source: &ModelSource) -> Vec<String> {
     let primary = match source {
         ModelSource::Hub(id) => id.clone(),
+        ModelSource::HubGguf { .. } => source.to_string(),
         ModelSource::Folder(path) | ModelSource::GgufFile(path) => model_name(path),
     };
     let mut names = vec![primary];

@@ -29,6 +29,21 @@ pub enum HubError {
     #[error("network error for {url}: {reason}")]
     Network { url: String, reason: String },
 
+    #[error(
+        "{model_id} has no .gguf file for {quant}; it has {}",
+        if available.is_empty() { "none".to_string() } else { available.join(", ") }
+    )]
+    NoSuchQuantization {
+        model_id: String,
+        quant: String,
+        available: Vec<String>,
+    },
+    #[error("{model_id} has several .gguf files for {quant} ({}); split files are not supported", files.join(", "))]
+    AmbiguousQuantization {
+        model_id: String,
+        quant: String,
+        files: Vec<String>,
+    },
     #[error("{url} answered HTTP {status}")]
     Http { url: String, status: u16 },
 

@@ -4,6 +4,7 @@
 mod blob;
 mod cache;
 mod error;
+mod gguf_choice;
 mod http;
 mod model_files;
 mod model_id;

@@ -8,6 +8,7 @@ use ureq::Agent;
 use super::blob::{BlobRequest, download_blob};
 use super::cache::{HubCache, endpoint_from_env};
 use super::error::HubError;
+use super::gguf_choice;
 use super::http::{self, FileMetadata, Lookup, Retries, Timeouts};
 use super::model_files::{OPTIONAL_FILES, REQUIRED_FILES, is_complete, shards_in_index};
 use super::model_id::validate_model_id;
@@ -134,6 +135,75 @@ impl ModelDownloader {
         self.fetch_all(model_id, &plan, progress, cancel)?;
         cache.write_ref(model_id, &self.options.revision, &commit)?;
         Ok(cache.snapshot_dir(model_id, &commit))
+    }
+
+    /// The `.gguf` file of `model_id` whose name carries the quantization `quant` (the
+    /// `owner/repo:Q4_K_M` form), downloading that file alone, with the same resume, retries
+    /// and checks. A copy already in the cache is used without asking the hub.
+    pub fn ensure_gguf(
+        &self,
+        model_id: &str,
+        quant: &str,
+        progress: &mut dyn FnMut(DownloadProgress),
+        cancel: &AtomicBool,
+    ) -> Result<PathBuf, HubError> {
+        validate_model_id(model_id)?;
+        let cache = &self.options.cache;
+        if let Some(commit) = cache.resolve_revision(model_id, &self.options.revision) {
+            let dir = cache.snapshot_dir(model_id, &commit);
+            let cached: Vec<String> = std::fs::read_dir(&dir)
+                .map(|entries| {
+                    entries
+                        .flatten()
+                        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            if let Ok(file) = gguf_choice::choose(model_id, quant, &cached) {
+                return Ok(dir.join(file));
+            }
+        }
+        let files = self
+            .list_files(model_id)
+            .map_err(|e| self.offline(model_id, e))?;
+        let file = gguf_choice::choose(model_id, quant, &files)?;
+        let meta = self
+            .lookup(model_id, &self.options.revision, &file)?
+            .ok_or_else(|| self.missing(model_id, &self.options.revision, &file))?;
+        let planned = Planned { file, meta };
+        let path = self.fetch(model_id, &planned, 1, 1, progress, cancel)?;
+        cache.write_ref(model_id, &self.options.revision, &planned.meta.commit)?;
+        Ok(path)
+    }
+
+    /// The repository's file names at the configured revision, from the hub's API.
+    fn list_files(&self, model_id: &str) -> Result<Vec<String>, HubError> {
+        let url = format!(
+            "{}/api/models/{model_id}/revision/{}",
+            self.options.endpoint, self.options.revision
+        );
+        let mut response = http::get(&self.agent, &url, None)?;
+        let status = response.status().as_u16();
+        if status != 200 {
+            return Err(HubError::Http { url, status });
+        }
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| http::network_error(&url, e))?;
+        let bad = |reason: String| HubError::Network {
+            url: url.clone(),
+            reason,
+        };
+        let listing: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| bad(format!("the file list is not JSON: {e}")))?;
+        let siblings = listing["siblings"]
+            .as_array()
+            .ok_or_else(|| bad("the file list has no siblings".into()))?;
+        Ok(siblings
+            .iter()
+            .filter_map(|sibling| sibling["rfilename"].as_str().map(str::to_string))
+            .collect())
     }
 
     fn fetch_all(

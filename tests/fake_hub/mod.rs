@@ -35,6 +35,22 @@ pub struct Repo {
 }
 
 impl Repo {
+    /// Two GGUF files of one model, as quantized repositories hold them.
+    pub fn gguf_files() -> Repo {
+        let mut repo = Repo::default();
+        for (name, len) in [
+            ("tiny-smollm-Q4_K_M.gguf", 300_000),
+            ("tiny-smollm-Q8_0.gguf", 500_000),
+            ("README.md", 40),
+        ] {
+            let bytes: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            repo.files.insert(name.to_string(), bytes);
+        }
+        repo.lfs.insert("tiny-smollm-Q4_K_M.gguf".into());
+        repo.lfs.insert("tiny-smollm-Q8_0.gguf".into());
+        repo
+    }
+
     /// The fixture checkpoint with `model.safetensors` and `tokenizer.json` as LFS files.
     pub fn fixture() -> Repo {
         let mut repo = Repo::default();
@@ -135,6 +151,19 @@ fn serve(
         range: range.clone(),
     });
     let mut out = stream;
+    if path.starts_with(&format!("/api/models/{MODEL_ID}/revision/")) {
+        let repo = state.lock().unwrap();
+        let siblings: Vec<String> = repo
+            .files
+            .keys()
+            .map(|name| format!("{{\"rfilename\": \"{name}\"}}"))
+            .collect();
+        let body = format!(
+            "{{\"id\": \"{MODEL_ID}\", \"sha\": \"{COMMIT}\", \"siblings\": [{}]}}",
+            siblings.join(", ")
+        );
+        return respond(&mut out, "200 OK", &[], body.as_bytes(), &method);
+    }
     let prefix = format!("/{MODEL_ID}/resolve/");
     let (file, via_cdn) = if let Some(rest) = path.strip_prefix(&prefix) {
         match rest.split_once('/') {
