@@ -1,7 +1,14 @@
-//! Conversations on disk: one JSON file each, so that a damaged or deleted file costs one
+//! Conversations on disk: one file each, so that a damaged or deleted file costs one
 //! conversation, not the history.
+//!
+//! A file is a snapshot of the conversation on its first line (JSON), then, while a reply
+//! streams, one line per periodic save with only what the reply gained since the last
+//! ([`Appended`]). Streaming thus writes each token once instead of the whole conversation
+//! every second; the next snapshot (when the reply ends) replaces the file atomically. A
+//! line cut short by a crash is the last one and is ignored. Files of format 1 (one pretty
+//! JSON document) load as they are and are rewritten in this format at their next save.
 
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -12,8 +19,8 @@ use crate::backend::BackendKind;
 use crate::generation::{FinishReason, GenerationStats};
 use crate::text::{ChatMessage, OverflowPolicy, Role, SamplingParams};
 
-/// Bumped whenever a change would make older builds misread a file.
-pub const FORMAT_VERSION: u32 = 1;
+/// Bumped whenever a change would make older builds misread a file: 2 added appended lines.
+pub const FORMAT_VERSION: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Conversation {
@@ -206,6 +213,42 @@ fn unix_ms() -> u64 {
         .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
+/// What a streaming reply gained since the file's last line: text and tokens of message
+/// `message`, to append to it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Appended {
+    pub message: usize,
+    pub text: String,
+    pub tokens: Vec<StoredToken>,
+}
+
+/// A line after a file's snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Record {
+    Append(Appended),
+}
+
+impl Conversation {
+    fn apply(&mut self, record: Record) -> Result<(), String> {
+        match record {
+            Record::Append(appended) => {
+                let message = self.messages.get_mut(appended.message).ok_or_else(|| {
+                    format!(
+                        "it appends to message {}, which it does not have",
+                        appended.message
+                    )
+                })?;
+                message.content.push_str(&appended.text);
+                if let Some(generation) = &mut message.generation {
+                    generation.tokens.extend(appended.tokens);
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// The folder of conversation files.
 #[derive(Debug, Clone)]
 pub struct ConversationStore {
@@ -221,15 +264,53 @@ impl ConversationStore {
         self.dir.join(format!("{id}.json"))
     }
 
+    /// Replaces the file with a snapshot of `conversation`, atomically.
     pub fn save(&self, conversation: &Conversation) -> io::Result<()> {
-        write_atomic(&self.path(&conversation.id), &conversation.to_json()?)
+        let mut snapshot = conversation.clone();
+        snapshot.format_version = FORMAT_VERSION;
+        let mut line = serde_json::to_vec(&snapshot).map_err(io::Error::other)?;
+        line.push(b'\n');
+        write_atomic(&self.path(&conversation.id), &line)
+    }
+
+    /// Appends what a streaming reply gained to conversation `id`'s file, on disk before it
+    /// returns; the bytes written.
+    pub fn append(&self, id: &str, appended: &Appended) -> io::Result<usize> {
+        let mut line =
+            serde_json::to_vec(&Record::Append(appended.clone())).map_err(io::Error::other)?;
+        line.push(b'\n');
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.path(id))?;
+        file.write_all(&line)?;
+        file.sync_data()?;
+        Ok(line.len())
     }
 
     pub fn load_file(path: &Path) -> Result<Conversation, String> {
         let bytes =
             std::fs::read(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
-        let conversation: Conversation = serde_json::from_slice(&bytes)
-            .map_err(|err| format!("{} is damaged: {err}", path.display()))?;
+        let damaged = |reason: String| format!("{} is damaged: {reason}", path.display());
+        // Format 1, or a snapshot alone.
+        let mut conversation: Conversation = match serde_json::from_slice(&bytes) {
+            Ok(conversation) => conversation,
+            Err(whole) => {
+                let mut lines = bytes.split(|&byte| byte == b'\n');
+                let first = lines.next().unwrap_or_default();
+                let mut conversation: Conversation =
+                    serde_json::from_slice(first).map_err(|_| damaged(whole.to_string()))?;
+                let rest: Vec<&[u8]> = lines.filter(|line| !line.is_empty()).collect();
+                for (index, line) in rest.iter().enumerate() {
+                    match serde_json::from_slice::<Record>(line) {
+                        Ok(record) => conversation.apply(record).map_err(damaged)?,
+                        // Cut short by a crash while being written: what came before stands.
+                        Err(_) if index + 1 == rest.len() => {}
+                        Err(err) => return Err(damaged(format!("line {}: {err}", index + 2))),
+                    }
+                }
+                conversation
+            }
+        };
         if conversation.format_version > FORMAT_VERSION {
             return Err(format!(
                 "{} was written by a newer smolchat (format {})",
@@ -237,6 +318,7 @@ impl ConversationStore {
                 conversation.format_version
             ));
         }
+        conversation.format_version = FORMAT_VERSION;
         Ok(conversation)
     }
 
@@ -298,5 +380,139 @@ mod tests {
         assert!(conversation.to_markdown().contains("## You\n\nhello"));
         store.delete(&conversation.id).unwrap();
         assert!(!store.path(&conversation.id).exists());
+    }
+
+    fn token(text: &str) -> StoredToken {
+        StoredToken {
+            text: text.to_string(),
+            probability: 0.4321,
+            alternatives: (0..5).map(|i| (format!(" alt{i}"), 0.1234)).collect(),
+        }
+    }
+
+    fn streaming_conversation() -> Conversation {
+        let mut conversation = Conversation::new();
+        conversation
+            .messages
+            .push(StoredMessage::new(Role::User, "Tell me a story"));
+        conversation.messages.push(StoredMessage {
+            generation: Some(GenerationRecord {
+                model: "SmolLM2-135M-Instruct".into(),
+                model_dir: "/models/smollm2".into(),
+                backend: BackendKind::Flex,
+                sampling: SamplingParams::default(),
+                max_new_tokens: 512,
+                overflow: OverflowPolicy::default(),
+                finish_reason: None,
+                stats: None,
+                tokens: Vec::new(),
+            }),
+            ..StoredMessage::new(Role::Assistant, "")
+        });
+        conversation
+    }
+
+    #[test]
+    fn appended_lines_load_and_a_torn_last_line_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ConversationStore::new(dir.path());
+        let conversation = streaming_conversation();
+        store.save(&conversation).unwrap();
+        for words in [[" Once", " upon"], [" a", " time"]] {
+            let appended = Appended {
+                message: 1,
+                text: words.concat(),
+                tokens: words.iter().map(|w| token(w)).collect(),
+            };
+            store.append(&conversation.id, &appended).unwrap();
+        }
+        let path = store.path(&conversation.id);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend_from_slice(br#"{"append":{"message":1,"text":" the"#);
+        std::fs::write(&path, &bytes).unwrap();
+        let loaded = ConversationStore::load_file(&path).unwrap();
+        let reply = &loaded.messages[1];
+        assert_eq!(reply.content, " Once upon a time");
+        assert_eq!(reply.generation.as_ref().unwrap().tokens.len(), 4);
+
+        // A broken line before the last is damage, reported, not skipped.
+        bytes.extend_from_slice(b"\n{}\n");
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(
+            ConversationStore::load_file(&path)
+                .unwrap_err()
+                .contains("is damaged")
+        );
+    }
+
+    #[test]
+    fn a_format_1_file_loads_and_is_rewritten_as_format_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ConversationStore::new(dir.path());
+        let mut old = streaming_conversation();
+        old.format_version = 1;
+        let path = store.path(&old.id);
+        std::fs::write(&path, serde_json::to_vec_pretty(&old).unwrap()).unwrap();
+        let loaded = ConversationStore::load_file(&path).unwrap();
+        assert_eq!(loaded.messages, old.messages);
+        assert_eq!(loaded.format_version, FORMAT_VERSION);
+        store.save(&loaded).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 1);
+        assert!(text.contains("\"format_version\":2"));
+    }
+
+    /// A 512-token reply streamed at 50 tokens a second, saved every second: format 1
+    /// rewrote the whole conversation each time, format 2 appends each token once (and
+    /// both write the whole conversation once more at the end).
+    #[test]
+    fn streaming_writes_each_token_once() {
+        const TOKENS: usize = 512;
+        const PER_SAVE: usize = 50;
+        let dir = tempfile::tempdir().unwrap();
+        let store = ConversationStore::new(dir.path());
+        let mut conversation = streaming_conversation();
+        store.save(&conversation).unwrap();
+        let (mut rewritten, mut appended) = (0, 0);
+        for start in (0..TOKENS).step_by(PER_SAVE) {
+            let tokens: Vec<StoredToken> = (start..(start + PER_SAVE).min(TOKENS))
+                .map(|i| token(&format!(" word{i}")))
+                .collect();
+            let reply = &mut conversation.messages[1];
+            let text: String = tokens.iter().map(|t| t.text.as_str()).collect();
+            reply.content.push_str(&text);
+            reply
+                .generation
+                .as_mut()
+                .unwrap()
+                .tokens
+                .extend(tokens.clone());
+            rewritten += conversation.to_json().unwrap().len();
+            appended += store
+                .append(
+                    &conversation.id,
+                    &Appended {
+                        message: 1,
+                        text,
+                        tokens,
+                    },
+                )
+                .unwrap();
+        }
+        // Both end with the whole conversation written once more when the reply finishes.
+        let loaded = ConversationStore::load_file(&store.path(&conversation.id)).unwrap();
+        assert_eq!(loaded.messages, conversation.messages);
+        store.save(&conversation).unwrap();
+        rewritten += conversation.to_json().unwrap().len();
+        appended += std::fs::metadata(store.path(&conversation.id))
+            .unwrap()
+            .len() as usize;
+        let per_token = |bytes: usize| bytes as f64 / TOKENS as f64;
+        eprintln!(
+            "bytes written per streamed token: format 1 {:.0}, format 2 {:.0}",
+            per_token(rewritten),
+            per_token(appended)
+        );
+        assert!(appended * 4 < rewritten, "{appended} vs {rewritten}");
     }
 }

@@ -7,8 +7,8 @@ pub mod settings;
 use std::path::PathBuf;
 
 pub use conversation::{
-    Conversation, ConversationStore, GenerationRecord, MessageStats, ReplyVariant, StoredMessage,
-    StoredToken,
+    Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, ReplyVariant,
+    StoredMessage, StoredToken,
 };
 pub use settings::{SeedMode, ServerSettings, Settings, Theme};
 

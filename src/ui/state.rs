@@ -14,8 +14,8 @@ use crate::generation::{FinishReason, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
 use crate::model_source::{ModelSource, is_gguf};
 use crate::store::{
-    Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, ReplyVariant, SeedMode,
-    Settings, StoredMessage, StoredToken, Theme,
+    Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, ReplyVariant,
+    SeedMode, Settings, StoredMessage, StoredToken, Theme,
 };
 use crate::text::{ChatMessage, Role};
 
@@ -65,6 +65,9 @@ struct ActiveGeneration {
     conversation_id: String,
     message_index: usize,
     last_save: Instant,
+    /// How much of the reply's text (bytes) and tokens its file holds.
+    saved_text: usize,
+    saved_tokens: usize,
 }
 
 pub struct AppState {
@@ -587,6 +590,8 @@ impl AppState {
             conversation_id,
             message_index,
             last_save: Instant::now(),
+            saved_text: 0,
+            saved_tokens: 0,
         });
         self.live = None;
         self.save_current();
@@ -864,8 +869,16 @@ impl AppState {
                         );
                     }
                     self.live = Some(stats);
-                    self.save_streaming();
-                    self.generation = None;
+                    // The finished reply replaces the appended lines with one snapshot.
+                    if let Some(active) = self.generation.take()
+                        && let Some(conversation) = self
+                            .conversations
+                            .iter()
+                            .find(|c| c.id == active.conversation_id)
+                            .cloned()
+                    {
+                        self.save(&conversation);
+                    }
                     self.replies_on_model += 1;
                 }
             }
@@ -954,14 +967,52 @@ impl AppState {
         self.started.elapsed().as_secs_f64()
     }
 
+    /// Appends what the streaming reply gained since its last save to its file.
     fn save_streaming(&mut self) {
         let Some(active) = &mut self.generation else {
             return;
         };
         active.last_save = Instant::now();
-        let id = active.conversation_id.clone();
-        if let Some(conversation) = self.conversations.iter().find(|c| c.id == id).cloned() {
-            self.save(&conversation);
+        let Some(message) = self
+            .conversations
+            .iter()
+            .find(|c| c.id == active.conversation_id)
+            .and_then(|c| c.messages.get(active.message_index))
+        else {
+            return;
+        };
+        let tokens = message
+            .generation
+            .as_ref()
+            .map_or(&[][..], |record| &record.tokens[..]);
+        let appended = Appended {
+            message: active.message_index,
+            text: message
+                .content
+                .get(active.saved_text..)
+                .unwrap_or_default()
+                .to_string(),
+            tokens: tokens
+                .get(active.saved_tokens..)
+                .unwrap_or_default()
+                .to_vec(),
+        };
+        if appended.text.is_empty() && appended.tokens.is_empty() {
+            return;
+        }
+        let (text_len, token_count) = (message.content.len(), tokens.len());
+        match self.store.append(&active.conversation_id, &appended) {
+            Ok(_) => {
+                active.saved_text = text_len;
+                active.saved_tokens = token_count;
+            }
+            Err(err) => {
+                let path = self.store.path(&active.conversation_id);
+                self.errors.push(format!(
+                    "cannot save the reply to {}: {err}. Free some disk space or check the folder's permissions.",
+                    path.display()
+                ));
+            }
         }
     }
 
@@ -972,6 +1023,15 @@ impl AppState {
 
     fn save(&mut self, conversation: &Conversation) -> bool {
         let result = self.store.save(conversation);
+        // A snapshot holds all of a streaming reply so far: later appends start from it.
+        if result.is_ok()
+            && let Some(active) = &mut self.generation
+            && active.conversation_id == conversation.id
+            && let Some(message) = conversation.messages.get(active.message_index)
+        {
+            active.saved_text = message.content.len();
+            active.saved_tokens = message.generation.as_ref().map_or(0, |g| g.tokens.len());
+        }
         if let Err(err) = &result {
             self.errors.push(format!(
                 "cannot save the conversation to {}: {err}. Free some disk space or check the folder's permissions.",
