@@ -10,7 +10,7 @@ use super::error::EngineError;
 use crate::generation::{FinishReason, GenerationStats, ModelOptions, TokenEvent};
 use crate::hub::DownloadProgress;
 use crate::model_source::ModelSource;
-use crate::text::{ChatMessage, OverflowPolicy, SamplingParams};
+use crate::text::{ChatMessage, OverflowPolicy, SamplingDefaults, SamplingParams};
 
 /// Identifies one generation, so that late events of an old request cannot be mistaken for
 /// the current one. Unique across all the clients of an engine.
@@ -132,6 +132,8 @@ pub struct ModelInfo {
     /// The GPU backend runs on a software rasterizer (see
     /// [`crate::backend::ComputeDevice::is_software_renderer`]).
     pub software_gpu: bool,
+    /// What the model's own files recommend for sampling.
+    pub sampling_defaults: SamplingDefaults,
 }
 
 /// Figures sent while generating: the generation's own and the process's memory.

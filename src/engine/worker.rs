@@ -291,6 +291,7 @@ impl Worker {
                     fallback_template: loaded.template.is_fallback(),
                     backend_fallback: loaded.device.fallback.clone(),
                     software_gpu: loaded.device.is_software_renderer(),
+                    sampling_defaults: loaded.sampling_defaults,
                 };
                 let cache = loaded.model.new_cache();
                 self.model = Some((loaded, cache));

@@ -7,7 +7,7 @@ use crate::gguf::{GgufConfig, GgufFile, GgufTokenizer};
 use crate::model::checkpoint::gguf::GgufCheckpoint;
 use crate::model::{Llama, LlamaConfig, Precision};
 use crate::model_source::{is_gguf, model_name};
-use crate::text::{ChatTemplate, StopTokens, TextTokenizer};
+use crate::text::{ChatTemplate, SamplingDefaults, StopTokens, TextTokenizer};
 
 /// How to load a model: where it runs and in which precision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -24,6 +24,8 @@ pub struct LoadedModel {
     pub tokenizer: TextTokenizer,
     pub template: ChatTemplate,
     pub stop_tokens: StopTokens,
+    /// The sampling its authors recommend, if they name any.
+    pub sampling_defaults: SamplingDefaults,
     /// The model folder or GGUF file.
     pub dir: PathBuf,
     /// What the model runs on, which is not what was asked for when the GPU is unusable.
@@ -48,6 +50,7 @@ impl LoadedModel {
             tokenizer: parts.tokenizer,
             template: parts.template,
             stop_tokens: parts.stop_tokens,
+            sampling_defaults: parts.sampling_defaults,
             dir: path.to_path_buf(),
             options: ModelOptions {
                 backend: device.backend,
@@ -78,6 +81,7 @@ struct Parts {
     tokenizer: TextTokenizer,
     template: ChatTemplate,
     stop_tokens: StopTokens,
+    sampling_defaults: SamplingDefaults,
 }
 
 impl Parts {
@@ -95,6 +99,7 @@ impl Parts {
             tokenizer,
             template,
             stop_tokens,
+            sampling_defaults: SamplingDefaults::from_dir(dir),
         })
     }
 
@@ -117,6 +122,7 @@ impl Parts {
         )?;
         let stop_tokens = StopTokens::from_ids(vocabulary.eos_token_id.into_iter().collect());
         let tokenizer = TextTokenizer::from_parts(vocabulary.tokenizer, path.to_path_buf());
+        let sampling_defaults = SamplingDefaults::from_gguf(file.metadata());
         let checkpoint = GgufCheckpoint::new(file, config.head_dim());
         let model = Llama::from_checkpoint(config, &checkpoint, &device.device, precision)?;
         Ok(Self {
@@ -124,6 +130,7 @@ impl Parts {
             tokenizer,
             template,
             stop_tokens,
+            sampling_defaults,
         })
     }
 }

@@ -149,6 +149,7 @@ pub fn model_info(dir: &Path) -> ModelInfo {
         fallback_template: false,
         backend_fallback: None,
         software_gpu: false,
+        sampling_defaults: Default::default(),
     }
 }
 

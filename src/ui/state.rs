@@ -17,7 +17,7 @@ use crate::store::{
     Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, ReplyVariant,
     SeedMode, Settings, StoredMessage, StoredToken, Theme,
 };
-use crate::text::{ChatMessage, Role};
+use crate::text::{ChatMessage, Role, SamplingDefaults, SamplingParams};
 
 /// How long the live plot looks back.
 pub const HISTORY_WINDOW: Duration = Duration::from_secs(60);
@@ -320,6 +320,40 @@ impl AppState {
                 settings.server.enabled = !settings.server.enabled;
                 self.update_settings(settings)
             }
+        }
+    }
+
+    /// Starts from the model's recommended sampling unless the user has chosen their own
+    /// (anything but the app's defaults), which is kept, with a word about the difference.
+    fn follow_model_sampling(&mut self, defaults: &SamplingDefaults) {
+        let mine = self.settings.sampling.clone();
+        let suggested = defaults.apply_to(&mine);
+        if suggested == mine {
+            return;
+        }
+        let describe = |p: &SamplingParams| {
+            format!(
+                "temperature {}, top-p {}, top-k {}, min-p {}, repetition penalty {}",
+                p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty
+            )
+        };
+        let untouched = SamplingParams {
+            seed: mine.seed,
+            ..SamplingParams::default()
+        } == mine;
+        if untouched {
+            let mut settings = self.settings.clone();
+            settings.sampling = suggested.clone();
+            self.update_settings(settings);
+            self.notify(format!(
+                "Sampling set to what this model recommends: {}.",
+                describe(&suggested)
+            ));
+        } else {
+            self.notify(format!(
+                "This model recommends {}; your own sampling settings are kept.",
+                describe(&suggested)
+            ));
         }
     }
 
@@ -795,6 +829,7 @@ impl AppState {
                     );
                 }
                 self.replies_on_model = 0;
+                self.follow_model_sampling(&info.sampling_defaults);
                 self.model = ModelStatus::Ready(info);
                 // Figures of another model or backend would be compared with this one's.
                 self.live = None;

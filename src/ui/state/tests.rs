@@ -799,3 +799,35 @@ fn a_software_gpu_is_named_and_its_first_reply_says_it_is_compiling() {
         "kernels compile in the first reply only"
     );
 }
+
+#[test]
+fn the_models_recommended_sampling_is_used_until_the_user_sets_their_own() {
+    let mut f = Fixture::new();
+    let mut info = model_info(&f.model_dir());
+    info.sampling_defaults = crate::text::SamplingDefaults {
+        temperature: Some(0.3),
+        ..Default::default()
+    };
+    f.load(info.clone());
+    assert_eq!(f.state.settings().sampling.temperature, 0.3);
+    assert!(
+        f.state.notices()[0]
+            .starts_with("Sampling set to what this model recommends: temperature 0.3")
+    );
+
+    let mut settings = f.state.settings().clone();
+    settings.sampling.temperature = 1.1;
+    assert!(f.state.apply(Action::UpdateSettings(settings)));
+    f.play([Event::ModelReady(info)]);
+    assert_eq!(
+        f.state.settings().sampling.temperature,
+        1.1,
+        "the user's choice stays"
+    );
+    assert!(
+        f.state
+            .notices()
+            .iter()
+            .any(|n| n.contains("your own sampling settings are kept"))
+    );
+}
