@@ -1,5 +1,5 @@
-//! The conversation list: pick, start, rename (double-click or right-click) and delete (with
-//! undo) conversations.
+//! The conversation list: pick, start, rename (its button, a double-click or right-click) and
+//! delete (with undo) conversations.
 
 use super::commands::{Action, UiCommand};
 use super::state::AppState;
@@ -43,7 +43,10 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                 }
                 ui.horizontal(|ui| {
                     let selected = index == state.current_index();
-                    let title = ui.selectable_label(selected, &conversation.title);
+                    // A long title is cut (whole on hover) instead of widening the panel.
+                    let title = ui
+                        .selectable_label(selected, short_title(&conversation.title))
+                        .on_hover_text(&conversation.title);
                     if title.clicked() {
                         actions.push(Action::Select(index));
                     }
@@ -58,6 +61,9 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                             actions.push(Action::Delete(index));
                         }
                     });
+                    if icon_button(ui, "\u{270f}", "Rename conversation").clicked() {
+                        view.renaming = Some((index, conversation.title.clone()));
+                    }
                     if icon_button(ui, "\u{d7}", "Delete conversation").clicked() {
                         actions.push(Action::Delete(index));
                     }
@@ -67,6 +73,19 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
     if renamed {
         view.renaming = None;
     }
+}
+
+/// Titles longer than this many characters end in an ellipsis in the list.
+const TITLE_CHARS: usize = 24;
+
+fn short_title(title: &str) -> String {
+    if title.chars().count() <= TITLE_CHARS {
+        return title.to_string();
+    }
+    let mut short: String = title.chars().take(TITLE_CHARS - 1).collect();
+    short.truncate(short.trim_end().len());
+    short.push('\u{2026}');
+    short
 }
 
 /// A small button showing only a symbol, with a tooltip and an accessible name for screen

@@ -231,14 +231,15 @@ fn enter_in_the_model_path_field_loads_it() {
     assert_eq!(loads(&engine), [ModelSource::GgufFile(file)]);
 }
 
-/// Emoji this model writes often, and egui_commonmark's copy and copied icons of code blocks.
+/// Emoji this model writes often, egui_commonmark's copy and copied icons of code blocks,
+/// and the conversation list's rename icon.
 #[test]
 fn emoji_and_the_code_block_icons_have_glyphs() {
     let ctx = egui::Context::default();
     let mut output = ctx.run_ui(Default::default(), |_| {});
     output.textures_delta.clear();
     let font = egui::FontId::proportional(14.0);
-    let missing: Vec<char> = "😊😀👍❤🚀✨🌍💡🐉🍞🗐✔"
+    let missing: Vec<char> = "😊😀👍❤🚀✨🌍💡🐉🍞🗐✔✏"
         .chars()
         .filter(|&c| !ctx.fonts_mut(|fonts| fonts.has_glyph(&font, c)))
         .collect();
@@ -278,4 +279,29 @@ fn a_download_that_lost_its_connection_says_it_is_reconnecting() {
             .query_by_label_contains("Reconnecting in 1 s, attempt 2 of 5")
             .is_some()
     );
+}
+
+#[test]
+fn a_long_title_does_not_widen_the_list_and_rename_is_a_button() {
+    let (mut harness, engine, _dir) = window();
+    harness.state_mut().execute(Action::Send("Hello".into()));
+    let request = engine.generate_request();
+    engine.send(Event::Finished {
+        request: request.id,
+        reason: crate::generation::FinishReason::StopToken,
+        text: "Hi".into(),
+        stats: crate::ui::scripted_engine::stats(1),
+    });
+    harness
+        .state_mut()
+        .execute(Action::Rename(0, "word ".repeat(60)));
+    harness.step();
+    harness.step();
+    let delete = harness.get_by_label("Delete conversation");
+    assert!(delete.rect().right() < 280.0, "{:?}", delete.rect());
+
+    harness.get_by_label("Rename conversation").click();
+    harness.step();
+    harness.step();
+    assert!(harness.query_by_label("Conversation title").is_some());
 }
