@@ -638,15 +638,27 @@ fn a_full_queue_answers_503_with_retry_after() {
     assert_eq!(queued.json()["usage"]["completion_tokens"], 2);
 }
 
+/// Tokens the engine has generated since it started, as `/health` reports them.
+fn generated_tokens(address: SocketAddr) -> u64 {
+    get(address, "/health").json()["generated_tokens"]
+        .as_u64()
+        .unwrap()
+}
+
+/// A two-token completion, which the engine takes up once the one before it has stopped.
+fn short_completion(address: SocketAddr) -> HttpResponse {
+    post(
+        address,
+        "/v1/completions",
+        &json!({"prompt": "a", "max_tokens": 2, "temperature": 0}),
+    )
+}
+
 #[test]
 fn a_client_that_hangs_up_mid_stream_frees_the_engine_within_a_token() {
     let fixture = Fixture::start(4, None);
     let address = fixture.address();
-    let generated = || {
-        get(address, "/health").json()["generated_tokens"]
-            .as_u64()
-            .unwrap()
-    };
+    let generated = || generated_tokens(address);
     let before = generated();
     let mut stream = RawStream::open(address, "/v1/chat/completions", &long_stream(2000));
     assert_eq!(stream.status, 200);
@@ -661,11 +673,7 @@ fn a_client_that_hangs_up_mid_stream_frees_the_engine_within_a_token() {
     }
     drop(stream);
     let started = Instant::now();
-    let next = post(
-        address,
-        "/v1/completions",
-        &json!({"prompt": "a", "max_tokens": 2, "temperature": 0}),
-    );
+    let next = short_completion(address);
     assert_eq!(next.status, 200, "{}", next.body);
     assert!(
         started.elapsed() < Duration::from_secs(10),
@@ -686,11 +694,7 @@ fn a_client_that_hangs_up_before_a_whole_reply_frees_the_engine_within_a_token()
     use std::io::Write;
     let fixture = Fixture::start(4, None);
     let address = fixture.address();
-    let generated = || {
-        get(address, "/health").json()["generated_tokens"]
-            .as_u64()
-            .unwrap()
-    };
+    let generated = || generated_tokens(address);
     let before = generated();
     let mut body = long_stream(2000);
     body["stream"] = json!(false);
@@ -709,11 +713,7 @@ fn a_client_that_hangs_up_before_a_whole_reply_frees_the_engine_within_a_token()
     }
     let at_hang_up = generated() - before;
     drop(socket);
-    let next = post(
-        address,
-        "/v1/completions",
-        &json!({"prompt": "a", "max_tokens": 2, "temperature": 0}),
-    );
+    let next = short_completion(address);
     assert_eq!(next.status, 200, "{}", next.body);
     // The ones counted when the socket closed, the one being computed then and the one the
     // relay fails to send, and the next request's two.
