@@ -1041,12 +1041,14 @@ impl AppState {
                 active.saved_text = text_len;
                 active.saved_tokens = token_count;
             }
-            Err(err) => {
-                let path = self.store.path(&active.conversation_id);
-                self.errors.push(format!(
-                    "cannot save the reply to {}: {err}. Free some disk space or check the folder's permissions.",
-                    path.display()
-                ));
+            // The file went away or could not grow: a whole snapshot puts it back (and says
+            // why, once, if that fails too).
+            Err(_) => {
+                let id = active.conversation_id.clone();
+                if let Some(conversation) = self.conversations.iter().find(|c| c.id == id).cloned()
+                {
+                    self.save(&conversation);
+                }
             }
         }
     }

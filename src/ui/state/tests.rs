@@ -831,3 +831,18 @@ fn the_models_recommended_sampling_is_used_until_the_user_sets_their_own() {
             .any(|n| n.contains("your own sampling settings are kept"))
     );
 }
+
+#[test]
+fn a_conversation_file_removed_while_a_reply_streams_is_written_again() {
+    let mut f = Fixture::ready();
+    let request = f.send("Hello");
+    let path = f.state.conversation_path(&f.state.current().id);
+    std::fs::remove_file(&path).unwrap();
+    f.state = f.state.with_save_interval(std::time::Duration::ZERO);
+    f.play([Event::Token {
+        request: request.id,
+        token: token("Hi"),
+    }]);
+    assert!(f.state.errors().is_empty(), "{:?}", f.state.errors());
+    assert_eq!(f.saved().messages[1].content, "Hi");
+}
