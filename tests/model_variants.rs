@@ -48,6 +48,19 @@ fn multi_head_attention_with_untied_head_in_f32() {
     );
 }
 
+/// Llama 3.1/3.2's scaling, with an original context short enough that 40 positions cross it
+/// and the frequencies fall in all three bands.
+#[test]
+fn llama3_rope_scaling_in_f32() {
+    variant(
+        json!({"rope_theta": 10000.0, "rope_scaling": {
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16
+        }}),
+        StorageDtype::F32,
+    );
+}
+
 #[test]
 fn multi_query_attention_in_f16() {
     variant(

@@ -43,6 +43,15 @@ pub struct LlamaConfig {
     pub mlp_bias: bool,
 }
 
+/// A RoPE frequency scaling the model supports.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+pub struct Llama3RopeScaling {
+    pub factor: f64,
+    pub low_freq_factor: f64,
+    pub high_freq_factor: f64,
+    pub original_max_position_embeddings: f64,
+}
+
 fn default_rope_theta() -> f64 {
     10_000.0
 }
@@ -52,6 +61,42 @@ fn default_rms_norm_eps() -> f64 {
 }
 
 impl LlamaConfig {
+    /// Llama 3's frequency scaling (`rope_type: llama3`, as Llama 3.1 and 3.2 use), `None`
+    /// without `rope_scaling`; any other scaling is refused by name.
+    pub fn llama3_rope_scaling(&self) -> Result<Option<Llama3RopeScaling>> {
+        let Some(scaling) = self.rope_scaling.as_ref().filter(|v| !v.is_null()) else {
+            return Ok(None);
+        };
+        let refuse = |reason: &'static str| ModelError::UnsupportedConfig {
+            field: "rope_scaling",
+            value: scaling.to_string(),
+            reason,
+        };
+        // Older configs say `type`, newer ones `rope_type`.
+        let kind = scaling
+            .get("rope_type")
+            .or_else(|| scaling.get("type"))
+            .and_then(|kind| kind.as_str());
+        if kind != Some("llama3") {
+            return Err(refuse(
+                "only Llama 3's scaling (rope_type llama3) is supported among scaled RoPE variants",
+            ));
+        }
+        let parsed: Llama3RopeScaling = serde_json::from_value(scaling.clone()).map_err(|_| {
+            refuse("llama3 scaling needs factor, low_freq_factor, high_freq_factor and original_max_position_embeddings")
+        })?;
+        let sane = parsed.factor > 0.0
+            && parsed.low_freq_factor > 0.0
+            && parsed.high_freq_factor > parsed.low_freq_factor
+            && parsed.original_max_position_embeddings > 0.0;
+        if !sane {
+            return Err(refuse(
+                "llama3 scaling needs positive factors with high_freq_factor above low_freq_factor",
+            ));
+        }
+        Ok(Some(parsed))
+    }
+
     /// Reads and validates `config.json`; the error names the file and the offending field.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|source| ModelError::Io {
@@ -165,15 +210,7 @@ impl LlamaConfig {
                 "only LlamaForCausalLM is supported",
             ));
         }
-        if self.rope_scaling.as_ref().is_some_and(|v| !v.is_null()) {
-            return Err(unsupported(
-                "rope_scaling",
-                self.rope_scaling
-                    .as_ref()
-                    .map_or_else(String::new, |v| v.to_string()),
-                "scaled RoPE variants are not supported",
-            ));
-        }
+        self.llama3_rope_scaling()?;
         if let Some(act) = self.hidden_act.as_deref().filter(|act| *act != "silu") {
             return Err(unsupported(
                 "hidden_act",
@@ -306,12 +343,35 @@ mod tests {
     }
 
     #[test]
-    fn rejects_rope_scaling() {
+    fn accepts_llama3_rope_scaling_and_rejects_the_others() {
         let json = with(
             "rope_scaling",
             serde_json::json!({"type": "linear", "factor": 2.0}),
         );
         assert_eq!(rejected_field(&json), "rope_scaling");
+        let llama3 = serde_json::json!({
+            "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192
+        });
+        let config = LlamaConfig::from_json(&with("rope_scaling", llama3.clone())).unwrap();
+        assert_eq!(
+            config.llama3_rope_scaling().unwrap(),
+            Some(Llama3RopeScaling {
+                factor: 32.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: 8192.0,
+            })
+        );
+        let mut incomplete = llama3;
+        incomplete
+            .as_object_mut()
+            .unwrap()
+            .remove("high_freq_factor");
+        assert_eq!(
+            rejected_field(&with("rope_scaling", incomplete)),
+            "rope_scaling"
+        );
     }
 
     #[test]

@@ -145,6 +145,7 @@ impl Llama {
             config.head_dim(),
             config.max_position_embeddings,
             config.rope_theta,
+            config.llama3_rope_scaling()?.as_ref(),
             device,
             dtype,
         );

@@ -1,6 +1,8 @@
 use burn::module::Module;
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
+use super::config::Llama3RopeScaling;
+
 /// Rotary position embedding in Hugging Face's "rotate_half" layout: the two halves of each
 /// head vector, not interleaved pairs, form the rotated coordinates.
 ///
@@ -24,13 +26,12 @@ impl RotaryEmbedding {
         head_dim: usize,
         max_positions: usize,
         theta: f64,
+        scaling: Option<&Llama3RopeScaling>,
         device: &Device,
         dtype: DType,
     ) -> Self {
         let half = head_dim / 2;
-        let inv_freq: Vec<f32> = (0..half)
-            .map(|i| 1.0 / (theta as f32).powf((2 * i) as f32 / head_dim as f32))
-            .collect();
+        let inv_freq = inverse_frequencies(head_dim, theta, scaling);
         let mut cos = Vec::with_capacity(max_positions * head_dim);
         let mut signed_sin = Vec::with_capacity(max_positions * head_dim);
         for position in 0..max_positions {
@@ -72,5 +73,74 @@ impl RotaryEmbedding {
             2,
         );
         x * cos + swapped * sin
+    }
+}
+
+/// `θ^(-2i/d)` for each pair of dimensions, in f32 as transformers computes them. With Llama 3
+/// scaling, frequencies whose wavelength exceeds the original context divided by
+/// `low_freq_factor` are divided by `factor`, those shorter than it divided by
+/// `high_freq_factor` are kept, and the ones between are blended smoothly.
+fn inverse_frequencies(
+    head_dim: usize,
+    theta: f64,
+    scaling: Option<&Llama3RopeScaling>,
+) -> Vec<f32> {
+    let half = head_dim / 2;
+    let plain = (0..half).map(|i| 1.0 / (theta as f32).powf((2 * i) as f32 / head_dim as f32));
+    let Some(s) = scaling else {
+        return plain.collect();
+    };
+    let (factor, low, high, original) = (
+        s.factor as f32,
+        s.low_freq_factor as f32,
+        s.high_freq_factor as f32,
+        s.original_max_position_embeddings as f32,
+    );
+    let (long_wavelength, short_wavelength) = (original / low, original / high);
+    plain
+        .map(|inv_freq| {
+            let wavelength = 2.0 * std::f32::consts::PI / inv_freq;
+            if wavelength < short_wavelength {
+                inv_freq
+            } else if wavelength > long_wavelength {
+                inv_freq / factor
+            } else {
+                let smooth = (original / wavelength - low) / (high - low);
+                (1.0 - smooth) * inv_freq / factor + smooth * inv_freq
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// transformers' frequencies for these parameters (`tests/reference/llama3_rope_reference.py`).
+    #[test]
+    fn llama3_scaling_matches_transformers() {
+        let scaling = Llama3RopeScaling {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 16.0,
+        };
+        let expected: [f64; 8] = [
+            5.760563612e-01,
+            3.952847049e-02,
+            1.250000019e-02,
+            3.952847328e-03,
+            1.249999972e-03,
+            3.952847328e-04,
+            1.250000059e-04,
+            3.952847328e-05,
+        ];
+        let ours = inverse_frequencies(16, 10000.0, Some(&scaling));
+        for (i, (&ours, theirs)) in ours.iter().zip(expected).enumerate() {
+            assert!(
+                ((f64::from(ours) - theirs) / theirs).abs() < 1e-6,
+                "{i}: {ours} vs {theirs}"
+            );
+        }
     }
 }

@@ -55,6 +55,16 @@ impl ReferenceLlama {
         let layers = self.usize("num_hidden_layers");
         let eps = self.config["rms_norm_eps"].as_f64().expect("eps");
         let theta = self.config["rope_theta"].as_f64().expect("theta");
+        let scaling = &self.config["rope_scaling"];
+        let llama3 = (scaling["rope_type"] == "llama3").then(|| {
+            let number = |key: &str| scaling[key].as_f64().expect("llama3 scaling field");
+            [
+                number("factor"),
+                number("low_freq_factor"),
+                number("high_freq_factor"),
+                number("original_max_position_embeddings"),
+            ]
+        });
         let tied = self.config["tie_word_embeddings"]
             .as_bool()
             .unwrap_or(false);
@@ -105,12 +115,12 @@ impl ReferenceLlama {
             let q: Vec<Vec<f64>> = q
                 .iter()
                 .enumerate()
-                .map(|(pos, r)| rope(r, pos, head_dim, theta))
+                .map(|(pos, r)| rope(r, pos, head_dim, theta, llama3))
                 .collect();
             let k: Vec<Vec<f64>> = k
                 .iter()
                 .enumerate()
-                .map(|(pos, r)| rope(r, pos, head_dim, theta))
+                .map(|(pos, r)| rope(r, pos, head_dim, theta, llama3))
                 .collect();
             let mut attn = vec![vec![0.0; heads * head_dim]; n];
             for (i, out) in attn.iter_mut().enumerate() {
@@ -189,14 +199,32 @@ fn rms_norm(x: &[f64], weight: &[f64], eps: f64) -> Vec<f64> {
     x.iter().zip(weight).map(|(v, w)| v * inv * w).collect()
 }
 
-/// rotate_half RoPE: dimension `d` of the first half pairs with `d + head_dim / 2`.
-fn rope(x: &[f64], pos: usize, head_dim: usize, theta: f64) -> Vec<f64> {
+/// rotate_half RoPE: dimension `d` of the first half pairs with `d + head_dim / 2`. With
+/// `llama3` (`[factor, low_freq_factor, high_freq_factor, original_context]`), each frequency
+/// is scaled as Meta's reference does: slow ones (wavelength over original / low) divided by
+/// the factor, fast ones (under original / high) kept, those between interpolated.
+fn rope(x: &[f64], pos: usize, head_dim: usize, theta: f64, llama3: Option<[f64; 4]>) -> Vec<f64> {
     let half = head_dim / 2;
+    let frequency = |d: usize| {
+        let base = theta.powf(-2.0 * d as f64 / head_dim as f64);
+        let Some([factor, low, high, original]) = llama3 else {
+            return base;
+        };
+        let wavelength = 2.0 * std::f64::consts::PI / base;
+        if wavelength < original / high {
+            base
+        } else if wavelength > original / low {
+            base / factor
+        } else {
+            let smooth = (original / wavelength - low) / (high - low);
+            (1.0 - smooth) * base / factor + smooth * base
+        }
+    };
     let mut out = x.to_vec();
     for head in 0..x.len() / head_dim {
         let base = head * head_dim;
         for d in 0..half {
-            let angle = pos as f64 / theta.powf(2.0 * d as f64 / head_dim as f64);
+            let angle = pos as f64 * frequency(d);
             let (a, b) = (x[base + d], x[base + d + half]);
             out[base + d] = a * angle.cos() - b * angle.sin();
             out[base + d + half] = b * angle.cos() + a * angle.sin();
