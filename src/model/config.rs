@@ -77,10 +77,18 @@ impl LlamaConfig {
             .get("rope_type")
             .or_else(|| scaling.get("type"))
             .and_then(|kind| kind.as_str());
-        if kind != Some("llama3") {
-            return Err(refuse(
-                "only Llama 3's scaling (rope_type llama3) is supported among scaled RoPE variants",
-            ));
+        match kind {
+            Some("llama3") => {}
+            Some("rope_freqs.weight") => {
+                return Err(refuse(
+                    "Llama 3's scaling stored as a rope_freqs.weight tensor in a GGUF file is not supported yet; the model's Hugging Face folder opens",
+                ));
+            }
+            _ => {
+                return Err(refuse(
+                    "only Llama 3's scaling (rope_type llama3) is supported among scaled RoPE variants",
+                ));
+            }
         }
         let parsed: Llama3RopeScaling = serde_json::from_value(scaling.clone()).map_err(|_| {
             refuse("llama3 scaling needs factor, low_freq_factor, high_freq_factor and original_max_position_embeddings")
@@ -363,6 +371,13 @@ mod tests {
                 original_max_position_embeddings: 8192.0,
             })
         );
+        let gguf_factors = serde_json::json!({"rope_type": "rope_freqs.weight"});
+        match LlamaConfig::from_json(&with("rope_scaling", gguf_factors)) {
+            Err(ModelError::UnsupportedConfig { reason, .. }) => {
+                assert!(reason.contains("rope_freqs.weight"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
         let mut incomplete = llama3;
         incomplete
             .as_object_mut()
