@@ -7,7 +7,8 @@ use strum::IntoEnumIterator;
 use std::path::PathBuf;
 
 use super::commands::{Action, Menu, UiCommand};
-use super::file_dialog::{OpenDialog, Pick};
+use super::file_dialog::{Dialog, Pick};
+use super::state::ExportFormat;
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
 use super::{chat_view, conversation_list, first_run, input, settings_panel, status_bar};
@@ -76,6 +77,14 @@ impl SmolchatApp {
             Action::Command(UiCommand::OpenModelFolder) => {
                 view.dialog_requested = Some(Pick::ModelFolder);
             }
+            Action::Command(command @ (UiCommand::ExportMarkdownAs | UiCommand::ExportJsonAs)) => {
+                let format = match command {
+                    UiCommand::ExportMarkdownAs => ExportFormat::Markdown,
+                    _ => ExportFormat::Json,
+                };
+                let suggested = self.state.export_path(format);
+                view.dialog_requested = Some(Pick::Export { format, suggested });
+            }
             Action::UseModelFolder(path) if done => {
                 view.model_path = path.display().to_string();
             }
@@ -105,7 +114,7 @@ impl SmolchatApp {
         let size = ctx.viewport_rect().size();
         self.view.window_size = Some([size.x, size.y]);
 
-        let mut actions = model_files_given(&ctx, &mut self.view);
+        let mut actions = files_given(&ctx, &mut self.view);
         let (state, view) = (&self.state, &mut self.view);
         let settings = state.settings();
         let theme = match settings.theme {
@@ -160,7 +169,7 @@ impl SmolchatApp {
         if let Some(pick) = self.view.dialog_requested.take()
             && self.view.dialog.is_none()
         {
-            self.view.dialog = OpenDialog::open(pick, ctx.clone());
+            self.view.dialog = Dialog::open(pick, ctx.clone());
         }
         if !ctx.input(|input| input.raw.hovered_files.is_empty()) {
             drop_hint(&ctx);
@@ -185,11 +194,9 @@ impl eframe::App for SmolchatApp {
     }
 }
 
-/// `list_shown`: whether the conversation list is on screen (a narrow window hides it while
-/// the settings are open; its switch then closes the settings to make room).
-/// Models given to the window this frame: dropped on it, or chosen in an open dialog.
-fn model_files_given(ctx: &egui::Context, view: &mut ViewState) -> Vec<Action> {
-    let mut given: Vec<PathBuf> = ctx.input(|input| {
+/// Files given to the window this frame: models dropped on it, or a path chosen in a dialog.
+fn files_given(ctx: &egui::Context, view: &mut ViewState) -> Vec<Action> {
+    let dropped: Vec<PathBuf> = ctx.input(|input| {
         input
             .raw
             .dropped_files
@@ -198,16 +205,22 @@ fn model_files_given(ctx: &egui::Context, view: &mut ViewState) -> Vec<Action> {
             .filter(|path| !path.as_os_str().is_empty())
             .collect()
     });
-    if let Some(answer) = view.dialog.as_ref().and_then(OpenDialog::answer) {
-        view.dialog = None;
-        given.extend(answer);
-    }
     // One model at a time: of several dropped, the first.
-    given
+    let mut actions: Vec<Action> = dropped
         .into_iter()
         .take(1)
         .map(Action::UseModelFolder)
-        .collect()
+        .collect();
+    if let Some(answer) = view.dialog.as_ref().and_then(Dialog::answer) {
+        let pick = view.dialog.take().map(|dialog| dialog.pick().clone());
+        if let (Some(path), Some(pick)) = (answer, pick) {
+            actions.push(match pick {
+                Pick::GgufFile | Pick::ModelFolder => Action::UseModelFolder(path),
+                Pick::Export { format, .. } => Action::ExportTo(format, path),
+            });
+        }
+    }
+    actions
 }
 
 /// Says what a drop will do while files are dragged over the window.
@@ -227,6 +240,8 @@ fn drop_hint(ctx: &egui::Context) {
     );
 }
 
+/// `list_shown`: whether the conversation list is on screen (a narrow window hides it while
+/// the settings are open; its switch then closes the settings to make room).
 fn menu_bar(ui: &mut egui::Ui, state: &AppState, list_shown: bool, actions: &mut Vec<Action>) {
     egui::MenuBar::new().ui(ui, |ui| {
         for menu in Menu::iter() {

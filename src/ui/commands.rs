@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use egui::{Key, KeyboardShortcut, Modifiers};
 use strum::IntoEnumIterator;
 
+use super::state::ExportFormat;
 use crate::store::Settings;
 
 /// Declared in menu order: the menus list [`UiCommand::iter`] filtered by [`UiCommand::menu`].
@@ -24,8 +25,12 @@ pub enum UiCommand {
     NextReply,
     /// Stops the running reply, or the download.
     StopGeneration,
+    /// Into the exports folder, at once.
     ExportMarkdown,
     ExportJson,
+    /// Where the user chooses, in the desktop's save dialog.
+    ExportMarkdownAs,
+    ExportJsonAs,
     OpenModelFile,
     OpenModelFolder,
     FocusInput,
@@ -72,6 +77,8 @@ impl UiCommand {
             UiCommand::NextReply => "Next reply",
             UiCommand::ExportMarkdown => "Export as Markdown",
             UiCommand::ExportJson => "Export as JSON",
+            UiCommand::ExportMarkdownAs => "Save as Markdown\u{2026}",
+            UiCommand::ExportJsonAs => "Save as JSON\u{2026}",
             UiCommand::OpenModelFile => "Open model file\u{2026}",
             UiCommand::OpenModelFolder => "Open model folder\u{2026}",
             UiCommand::ToggleServer => super::labels::SERVE_ON_LOCALHOST,
@@ -92,6 +99,8 @@ impl UiCommand {
             | UiCommand::StopGeneration
             | UiCommand::ExportMarkdown
             | UiCommand::ExportJson
+            | UiCommand::ExportMarkdownAs
+            | UiCommand::ExportJsonAs
             | UiCommand::OpenModelFile
             | UiCommand::OpenModelFolder
             | UiCommand::Quit => Menu::Chat,
@@ -123,6 +132,8 @@ impl UiCommand {
             UiCommand::NextReply => Some(KeyboardShortcut::new(Modifiers::ALT, Key::ArrowRight)),
             UiCommand::ExportMarkdown
             | UiCommand::ExportJson
+            | UiCommand::ExportMarkdownAs
+            | UiCommand::ExportJsonAs
             | UiCommand::ToggleServer
             | UiCommand::OpenModelFolder
             | UiCommand::ThemeSystem
@@ -176,6 +187,8 @@ pub enum Action {
     UpdateSettings(Settings),
     DismissError(usize),
     DismissNotice(usize),
+    /// Writes the current conversation to a file the user chose.
+    ExportTo(ExportFormat, PathBuf),
     /// Keeps the window's size and the unsent message for the next start (on closing).
     RememberWindow {
         size: Option<[f32; 2]>,

@@ -1,29 +1,42 @@
-//! The desktop's own open dialog (through the XDG portal on Linux), on a thread of its own:
-//! it blocks until the user answers, and the window keeps drawing meanwhile.
+//! The desktop's own open and save dialogs (through the XDG portal on Linux), each on a
+//! thread of its own: a dialog blocks until the user answers, and the window keeps drawing
+//! meanwhile.
 
 use std::path::PathBuf;
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+use super::state::ExportFormat;
+
+#[derive(Debug, Clone, PartialEq)]
 pub enum Pick {
     GgufFile,
     ModelFolder,
+    /// Where to save the current conversation; `suggested` names the folder and file the
+    /// dialog starts from.
+    Export {
+        format: ExportFormat,
+        suggested: PathBuf,
+    },
 }
 
 /// A dialog the user has not answered yet.
-pub struct OpenDialog(Receiver<Option<PathBuf>>);
+pub struct Dialog {
+    pick: Pick,
+    answer: Receiver<Option<PathBuf>>,
+}
 
-impl OpenDialog {
+impl Dialog {
     /// Opens the dialog; `ctx` is woken when it closes. `None` when no thread could be
     /// started for it.
     pub fn open(pick: Pick, ctx: egui::Context) -> Option<Self> {
         let (answer, answered) = crossbeam_channel::bounded(1);
+        let asked = pick.clone();
         std::thread::Builder::new()
             .name("smolchat-dialog".into())
             .spawn(move || {
                 let dialog = rfd::FileDialog::new();
-                let path = match pick {
+                let path = match asked {
                     Pick::GgufFile => dialog
                         .set_title("Open a GGUF model file")
                         .add_filter("GGUF model", &["gguf", "GGUF"])
@@ -31,18 +44,41 @@ impl OpenDialog {
                     Pick::ModelFolder => dialog
                         .set_title("Open a model folder (config.json, weights, tokenizer)")
                         .pick_folder(),
+                    Pick::Export { format, suggested } => {
+                        let (name, extension) = match format {
+                            ExportFormat::Markdown => ("Markdown", "md"),
+                            ExportFormat::Json => ("JSON", "json"),
+                        };
+                        let mut dialog = dialog
+                            .set_title("Save the conversation")
+                            .add_filter(name, &[extension]);
+                        if let Some(folder) = suggested.parent() {
+                            dialog = dialog.set_directory(folder);
+                        }
+                        if let Some(file) = suggested.file_name() {
+                            dialog = dialog.set_file_name(file.to_string_lossy());
+                        }
+                        dialog.save_file()
+                    }
                 };
                 let _ = answer.send(path);
                 ctx.request_repaint();
             })
             .ok()?;
-        Some(Self(answered))
+        Some(Self {
+            pick,
+            answer: answered,
+        })
+    }
+
+    pub fn pick(&self) -> &Pick {
+        &self.pick
     }
 
     /// `Some` once the dialog closed: the path chosen, or `None` when it was cancelled (or
     /// the desktop has no dialog to show).
     pub fn answer(&self) -> Option<Option<PathBuf>> {
-        match self.0.try_recv() {
+        match self.answer.try_recv() {
             Ok(path) => Some(path),
             Err(TryRecvError::Empty) => None,
             Err(TryRecvError::Disconnected) => Some(None),

@@ -263,6 +263,7 @@ impl AppState {
             Action::UpdateSettings(settings) => self.update_settings(settings),
             Action::DismissError(index) => remove(&mut self.errors, index),
             Action::DismissNotice(index) => remove(&mut self.notices, index),
+            Action::ExportTo(format, path) => self.export_to(format, path),
             Action::RememberWindow { size, draft } => {
                 let mut settings = self.settings.clone();
                 settings.window_size = size.or(settings.window_size);
@@ -301,7 +302,11 @@ impl AppState {
                 self.update_settings(settings)
             }
             // The window closes, and dialogs open, in `SmolchatApp::execute`.
-            UiCommand::Quit | UiCommand::OpenModelFile | UiCommand::OpenModelFolder => true,
+            UiCommand::Quit
+            | UiCommand::OpenModelFile
+            | UiCommand::OpenModelFolder
+            | UiCommand::ExportMarkdownAs
+            | UiCommand::ExportJsonAs => true,
             UiCommand::ToggleSettings => {
                 let mut settings = self.settings.clone();
                 settings.show_settings = !settings.show_settings;
@@ -752,12 +757,18 @@ impl AppState {
     }
 
     fn export_current(&mut self, format: ExportFormat) -> bool {
+        let path = self.export_path(format);
+        self.export_to(format, path)
+    }
+
+    /// Writes the current conversation in `format` to `path` (chosen in a save dialog, or the
+    /// exports folder).
+    fn export_to(&mut self, format: ExportFormat, path: PathBuf) -> bool {
         let conversation = self.current();
         let bytes = match format {
             ExportFormat::Markdown => Ok(conversation.to_markdown().into_bytes()),
             ExportFormat::Json => conversation.to_json(),
         };
-        let path = self.export_path(format);
         match bytes.and_then(|bytes| crate::atomic_file::write_atomic(&path, &bytes)) {
             Ok(()) => {
                 self.notify(format!("Exported to {}", path.display()));

@@ -3,7 +3,7 @@
 
 use egui_commonmark::CommonMarkCache;
 
-use super::file_dialog::{OpenDialog, Pick};
+use super::file_dialog::{Dialog, Pick};
 
 #[derive(Default)]
 pub struct ViewState {
@@ -23,8 +23,8 @@ pub struct ViewState {
     pub window_size: Option<[f32; 2]>,
     /// Set by Quit; the window closes at the end of the frame.
     pub close_requested: bool,
-    /// An open dialog asked for; it opens at the end of the frame.
+    /// A dialog asked for; it opens at the end of the frame.
     pub dialog_requested: Option<Pick>,
-    /// The open dialog, until the user answers it.
-    pub dialog: Option<OpenDialog>,
+    /// The dialog on screen, until the user answers it.
+    pub dialog: Option<Dialog>,
 }

@@ -305,3 +305,20 @@ fn a_long_title_does_not_widen_the_list_and_rename_is_a_button() {
     harness.step();
     assert!(harness.query_by_label("Conversation title").is_some());
 }
+
+#[test]
+fn save_as_asks_the_desktop_where_starting_from_the_exports_folder() {
+    let (mut harness, _engine, _dir) = window();
+    harness.state_mut().execute(UiCommand::ExportJsonAs);
+    let suggested = harness
+        .state()
+        .state()
+        .export_path(crate::ui::ExportFormat::Json);
+    assert_eq!(
+        harness.state().view().dialog_requested,
+        Some(crate::ui::file_dialog::Pick::Export {
+            format: crate::ui::ExportFormat::Json,
+            suggested,
+        })
+    );
+}

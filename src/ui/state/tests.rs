@@ -846,3 +846,21 @@ fn a_conversation_file_removed_while_a_reply_streams_is_written_again() {
     assert!(f.state.errors().is_empty(), "{:?}", f.state.errors());
     assert_eq!(f.saved().messages[1].content, "Hi");
 }
+
+#[test]
+fn a_conversation_saves_where_the_user_chose() {
+    let mut f = Fixture::ready();
+    let request = f.send("Hello");
+    f.reply(request.id, &["Hi"], FinishReason::StopToken);
+    let chosen = f.dir.path().join("elsewhere").join("chat.md");
+    assert!(f.state.apply(Action::ExportTo(
+        crate::ui::ExportFormat::Markdown,
+        chosen.clone()
+    )));
+    let text = std::fs::read_to_string(&chosen).unwrap();
+    assert!(text.contains("## You\n\nHello"), "{text}");
+    assert_eq!(
+        f.state.notices().last().unwrap(),
+        &format!("Exported to {}", chosen.display())
+    );
+}
