@@ -128,6 +128,26 @@ impl StoredMessage {
         ChatMessage::new(self.role, self.content.clone())
     }
 
+    /// The tokens of a generated reply, with their probabilities; none for other messages.
+    pub fn tokens(&self) -> &[StoredToken] {
+        self.generation
+            .as_ref()
+            .map_or(&[], |record| &record.tokens)
+    }
+
+    /// Whether Continue can extend this reply: it has text and was stopped, cut by the
+    /// token limit, or cut short by the app closing mid-reply.
+    pub fn can_continue(&self) -> bool {
+        self.role == Role::Assistant
+            && !self.content.is_empty()
+            && self.generation.as_ref().is_some_and(|record| {
+                matches!(
+                    record.finish_reason,
+                    Some(FinishReason::Stopped | FinishReason::MaxTokens) | None
+                )
+            })
+    }
+
     /// How many replies this turn has, the shown one included.
     pub fn variant_count(&self) -> usize {
         self.other_variants.len() + 1

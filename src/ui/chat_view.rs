@@ -52,9 +52,8 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                             });
                             return;
                         }
-                        let tokens = message.generation.as_ref().map(|g| g.tokens.as_slice());
-                        match tokens {
-                            Some(tokens) if show_tokens && !tokens.is_empty() => {
+                        match message.tokens() {
+                            tokens if show_tokens && !tokens.is_empty() => {
                                 token_view::show(ui, tokens)
                             }
                             _ if message.role == Role::Assistant => {
@@ -172,13 +171,6 @@ fn last_reply_actions(ui: &mut egui::Ui, message: &StoredMessage, actions: &mut 
             actions.push(UiCommand::NextReply.into());
         }
     }
-    // Stopped, cut by the token limit, or cut by the app closing mid-reply.
-    let unfinished = message.generation.as_ref().is_some_and(|record| {
-        matches!(
-            record.finish_reason,
-            Some(FinishReason::Stopped | FinishReason::MaxTokens) | None
-        )
-    });
     let mut offer = |command: UiCommand, label: &str| {
         if ui
             .small_button(label)
@@ -189,7 +181,7 @@ fn last_reply_actions(ui: &mut egui::Ui, message: &StoredMessage, actions: &mut 
         }
     };
     offer(UiCommand::RegenerateLast, "Regenerate");
-    if unfinished {
+    if message.can_continue() {
         offer(UiCommand::ContinueLast, "Continue");
     }
 }

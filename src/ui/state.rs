@@ -214,13 +214,9 @@ impl AppState {
     /// takes tens of seconds on a software renderer. The window says so instead of "writing".
     pub fn preparing_gpu(&self) -> bool {
         let on_gpu = matches!(&self.model, ModelStatus::Ready(info) if info.options.backend == BackendKind::Gpu);
-        let no_token_yet = self.generation.as_ref().is_some_and(|active| {
-            self.conversations
-                .iter()
-                .find(|c| c.id == active.conversation_id)
-                .and_then(|c| c.messages.get(active.message_index))
-                .is_some_and(|message| message.content.is_empty())
-        });
+        let no_token_yet = self
+            .active_reply()
+            .is_some_and(|message| message.content.is_empty());
         on_gpu && self.replies_on_model == 0 && no_token_yet
     }
 
@@ -264,12 +260,10 @@ impl AppState {
             Action::DismissError(index) => remove(&mut self.errors, index),
             Action::DismissNotice(index) => remove(&mut self.notices, index),
             Action::ExportTo(format, path) => self.export_to(format, path),
-            Action::RememberWindow { size, draft } => {
-                let mut settings = self.settings.clone();
+            Action::RememberWindow { size, draft } => self.change_settings(|settings| {
                 settings.window_size = size.or(settings.window_size);
                 settings.draft = draft;
-                self.update_settings(settings)
-            }
+            }),
         }
     }
 
@@ -297,9 +291,7 @@ impl AppState {
             // Only the window's focus moves; `SmolchatApp::execute` does that.
             UiCommand::FocusInput => true,
             UiCommand::ToggleConversations => {
-                let mut settings = self.settings.clone();
-                settings.show_conversations = !settings.show_conversations;
-                self.update_settings(settings)
+                self.change_settings(|s| s.show_conversations = !s.show_conversations)
             }
             // The window closes, and dialogs open, in `SmolchatApp::execute`.
             UiCommand::Quit
@@ -308,22 +300,16 @@ impl AppState {
             | UiCommand::ExportMarkdownAs
             | UiCommand::ExportJsonAs => true,
             UiCommand::ToggleSettings => {
-                let mut settings = self.settings.clone();
-                settings.show_settings = !settings.show_settings;
-                self.update_settings(settings)
+                self.change_settings(|s| s.show_settings = !s.show_settings)
             }
             UiCommand::ToggleTokenView => {
-                let mut settings = self.settings.clone();
-                settings.show_token_probabilities = !settings.show_token_probabilities;
-                self.update_settings(settings)
+                self.change_settings(|s| s.show_token_probabilities = !s.show_token_probabilities)
             }
-            UiCommand::ThemeSystem => self.set_theme(Theme::System),
-            UiCommand::ThemeLight => self.set_theme(Theme::Light),
-            UiCommand::ThemeDark => self.set_theme(Theme::Dark),
+            UiCommand::ThemeSystem => self.change_settings(|s| s.theme = Theme::System),
+            UiCommand::ThemeLight => self.change_settings(|s| s.theme = Theme::Light),
+            UiCommand::ThemeDark => self.change_settings(|s| s.theme = Theme::Dark),
             UiCommand::ToggleServer => {
-                let mut settings = self.settings.clone();
-                settings.server.enabled = !settings.server.enabled;
-                self.update_settings(settings)
+                self.change_settings(|s| s.server.enabled = !s.server.enabled)
             }
         }
     }
@@ -347,9 +333,8 @@ impl AppState {
             ..SamplingParams::default()
         } == mine;
         if untouched {
-            let mut settings = self.settings.clone();
-            settings.sampling = suggested.clone();
-            self.update_settings(settings);
+            let sampling = suggested.clone();
+            self.change_settings(|s| s.sampling = sampling);
             self.notify(format!(
                 "Sampling set to what this model recommends: {}.",
                 describe(&suggested)
@@ -362,9 +347,10 @@ impl AppState {
         }
     }
 
-    fn set_theme(&mut self, theme: Theme) -> bool {
+    /// Applies one change to the settings, through [`Self::update_settings`].
+    fn change_settings(&mut self, change: impl FnOnce(&mut Settings)) -> bool {
         let mut settings = self.settings.clone();
-        settings.theme = theme;
+        change(&mut settings);
         self.update_settings(settings)
     }
 
@@ -496,16 +482,7 @@ impl AppState {
 
     /// Extends a reply that was stopped or cut short by the token limit.
     fn continue_reply(&mut self) -> bool {
-        let unfinished = self.last_reply().is_some_and(|message| {
-            !message.content.is_empty()
-                && message.generation.as_ref().is_some_and(|record| {
-                    matches!(
-                        record.finish_reason,
-                        Some(FinishReason::Stopped | FinishReason::MaxTokens) | None
-                    )
-                })
-        });
-        if !unfinished {
+        if !self.last_reply().is_some_and(StoredMessage::can_continue) {
             self.notify("Only a reply that was stopped or reached the token limit can continue.");
             return false;
         }
@@ -916,14 +893,8 @@ impl AppState {
                     }
                     self.live = Some(stats);
                     // The finished reply replaces the appended lines with one snapshot.
-                    if let Some(active) = self.generation.take()
-                        && let Some(conversation) = self
-                            .conversations
-                            .iter()
-                            .find(|c| c.id == active.conversation_id)
-                            .cloned()
-                    {
-                        self.save(&conversation);
+                    if let Some(active) = self.generation.take() {
+                        self.save_by_id(&active.conversation_id);
                     }
                     self.replies_on_model += 1;
                 }
@@ -984,9 +955,8 @@ impl AppState {
             if empty && active.message_index + 1 == conversation.messages.len() {
                 conversation.messages.pop();
             }
-            let conversation = conversation.clone();
-            self.save(&conversation);
         }
+        self.save_by_id(&active.conversation_id);
     }
 
     fn record_sample(&mut self, stats: &LiveStats) {
@@ -1019,48 +989,60 @@ impl AppState {
             return;
         };
         active.last_save = Instant::now();
-        let Some(message) = self
-            .conversations
-            .iter()
-            .find(|c| c.id == active.conversation_id)
-            .and_then(|c| c.messages.get(active.message_index))
-        else {
+        let (id, message_index) = (active.conversation_id.clone(), active.message_index);
+        let (saved_text, saved_tokens) = (active.saved_text, active.saved_tokens);
+        let Some(message) = self.active_reply() else {
             return;
         };
-        let tokens = message
-            .generation
-            .as_ref()
-            .map_or(&[][..], |record| &record.tokens[..]);
         let appended = Appended {
-            message: active.message_index,
+            message: message_index,
             text: message
                 .content
-                .get(active.saved_text..)
+                .get(saved_text..)
                 .unwrap_or_default()
                 .to_string(),
-            tokens: tokens
-                .get(active.saved_tokens..)
+            tokens: message
+                .tokens()
+                .get(saved_tokens..)
                 .unwrap_or_default()
                 .to_vec(),
         };
         if appended.text.is_empty() && appended.tokens.is_empty() {
             return;
         }
-        let (text_len, token_count) = (message.content.len(), tokens.len());
-        match self.store.append(&active.conversation_id, &appended) {
+        let now_saved = (message.content.len(), message.tokens().len());
+        match self.store.append(&id, &appended) {
             Ok(_) => {
-                active.saved_text = text_len;
-                active.saved_tokens = token_count;
+                if let Some(active) = &mut self.generation {
+                    (active.saved_text, active.saved_tokens) = now_saved;
+                }
             }
             // The file went away or could not grow: a whole snapshot puts it back (and says
             // why, once, if that fails too).
             Err(_) => {
-                let id = active.conversation_id.clone();
-                if let Some(conversation) = self.conversations.iter().find(|c| c.id == id).cloned()
-                {
-                    self.save(&conversation);
-                }
+                self.save_by_id(&id);
             }
+        }
+    }
+
+    /// The conversation with `id`, wherever it is in the list.
+    fn conversation(&self, id: &str) -> Option<&Conversation> {
+        self.conversations.iter().find(|c| c.id == id)
+    }
+
+    /// The reply being written, as it stands.
+    fn active_reply(&self) -> Option<&StoredMessage> {
+        let active = self.generation.as_ref()?;
+        self.conversation(&active.conversation_id)?
+            .messages
+            .get(active.message_index)
+    }
+
+    /// Saves conversation `id` whole (a snapshot).
+    fn save_by_id(&mut self, id: &str) -> bool {
+        match self.conversation(id).cloned() {
+            Some(conversation) => self.save(&conversation),
+            None => false,
         }
     }
 
@@ -1078,7 +1060,7 @@ impl AppState {
             && let Some(message) = conversation.messages.get(active.message_index)
         {
             active.saved_text = message.content.len();
-            active.saved_tokens = message.generation.as_ref().map_or(0, |g| g.tokens.len());
+            active.saved_tokens = message.tokens().len();
         }
         if let Err(err) = &result {
             self.errors.push(format!(
