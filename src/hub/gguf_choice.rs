@@ -1,20 +1,22 @@
 //! `owner/repo:QUANT`, the form llama.cpp and Ollama take: which `.gguf` file of a repository
 //! holding one model in several quantizations is meant.
 
+use std::path::Path;
+
 use super::error::HubError;
+use crate::model_source::is_gguf;
 
 /// The file of `files` (a repository's listing) whose name carries `quant` as a whole
 /// word, e.g. `Q4_K_M` in `SmolLM2-135M-Instruct-Q4_K_M.gguf` (case does not matter).
 pub(crate) fn choose(model_id: &str, quant: &str, files: &[String]) -> Result<String, HubError> {
     let ggufs: Vec<&String> = files
         .iter()
-        .filter(|file| file.to_ascii_lowercase().ends_with(".gguf"))
+        .filter(|file| is_gguf(Path::new(file)))
         .collect();
-    let wanted = quant.to_ascii_lowercase();
     let matching: Vec<&String> = ggufs
         .iter()
         .copied()
-        .filter(|file| quant_of(file).is_some_and(|q| q.eq_ignore_ascii_case(&wanted)))
+        .filter(|file| quant_of(file).is_some_and(|q| q.eq_ignore_ascii_case(quant)))
         .collect();
     match matching.as_slice() {
         [one] => Ok((*one).clone()),
@@ -34,8 +36,7 @@ pub(crate) fn choose(model_id: &str, quant: &str, files: &[String]) -> Result<St
 /// The quantization a GGUF file name ends with: the last `-` or `.` separated word of its
 /// stem (`...-Q4_K_M.gguf`, `....q8_0.gguf`), upper-cased.
 fn quant_of(file: &str) -> Option<String> {
-    let name = file.rsplit('/').next()?;
-    let stem = &name[..name.len().checked_sub(5)?];
+    let stem = Path::new(file).file_stem()?.to_str()?;
     let word = stem.rsplit(['-', '.']).next()?;
     let looks_like_quant = word.len() >= 2
         && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')

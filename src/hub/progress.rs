@@ -112,9 +112,7 @@ impl ProgressTracker {
         });
         report(self.template.clone());
     }
-}
 
-impl ProgressTracker {
     /// Reports that the transfer broke and is retried after a wait.
     pub fn reconnecting(&mut self, status: Reconnecting, report: &mut dyn FnMut(DownloadProgress)) {
         let mut progress = self.template.clone();
