@@ -501,6 +501,15 @@ mod tests {
         (sm, q)
     }
 
+    /// Every element of a Q4_K/Q5_K block: `d · scale · q − dmin · min` of its 32-wide group.
+    fn assert_scale_min_block(y: &[f32], sm: &[(u8, u8)], q: &[u8], d: f32, dmin: f32) {
+        for i in 0..256 {
+            let (s, m) = sm[i / 32];
+            let want = d * s as f32 * q[i] as f32 - dmin * m as f32;
+            assert_eq!(y[i], want, "element {i}");
+        }
+    }
+
     #[test]
     fn q4_k() {
         let (sm, q) = k_fixture(4);
@@ -514,11 +523,7 @@ mod tests {
         b.extend(pack_scale_min_k4(&sm));
         b.extend(qs);
         let y = dequant(GgmlType::Q4_K, &b);
-        for i in 0..256 {
-            let (s, m) = sm[i / 32];
-            let want = d * s as f32 * q[i] as f32 - dmin * m as f32;
-            assert_eq!(y[i], want, "element {i}");
-        }
+        assert_scale_min_block(&y, &sm, &q, d, dmin);
     }
 
     #[test]
@@ -537,11 +542,7 @@ mod tests {
         b.extend(qh);
         b.extend(qs);
         let y = dequant(GgmlType::Q5_K, &b);
-        for i in 0..256 {
-            let (s, m) = sm[i / 32];
-            let want = d * s as f32 * q[i] as f32 - dmin * m as f32;
-            assert_eq!(y[i], want, "element {i}");
-        }
+        assert_scale_min_block(&y, &sm, &q, d, dmin);
     }
 
     #[test]
