@@ -21,51 +21,7 @@ export SMOLCHAT_DATA_DIR="$root/data" SMOLCHAT_CONFIG_DIR="$root/config"
 mkdir -p "$SMOLCHAT_CONFIG_DIR"
 settings="$SMOLCHAT_CONFIG_DIR/settings.json"
 
-start_x() { # WIDTHxHEIGHT
-  kill "${xvfb_pid:-}" 2>/dev/null || true
-  rm -f "$root/display"
-  Xvfb -displayfd 3 -screen 0 "$1x24" -nolisten tcp 3>"$root/display" 2>"$root/xvfb.log" &
-  xvfb_pid=$!
-  for _ in $(seq 600); do
-    [ -s "$root/display" ] && break
-    kill -0 "$xvfb_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ ! -s "$root/display" ]; then
-    echo "Xvfb did not start:" >&2
-    cat "$root/xvfb.log" >&2
-    exit 1
-  fi
-  export DISPLAY=":$(head -n1 "$root/display")" LIBGL_ALWAYS_SOFTWARE=1 WINIT_UNIX_BACKEND=x11
-  unset WAYLAND_DISPLAY
-}
-
-start_app() { # WIDTH HEIGHT
-  "$bin" &
-  app_pid=$!
-  window=""
-  for _ in $(seq 150); do
-    window="$(xdotool search --name '^smolchat$' 2>/dev/null | head -n1 || true)"
-    [ -n "$window" ] && break
-    sleep 0.2
-  done
-  [ -n "$window" ] || { echo "the smolchat window did not appear" >&2; exit 1; }
-  xdotool windowmove "$window" 0 0
-  xdotool windowsize "$window" "$1" "$2"
-  sleep 2
-  xdotool windowactivate --sync "$window" 2>/dev/null || xdotool windowfocus "$window"
-}
-
-# The model is in memory once the process holds its f32 weights (the file dequantized).
-wait_loaded() {
-  for _ in $(seq 300); do
-    rss_kb="$(awk '/^VmRSS/ {print $2}' "/proc/$app_pid/status")"
-    [ "$rss_kb" -gt 450000 ] && { sleep 2; return; }
-    sleep 0.5
-  done
-  echo "the model did not load in 150 s" >&2
-  exit 1
-}
+source .ci/xvfb-window.sh
 
 # Waits until the newest conversation's last reply has finished (or, with "stopped", until
 # it has text to stop).

@@ -1,0 +1,53 @@
+# Sourced by .ci/walkthrough.sh and benches/window_speed.sh: the smolchat window on a virtual
+# X display. The caller sets `root` (a scratch folder) and `bin` (the smolchat binary).
+
+# Starts Xvfb at WIDTHxHEIGHT (stopping the one before) and points DISPLAY at it.
+# -displayfd: Xvfb picks a free display and writes its number only once it accepts clients,
+# so there is no race with a slow start and no clash with a display already in use.
+start_x() {
+  kill "${xvfb_pid:-}" 2>/dev/null || true
+  rm -f "$root/display"
+  Xvfb -displayfd 3 -screen 0 "$1x24" -nolisten tcp 3>"$root/display" 2>"$root/xvfb.log" &
+  xvfb_pid=$!
+  for _ in $(seq 600); do
+    [ -s "$root/display" ] && break
+    kill -0 "$xvfb_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ ! -s "$root/display" ]; then
+    echo "Xvfb did not start:" >&2
+    cat "$root/xvfb.log" >&2
+    exit 1
+  fi
+  export DISPLAY=":$(head -n1 "$root/display")" LIBGL_ALWAYS_SOFTWARE=1 WINIT_UNIX_BACKEND=x11
+  unset WAYLAND_DISPLAY
+}
+
+# Starts the window, sizes it to WIDTH HEIGHT at the top left and gives it the keyboard;
+# sets app_pid and window.
+start_app() {
+  "$bin" &
+  app_pid=$!
+  window=""
+  for _ in $(seq 150); do
+    window="$(xdotool search --name '^smolchat$' 2>/dev/null | head -n1 || true)"
+    [ -n "$window" ] && break
+    sleep 0.2
+  done
+  [ -n "$window" ] || { echo "the smolchat window did not appear" >&2; exit 1; }
+  xdotool windowmove "$window" 0 0
+  xdotool windowsize "$window" "$1" "$2"
+  sleep 2
+  xdotool windowactivate --sync "$window" 2>/dev/null || xdotool windowfocus "$window"
+}
+
+# Returns once the process holds the genuine model's f32 weights (the file dequantized).
+wait_loaded() {
+  for _ in $(seq 300); do
+    rss_kb="$(awk '/^VmRSS/ {print $2}' "/proc/$app_pid/status")"
+    [ "$rss_kb" -gt 450000 ] && { sleep 2; return; }
+    sleep 0.5
+  done
+  echo "the model did not load in 150 s" >&2
+  exit 1
+}
