@@ -37,8 +37,8 @@ struct BenchReport {
     /// The GPU adapter or the CPU backend that ran the model.
     device: String,
     precision: Precision,
-    /// The float type the weight matrices are held in (f32 runs on the CPU hold a bf16
-    /// checkpoint's weights as they are stored; see `Llama::weight_dtype`).
+    /// How the weight matrices are held (f32 runs on the CPU hold a bf16 checkpoint's
+    /// weights and a GGUF file's integers as they are stored; see `LoadedModel::weights`).
     weights: String,
     threads: usize,
     prompt_tokens: usize,
@@ -136,7 +136,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         backend: device.backend,
         device: device.name(),
         precision: args.precision,
-        weights: format!("{:?}", model.weight_dtype()).to_lowercase(),
+        weights: loaded.weights(),
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         prompt_tokens: args.prompt_tokens,
         gen_tokens: args.gen_tokens,

@@ -33,6 +33,9 @@ pub struct LoadedModel {
     /// The options in effect: the backend is the one that runs the model.
     pub options: ModelOptions,
     pub load_time: Duration,
+    /// The integer types a GGUF file stores its weights in (`"Q4_1"`, `"Q5_0+Q8_0+Q4_K+Q6_K"`),
+    /// if any.
+    pub integer_types: Option<String>,
 }
 
 impl LoadedModel {
@@ -46,6 +49,7 @@ impl LoadedModel {
             Parts::from_folder(path, &device, options.precision)?
         };
         Ok(Self {
+            integer_types: parts.integer_types,
             model: parts.model,
             tokenizer: parts.tokenizer,
             template: parts.template,
@@ -61,17 +65,37 @@ impl LoadedModel {
         })
     }
 
-    /// A one-line description for the status bar and logs.
+    /// A one-line description for the status bar and logs; for a file of integer weights,
+    /// whether they run as stored or dequantized (on the GPU).
     pub fn describe(&self) -> String {
         let config = self.model.config();
-        format!(
+        let mut line = format!(
             "{} · {} layers · {} context · {} on {}",
             model_name(&self.dir),
             config.num_hidden_layers,
             config.max_position_embeddings,
             self.options.precision,
             self.device.name()
-        )
+        );
+        if self.integer_types.is_some() {
+            line = format!("{line} · {}", self.weights());
+        }
+        line
+    }
+
+    /// How the weights are held: the CPU keeps a GGUF file's integers as stored; the GPU
+    /// dequantizes them at load.
+    pub fn weights(&self) -> String {
+        let held = self
+            .model
+            .weight_dtype()
+            .map(|dtype| format!("{dtype:?}").to_lowercase());
+        match (&self.integer_types, held) {
+            (Some(types), None) => format!("{types} weights as stored"),
+            (Some(types), Some(dtype)) => format!("{types} weights dequantized to {dtype}"),
+            (None, Some(dtype)) => format!("{dtype} weights"),
+            (None, None) => "integer weights".to_string(),
+        }
     }
 }
 
@@ -82,6 +106,7 @@ struct Parts {
     template: ChatTemplate,
     stop_tokens: StopTokens,
     sampling_defaults: SamplingDefaults,
+    integer_types: Option<String>,
 }
 
 impl Parts {
@@ -100,6 +125,7 @@ impl Parts {
             template,
             stop_tokens,
             sampling_defaults: SamplingDefaults::from_dir(dir),
+            integer_types: None,
         })
     }
 
@@ -123,6 +149,7 @@ impl Parts {
         let stop_tokens = StopTokens::from_ids(vocabulary.eos_token_id.into_iter().collect());
         let tokenizer = TextTokenizer::from_parts(vocabulary.tokenizer, path.to_path_buf());
         let sampling_defaults = SamplingDefaults::from_gguf(file.metadata());
+        let integer_types = integer_types(&file);
         let checkpoint = GgufCheckpoint::new(file, config.head_dim());
         let model = Llama::from_checkpoint(config, &checkpoint, &device.device, precision)?;
         Ok(Self {
@@ -131,6 +158,19 @@ impl Parts {
             template,
             stop_tokens,
             sampling_defaults,
+            integer_types,
         })
     }
+}
+
+/// The integer types among a file's tensors, in the order they first appear.
+fn integer_types(file: &GgufFile) -> Option<String> {
+    let mut types: Vec<&str> = Vec::new();
+    for info in file.tensors() {
+        let ty = info.ggml_type;
+        if ty.integer_block().is_some() && !types.contains(&ty.name()) {
+            types.push(ty.name());
+        }
+    }
+    (!types.is_empty()).then(|| types.join("+"))
 }

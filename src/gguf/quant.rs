@@ -147,10 +147,102 @@ pub enum DequantError {
 /// number of blocks). Types outside [`GgmlType::can_dequantize`] give
 /// [`DequantError::Unsupported`]; callers that know the tensor name should say which tensor.
 pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(), DequantError> {
+    check_lengths(ty, bytes, out.len())?;
+    let blocks = bytes
+        .chunks_exact(ty.type_size())
+        .zip(out.chunks_exact_mut(ty.block_size()));
+    match ty {
+        GgmlType::F32 => blocks.for_each(|(b, y)| y[0] = f32::from_le_bytes(le4(b, 0))),
+        GgmlType::F16 => blocks.for_each(|(b, y)| y[0] = f16_at(b, 0)),
+        GgmlType::BF16 => blocks.for_each(|(b, y)| y[0] = bf16::from_bits(u16_at(b, 0)).to_f32()),
+        _ => {
+            let sub = ty.integer_block().ok_or(DequantError::Unsupported(ty))?;
+            let (mut q, mut scales, mut offsets) = ([0i8; QK_K], [0f32; QK_K], [0f32; QK_K]);
+            let per_block = ty.block_size() / sub;
+            for (b, y) in blocks {
+                split_block(
+                    ty,
+                    b,
+                    IntegerParts {
+                        q: &mut q[..y.len()],
+                        scales: &mut scales[..per_block],
+                        offsets: &mut offsets[..per_block],
+                    },
+                );
+                // ggml's own order: `scale · q`, then `+ offset` only for the types that have
+                // one (adding a zero would turn a -0.0 into +0.0).
+                for ((y, q), (&scale, &offset)) in y
+                    .chunks_exact_mut(sub)
+                    .zip(q.chunks_exact(sub))
+                    .zip(scales.iter().zip(&offsets))
+                {
+                    for (y, &q) in y.iter_mut().zip(q) {
+                        *y = scale * f32::from(q);
+                        if ty.has_offsets() {
+                            *y += offset;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A row of an integer type as the CPU kernels multiply it: element `i` is
+/// `scales[i / sub] · q[i] + offsets[i / sub]`, where `sub` is [`GgmlType::integer_block`].
+pub struct IntegerParts<'a> {
+    pub q: &'a mut [i8],
+    pub scales: &'a mut [f32],
+    /// Zeros for the types without offsets.
+    pub offsets: &'a mut [f32],
+}
+
+/// Splits a row of an integer type (see [`GgmlType::integer_block`]) into its parts, exactly:
+/// `dequantize_row` is these parts multiplied out.
+pub fn split_row(ty: GgmlType, bytes: &[u8], parts: IntegerParts<'_>) -> Result<(), DequantError> {
+    let n_out = parts.q.len();
+    check_lengths(ty, bytes, n_out)?;
+    let sub = ty.integer_block().ok_or(DequantError::Unsupported(ty))?;
+    if parts.scales.len() * sub != n_out || parts.offsets.len() != parts.scales.len() {
+        return Err(DequantError::PartialBlock { ty, n_out });
+    }
+    let per_block = ty.block_size() / sub;
+    let blocks = bytes
+        .chunks_exact(ty.type_size())
+        .zip(parts.q.chunks_exact_mut(ty.block_size()))
+        .zip(parts.scales.chunks_exact_mut(per_block))
+        .zip(parts.offsets.chunks_exact_mut(per_block));
+    for (((b, q), scales), offsets) in blocks {
+        split_block(ty, b, IntegerParts { q, scales, offsets });
+    }
+    Ok(())
+}
+
+impl GgmlType {
+    /// Elements per scale when the type stores small integers (at most 8 bits) times a scale,
+    /// plus an offset, per sub-block: the form the CPU kernels multiply without widening.
+    /// `None` for the float types.
+    pub fn integer_block(self) -> Option<usize> {
+        use GgmlType::*;
+        match self {
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K => Some(32),
+            Q6_K => Some(16),
+            _ => None,
+        }
+    }
+
+    /// Whether the type's sub-blocks have an offset (a minimum) besides their scale.
+    pub fn has_offsets(self) -> bool {
+        use GgmlType::*;
+        matches!(self, Q4_1 | Q5_1 | Q4_K | Q5_K)
+    }
+}
+
+fn check_lengths(ty: GgmlType, bytes: &[u8], n_out: usize) -> Result<(), DequantError> {
     if !ty.can_dequantize() {
         return Err(DequantError::Unsupported(ty));
     }
-    let n_out = out.len();
     let expected = ty
         .bytes_for(n_out as u64)
         .ok_or(DequantError::PartialBlock { ty, n_out })? as usize;
@@ -162,24 +254,22 @@ pub fn dequantize_row(ty: GgmlType, bytes: &[u8], out: &mut [f32]) -> Result<(),
             got: bytes.len(),
         });
     }
-    let blocks = bytes
-        .chunks_exact(ty.type_size())
-        .zip(out.chunks_exact_mut(ty.block_size()));
-    match ty {
-        GgmlType::F32 => blocks.for_each(|(b, y)| y[0] = f32::from_le_bytes(le4(b, 0))),
-        GgmlType::F16 => blocks.for_each(|(b, y)| y[0] = f16_at(b, 0)),
-        GgmlType::BF16 => blocks.for_each(|(b, y)| y[0] = bf16::from_bits(u16_at(b, 0)).to_f32()),
-        GgmlType::Q4_0 => blocks.for_each(|(b, y)| dequant_q4_0(b, y)),
-        GgmlType::Q4_1 => blocks.for_each(|(b, y)| dequant_q4_1(b, y)),
-        GgmlType::Q5_0 => blocks.for_each(|(b, y)| dequant_q5_0(b, y)),
-        GgmlType::Q5_1 => blocks.for_each(|(b, y)| dequant_q5_1(b, y)),
-        GgmlType::Q8_0 => blocks.for_each(|(b, y)| dequant_q8_0(b, y)),
-        GgmlType::Q4_K => blocks.for_each(|(b, y)| dequant_q4_k(b, y)),
-        GgmlType::Q5_K => blocks.for_each(|(b, y)| dequant_q5_k(b, y)),
-        GgmlType::Q6_K => blocks.for_each(|(b, y)| dequant_q6_k(b, y)),
-        _ => unreachable!("can_dequantize() admitted {ty}"),
-    }
     Ok(())
+}
+
+/// One block of an integer type; `parts` hold exactly one block.
+fn split_block(ty: GgmlType, b: &[u8], parts: IntegerParts<'_>) {
+    match ty {
+        GgmlType::Q4_0 => split_q4_0(b, parts),
+        GgmlType::Q4_1 => split_q4_1(b, parts),
+        GgmlType::Q5_0 => split_q5_0(b, parts),
+        GgmlType::Q5_1 => split_q5_1(b, parts),
+        GgmlType::Q8_0 => split_q8_0(b, parts),
+        GgmlType::Q4_K => split_q4_k(b, parts),
+        GgmlType::Q5_K => split_q5_k(b, parts),
+        GgmlType::Q6_K => split_q6_k(b, parts),
+        _ => unreachable!("{ty} has no integer_block()"),
+    }
 }
 
 fn u16_at(b: &[u8], at: usize) -> u16 {
@@ -194,65 +284,57 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16_at(b, at)).to_f32()
 }
 
+/// Small unsigned values less `zero`, as the kernels' signed integers.
+fn centred(value: u8, zero: u8) -> i8 {
+    (i16::from(value) - i16::from(zero)) as i8
+}
+
 // block_q4_0 { f16 d; u8 qs[16] }: element j is the low nibble of qs[j], element j+16 the high
 // nibble, both offset by 8.
-fn dequant_q4_0(b: &[u8], y: &mut [f32]) {
-    let d = f16_at(b, 0);
-    let qs = &b[2..18];
-    for j in 0..16 {
-        y[j] = ((qs[j] & 0x0F) as i32 - 8) as f32 * d;
-        y[j + 16] = ((qs[j] >> 4) as i32 - 8) as f32 * d;
+fn split_q4_0(b: &[u8], p: IntegerParts<'_>) {
+    (p.scales[0], p.offsets[0]) = (f16_at(b, 0), 0.0);
+    for (j, &q) in b[2..18].iter().enumerate() {
+        p.q[j] = centred(q & 0x0F, 8);
+        p.q[j + 16] = centred(q >> 4, 8);
     }
 }
 
 // block_q4_1 { f16 d; f16 m; u8 qs[16] }: as Q4_0 but unsigned nibbles plus a minimum.
-fn dequant_q4_1(b: &[u8], y: &mut [f32]) {
-    let d = f16_at(b, 0);
-    let m = f16_at(b, 2);
-    let qs = &b[4..20];
-    for j in 0..16 {
-        y[j] = (qs[j] & 0x0F) as f32 * d + m;
-        y[j + 16] = (qs[j] >> 4) as f32 * d + m;
+fn split_q4_1(b: &[u8], p: IntegerParts<'_>) {
+    (p.scales[0], p.offsets[0]) = (f16_at(b, 0), f16_at(b, 2));
+    for (j, &q) in b[4..20].iter().enumerate() {
+        p.q[j] = centred(q & 0x0F, 0);
+        p.q[j + 16] = centred(q >> 4, 0);
     }
 }
 
 // block_q5_0 { f16 d; u8 qh[4]; u8 qs[16] }: bit j of qh is the fifth bit of element j.
-fn dequant_q5_0(b: &[u8], y: &mut [f32]) {
-    let d = f16_at(b, 0);
-    let qh = u32::from_le_bytes(le4(b, 2));
-    let qs = &b[6..22];
-    for j in 0..16 {
-        let (lo, hi) = q5_pair(qs[j], qh, j);
-        y[j] = (lo as i32 - 16) as f32 * d;
-        y[j + 16] = (hi as i32 - 16) as f32 * d;
-    }
+fn split_q5_0(b: &[u8], p: IntegerParts<'_>) {
+    (p.scales[0], p.offsets[0]) = (f16_at(b, 0), 0.0);
+    split_q5(u32::from_le_bytes(le4(b, 2)), &b[6..22], 16, p.q);
 }
 
 // block_q5_1 { f16 d; f16 m; u8 qh[4]; u8 qs[16] }
-fn dequant_q5_1(b: &[u8], y: &mut [f32]) {
-    let d = f16_at(b, 0);
-    let m = f16_at(b, 2);
-    let qh = u32::from_le_bytes(le4(b, 4));
-    let qs = &b[8..24];
-    for j in 0..16 {
-        let (lo, hi) = q5_pair(qs[j], qh, j);
-        y[j] = lo as f32 * d + m;
-        y[j + 16] = hi as f32 * d + m;
+fn split_q5_1(b: &[u8], p: IntegerParts<'_>) {
+    (p.scales[0], p.offsets[0]) = (f16_at(b, 0), f16_at(b, 2));
+    split_q5(u32::from_le_bytes(le4(b, 4)), &b[8..24], 0, p.q);
+}
+
+/// The 32 values of a Q5_0/Q5_1 block less `zero`: element j (j < 16) is the low nibble of
+/// qs[j] and bit j of qh, element j + 16 the high nibble and bit j + 16.
+fn split_q5(qh: u32, qs: &[u8], zero: u8, q: &mut [i8]) {
+    for (j, &byte) in qs.iter().enumerate() {
+        let fifth = |bit: usize| (((qh >> bit) & 1) as u8) << 4;
+        q[j] = centred((byte & 0x0F) | fifth(j), zero);
+        q[j + 16] = centred((byte >> 4) | fifth(j + 16), zero);
     }
 }
 
-/// The 5-bit values of elements `j` and `j + 16` of a Q5_0/Q5_1 block.
-fn q5_pair(q: u8, qh: u32, j: usize) -> (u32, u32) {
-    let lo = (q & 0x0F) as u32 | (((qh >> j) & 1) << 4);
-    let hi = (q >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4);
-    (lo, hi)
-}
-
 // block_q8_0 { f16 d; i8 qs[32] }
-fn dequant_q8_0(b: &[u8], y: &mut [f32]) {
-    let d = f16_at(b, 0);
-    for (yj, &q) in y.iter_mut().zip(&b[2..34]) {
-        *yj = (q as i8) as f32 * d;
+fn split_q8_0(b: &[u8], p: IntegerParts<'_>) {
+    (p.scales[0], p.offsets[0]) = (f16_at(b, 0), 0.0);
+    for (q, &byte) in p.q.iter_mut().zip(&b[2..34]) {
+        *q = byte as i8;
     }
 }
 
@@ -271,69 +353,66 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
+/// The eight sub-blocks' scales `d · scale` and offsets `−dmin · min` of a Q4_K/Q5_K block.
+fn scales_k4(b: &[u8], p: &mut IntegerParts<'_>) {
+    let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
+    for j in 0..8 {
+        let (scale, min) = scale_min_k4(j, &b[4..16]);
+        p.scales[j] = d * f32::from(scale);
+        p.offsets[j] = -(dmin * f32::from(min));
+    }
+}
+
 // block_q4_K { f16 d; f16 dmin; u8 scales[12]; u8 qs[128] }: four 64-element chunks; in chunk
 // c, elements 0..32 are the low nibbles of qs[32c..32c+32] (sub-block 2c), elements 32..64 the
 // high nibbles (sub-block 2c+1).
-fn dequant_q4_k(b: &[u8], y: &mut [f32]) {
-    let d = f16_at(b, 0);
-    let dmin = f16_at(b, 2);
-    let scales = &b[4..16];
-    let qs = &b[16..144];
-    for (c, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
-        let (sc1, m1) = scale_min_k4(2 * c, scales);
-        let (sc2, m2) = scale_min_k4(2 * c + 1, scales);
-        let (d1, min1) = (d * sc1 as f32, dmin * m1 as f32);
-        let (d2, min2) = (d * sc2 as f32, dmin * m2 as f32);
-        for l in 0..32 {
-            y[l] = d1 * (q[l] & 0x0F) as f32 - min1;
-            y[l + 32] = d2 * (q[l] >> 4) as f32 - min2;
+fn split_q4_k(b: &[u8], mut p: IntegerParts<'_>) {
+    scales_k4(b, &mut p);
+    for (qs, q) in b[16..144].chunks_exact(32).zip(p.q.chunks_exact_mut(64)) {
+        for (l, &byte) in qs.iter().enumerate() {
+            q[l] = centred(byte & 0x0F, 0);
+            q[l + 32] = centred(byte >> 4, 0);
         }
     }
 }
 
 // block_q5_K { f16 d; f16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128] }: as Q4_K, with the
 // fifth bit of element l of sub-block s in bit s of qh[l].
-fn dequant_q5_k(b: &[u8], y: &mut [f32]) {
-    let d = f16_at(b, 0);
-    let dmin = f16_at(b, 2);
-    let scales = &b[4..16];
+fn split_q5_k(b: &[u8], mut p: IntegerParts<'_>) {
+    scales_k4(b, &mut p);
     let qh = &b[16..48];
-    let qs = &b[48..176];
-    for (c, (q, y)) in qs.chunks_exact(32).zip(y.chunks_exact_mut(64)).enumerate() {
-        let (sc1, m1) = scale_min_k4(2 * c, scales);
-        let (sc2, m2) = scale_min_k4(2 * c + 1, scales);
-        let (d1, min1) = (d * sc1 as f32, dmin * m1 as f32);
-        let (d2, min2) = (d * sc2 as f32, dmin * m2 as f32);
-        let (u1, u2) = (1u8 << (2 * c), 2u8 << (2 * c));
-        for l in 0..32 {
-            let h1 = if qh[l] & u1 != 0 { 16 } else { 0 };
-            let h2 = if qh[l] & u2 != 0 { 16 } else { 0 };
-            y[l] = d1 * ((q[l] & 0x0F) + h1) as f32 - min1;
-            y[l + 32] = d2 * ((q[l] >> 4) + h2) as f32 - min2;
+    for (c, (qs, q)) in b[48..176]
+        .chunks_exact(32)
+        .zip(p.q.chunks_exact_mut(64))
+        .enumerate()
+    {
+        for (l, &byte) in qs.iter().enumerate() {
+            let fifth = |sub: usize| ((qh[l] >> sub) & 1) << 4;
+            q[l] = centred((byte & 0x0F) | fifth(2 * c), 0);
+            q[l + 32] = centred((byte >> 4) | fifth(2 * c + 1), 0);
         }
     }
 }
 
 // block_q6_K { u8 ql[128]; u8 qh[64]; i8 scales[16]; f16 d }: two 128-element halves; in a
 // half, element 32g + l (g = 0..4) takes its low 4 bits from ql[l + 32(g&1)] (low nibble for
-// g < 2, high for g >= 2), its top 2 bits from bits 2g..2g+2 of qh[l], and scale l/16 + 2g.
-fn dequant_q6_k(b: &[u8], y: &mut [f32]) {
+// g < 2, high for g >= 2), its top 2 bits from bits 2g..2g+2 of qh[l], and scale l/16 + 2g of
+// its half: element i of the block has scale i / 16.
+fn split_q6_k(b: &[u8], p: IntegerParts<'_>) {
     let d = f16_at(b, 208);
+    for (s, (scale, offset)) in p.scales.iter_mut().zip(p.offsets.iter_mut()).enumerate() {
+        *scale = d * f32::from(b[192 + s] as i8);
+        *offset = 0.0;
+    }
     for half in 0..2 {
         let ql = &b[64 * half..64 * half + 64];
         let qh = &b[128 + 32 * half..128 + 32 * half + 32];
-        let sc = &b[192 + 8 * half..192 + 8 * half + 8];
-        let y = &mut y[128 * half..128 * half + 128];
+        let q = &mut p.q[128 * half..128 * half + 128];
         for l in 0..32 {
-            let is = l / 16;
-            let q1 = ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) as i32 - 32;
-            let q2 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
-            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
-            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
-            y[l] = d * (sc[is] as i8) as f32 * q1 as f32;
-            y[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
-            y[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
-            y[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+            let low = [ql[l] & 0x0F, ql[l + 32] & 0x0F, ql[l] >> 4, ql[l + 32] >> 4];
+            for (g, low) in low.into_iter().enumerate() {
+                q[32 * g + l] = centred(low | (((qh[l] >> (2 * g)) & 3) << 4), 32);
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use burn::tensor::{DType, TensorData};
 
+use super::cpu::IntegerWeights;
 use super::error::Result;
 use super::weight_arena::WeightArena;
 
@@ -48,4 +49,15 @@ pub trait Checkpoint {
         dtype: DType,
         arena: Option<&mut WeightArena>,
     ) -> Result<TensorData>;
+
+    /// The stack of [`Checkpoint::stacked`] as small integers with scales (and offsets), when
+    /// every part is stored that way: the CPU kernels multiply them as stored. `None` for a
+    /// format or part without integers.
+    fn integer_stacked(
+        &self,
+        parts: &[(TensorRole, Vec<usize>)],
+    ) -> Result<Option<IntegerWeights>> {
+        let _ = parts;
+        Ok(None)
+    }
 }

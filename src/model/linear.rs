@@ -1,3 +1,5 @@
+use std::sync::Arc;
+
 use burn::module::{Module, Param};
 use burn::tensor::quantization::QuantScheme;
 use burn::tensor::{DType, Tensor};
@@ -10,7 +12,9 @@ use super::cpu;
 /// row-stacks of their parts, and the tied LM head is the embedding matrix itself.
 #[derive(Module, Debug)]
 pub struct Linear {
-    weight: Param<Tensor<2>>,
+    /// `None` when the weight is held only as the CPU kernels read it (a GGUF file's
+    /// integers, which no Burn tensor type holds exactly).
+    weight: Option<Param<Tensor<2>>>,
     /// The same weight as the CPU kernels read it, extracted once (see [`cpu::Weight`]);
     /// `None` off the CPU backends.
     #[module(skip)]
@@ -21,13 +25,24 @@ impl Linear {
     pub fn new(weight: Tensor<2>) -> Self {
         Self {
             kernel_weight: cpu::Weight::of(&weight),
-            weight: Param::from_tensor(weight),
+            weight: Some(Param::from_tensor(weight)),
+        }
+    }
+
+    /// A projection by integer weights, multiplied as stored by the CPU kernels.
+    pub fn integers(weight: Arc<cpu::IntegerWeights>) -> Self {
+        Self {
+            weight: None,
+            kernel_weight: Some(cpu::Weight::Integers(weight)),
         }
     }
 
     /// The same projection with its weight stored in `scheme`'s integers.
     pub fn quantized(self, scheme: &QuantScheme) -> Self {
-        let weight = self.weight.val();
+        let Some(weight) = self.weight else {
+            return self;
+        };
+        let weight = weight.val();
         Self::new(cpu::quantize(&weight, scheme).unwrap_or_else(|| weight.quantize_dynamic(scheme)))
     }
 
@@ -54,7 +69,15 @@ impl Linear {
             return y;
         }
         // Float weights may be held narrower than the activations (see `Loader::storage_dtype`).
-        let weight = self.weight.val();
+        let weight = match &self.weight {
+            Some(weight) => weight.val(),
+            // Only `Linear::integers` holds no tensor, and integer weights always widen.
+            None => self
+                .kernel_weight
+                .as_ref()
+                .and_then(|weight| weight.dense(&x.device()))
+                .expect("a Linear without a tensor holds integer weights"),
+        };
         let weight = match weight.dtype() {
             stored @ (DType::F32 | DType::BF16 | DType::F16) if stored != x.dtype() => {
                 weight.cast(x.dtype())

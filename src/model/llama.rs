@@ -169,8 +169,9 @@ impl Llama {
     }
 
     /// The float type the weight matrices are held in, which can be narrower than
-    /// [`Llama::dtype`] (see `Loader::storage_dtype`); 8-bit projections aside.
-    pub fn weight_dtype(&self) -> DType {
+    /// [`Llama::dtype`] (see `Loader::storage_dtype`); 8-bit projections aside. `None` when
+    /// they are a GGUF file's integers, kept as stored.
+    pub fn weight_dtype(&self) -> Option<DType> {
         self.embedding.dtype()
     }
 

@@ -3,7 +3,7 @@
 //! decodes them to. Bit-for-bit equality is required. `make_dequant_reference.py` rebuilds it.
 
 use serde_json::Value;
-use smolchat::gguf::{GgmlType, dequantize_row};
+use smolchat::gguf::{GgmlType, IntegerParts, dequantize_row, split_row};
 
 fn reference() -> Value {
     let path = concat!(
@@ -51,6 +51,44 @@ fn bit_exact_with_gguf_py() {
             );
         }
     }
+}
+
+/// The integers, scales and offsets the CPU kernels multiply, multiplied out, are gguf-py's
+/// values: the kernels see exactly the weights the file holds.
+#[test]
+fn integer_parts_multiply_out_to_gguf_py_values() {
+    let mut integer_types = 0;
+    for case in reference()["cases"].as_array().unwrap() {
+        let ty = type_named(case["type"].as_str().unwrap());
+        let Some(sub) = ty.integer_block() else {
+            continue;
+        };
+        integer_types += 1;
+        let bytes = hex(case["bytes"].as_str().unwrap());
+        let want: Vec<f32> = case["f32_bits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| f32::from_bits(v.as_u64().unwrap() as u32))
+            .collect();
+        let mut q = vec![0i8; want.len()];
+        let mut scales = vec![f32::NAN; want.len() / sub];
+        let mut offsets = vec![f32::NAN; want.len() / sub];
+        let parts = IntegerParts {
+            q: &mut q,
+            scales: &mut scales,
+            offsets: &mut offsets,
+        };
+        split_row(ty, &bytes, parts).unwrap();
+        for (i, (&q, want)) in q.iter().zip(&want).enumerate() {
+            let got = scales[i / sub] * f32::from(q) + offsets[i / sub];
+            assert_eq!(got, *want, "{ty} element {i}");
+        }
+        if !ty.has_offsets() {
+            assert!(offsets.iter().all(|&o| o == 0.0), "{ty}: offsets are zeros");
+        }
+    }
+    assert_eq!(integer_types, 8, "Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K");
 }
 
 #[test]

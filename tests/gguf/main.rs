@@ -8,6 +8,7 @@ mod config_and_tokenizer;
 mod dequant_reference;
 mod fuzz;
 mod genuine_answers;
+mod integer_weights;
 mod parse;
 mod real_model;
 mod vocab_files;

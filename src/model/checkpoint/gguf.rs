@@ -9,7 +9,8 @@ use burn::tensor::{Bytes, DType, TensorData};
 use half::{bf16, f16};
 
 use super::{Checkpoint, LayerRole, TensorRole};
-use crate::gguf::{GgmlType, GgufFile, TensorInfo, qk_gguf_row};
+use crate::gguf::{GgmlType, GgufFile, IntegerParts, TensorInfo, qk_gguf_row, split_row};
+use crate::model::cpu::IntegerWeights;
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
 
@@ -124,6 +125,13 @@ fn corrupt(file: &GgufFile, err: impl std::fmt::Display) -> ModelError {
     }
 }
 
+/// Repeats each of `values` `times` times: a part's scales at a finer block.
+fn repeated(values: &[f32], times: usize) -> impl Iterator<Item = f32> + '_ {
+    values
+        .iter()
+        .flat_map(move |&value| std::iter::repeat_n(value, times))
+}
+
 impl Checkpoint for GgufCheckpoint {
     fn contains(&self, role: TensorRole) -> bool {
         self.file.tensor_info(&role.gguf_name()).is_some()
@@ -174,5 +182,67 @@ impl Checkpoint for GgufCheckpoint {
             }
         };
         Ok(TensorData::from_bytes(bytes, shape, dtype))
+    }
+
+    /// Parts of different types (a Q4_K_M file mixes them within one fused projection) share
+    /// the finest block among them; a coarser part's scales repeat.
+    fn integer_stacked(
+        &self,
+        parts: &[(TensorRole, Vec<usize>)],
+    ) -> Result<Option<IntegerWeights>> {
+        let parts = parts
+            .iter()
+            .map(|(role, shape)| Ok((*role, self.info(*role, shape)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let Some(block) = parts
+            .iter()
+            .map(|(_, info)| info.ggml_type.integer_block())
+            .collect::<Option<Vec<_>>>()
+            .and_then(|blocks| blocks.into_iter().min())
+        else {
+            return Ok(None);
+        };
+        let cols = parts.first().map_or(0, |(_, info)| info.row_len() as usize);
+        let rows: usize = parts.iter().map(|(_, info)| info.n_rows() as usize).sum();
+        let has_offsets = parts.iter().any(|(_, info)| info.ggml_type.has_offsets());
+        let mut values = vec![0i8; rows * cols];
+        let mut scales = Vec::with_capacity(rows * cols / block);
+        let mut offsets = Vec::with_capacity(if has_offsets { rows * cols / block } else { 0 });
+        let mut row_values = values.chunks_exact_mut(cols.max(1));
+        for &(role, info) in &parts {
+            let ty = info.ggml_type;
+            let view = self
+                .file
+                .tensor(&info.name)
+                .map_err(|err| corrupt(&self.file, err))?;
+            let own_block = ty.integer_block().unwrap_or(block);
+            let mut row_scales = vec![0.0; cols / own_block];
+            let mut row_offsets = vec![0.0; cols / own_block];
+            for row in 0..info.n_rows() as usize {
+                let q = row_values.next().ok_or_else(|| {
+                    ModelError::Backend("GGUF tensor parts outgrew their stacked shape".into())
+                })?;
+                let bytes = view
+                    .row_bytes(self.stored_row(role, row) as u64)
+                    .map_err(|err| corrupt(&self.file, err))?;
+                let parts = IntegerParts {
+                    q,
+                    scales: &mut row_scales,
+                    offsets: &mut row_offsets,
+                };
+                split_row(ty, bytes, parts).map_err(|err| corrupt(&self.file, err))?;
+                scales.extend(repeated(&row_scales, own_block / block));
+                if has_offsets {
+                    offsets.extend(repeated(&row_offsets, own_block / block));
+                }
+            }
+        }
+        Ok(Some(IntegerWeights {
+            dims: [rows, cols],
+            block,
+            values,
+            scales,
+            offsets: has_offsets.then_some(offsets),
+        }))
     }
 }

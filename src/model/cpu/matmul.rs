@@ -123,6 +123,7 @@ mod tests {
             let brains: Vec<bf16> = weight.iter().map(|&w| bf16::from_f32(w)).collect();
             let quantized: Vec<i8> = weight.iter().map(|&w| (w * 127.0) as i8).collect();
             let scales = vec![1.0 / 127.0; rows * cols / 32];
+            let offsets = values(rows * cols / 32, 4);
             let cases = [
                 (WeightRows::F32(&weight), weight.clone()),
                 (
@@ -137,9 +138,23 @@ mod tests {
                     WeightRows::Q8 {
                         values: &quantized,
                         scales: &scales,
+                        offsets: None,
                         block: 32,
                     },
                     quantized.iter().map(|&q| f32::from(q) / 127.0).collect(),
+                ),
+                (
+                    WeightRows::Q8 {
+                        values: &quantized,
+                        scales: &scales,
+                        offsets: Some(&offsets),
+                        block: 32,
+                    },
+                    quantized
+                        .iter()
+                        .enumerate()
+                        .map(|(i, &q)| f32::from(q) / 127.0 + offsets[i / 32])
+                        .collect(),
                 ),
             ];
             for (rows_of, dense) in cases {

@@ -35,8 +35,9 @@ pub fn matvec(weight: WeightRows<'_>, x: &[f32], out: &mut [f32]) {
         WeightRows::Q8 {
             values,
             scales,
+            offsets,
             block,
-        } => quantized(values, scales, block, x, out),
+        } => quantized(values, scales, offsets, block, x, out),
     }
 }
 
@@ -49,37 +50,54 @@ fn dense<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
     });
 }
 
-/// Rows of 8-bit integers with one f32 scale per `block` consecutive weights of a row (the
-/// symmetric per-block scheme of `--precision q8`).
+/// Rows of 8-bit integers with one f32 scale, and maybe an offset, per `block` consecutive
+/// weights of a row (the symmetric per-block scheme of `--precision q8`, and the integer
+/// types of GGUF files).
 ///
 /// Burn 0.22 multiplies a quantized weight by dequantizing all of it first, on every call;
-/// reading the integers directly moves a quarter of the f32 bytes instead.
-fn quantized(weight: &[i8], scales: &[f32], block: usize, x: &[f32], out: &mut [f32]) {
+/// reading the integers directly moves a quarter of the f32 bytes instead. The offsets add
+/// `offset · Σ x` per block, from the activations' block sums formed once.
+fn quantized(
+    weight: &[i8],
+    scales: &[f32],
+    offsets: Option<&[f32]>,
+    block: usize,
+    x: &[f32],
+    out: &mut [f32],
+) {
     let cols = x.len();
     assert!(
-        block > 0 && cols.is_multiple_of(block) && scales.len() * block == weight.len(),
-        "matvec: 8-bit weights, scales and block do not fit [rows, x.len()]"
+        block > 0
+            && cols.is_multiple_of(block)
+            && scales.len() * block == weight.len()
+            && offsets.is_none_or(|offsets| offsets.len() == scales.len()),
+        "matvec: 8-bit weights, scales, offsets and block do not fit [rows, x.len()]"
     );
     let blocks_per_row = cols / block;
-    let rows_of = |first: usize, len: usize| {
-        let rows = first..first + len;
-        (
-            &weight[rows.start * cols..rows.end * cols],
-            &scales[rows.start * blocks_per_row..rows.end * blocks_per_row],
-        )
+    let block_range =
+        |first: usize, len: usize| first * blocks_per_row..(first + len) * blocks_per_row;
+    let add_offsets = |first: usize, out: &mut [f32], sums: &[f32]| {
+        if let Some(offsets) = offsets {
+            let offsets = &offsets[block_range(first, out.len())];
+            for (y, offsets) in out.iter_mut().zip(offsets.chunks_exact(blocks_per_row)) {
+                *y += offsets.iter().zip(sums).map(|(o, s)| o * s).sum::<f32>();
+            }
+        }
     };
-    if let Some(kernel) = rows_dot_q8_integer(block) {
-        let x = BlockInts::of(x, block);
-        split_rows(out, 1, MIN_ROWS_PER_PART, &|first, out: &mut [f32]| {
-            let (weight, scales) = rows_of(first, out.len());
-            kernel(weight, scales, &x, out);
-        });
-    } else {
-        split_rows(out, 1, MIN_ROWS_PER_PART, &|first, out: &mut [f32]| {
-            let (weight, scales) = rows_of(first, out.len());
-            rows_dot_q8_portable(weight, scales, block, x, out);
-        });
-    }
+    let sums: Vec<f32> = match offsets {
+        Some(_) => x.chunks_exact(block).map(|x| x.iter().sum()).collect(),
+        None => Vec::new(),
+    };
+    let integer = rows_dot_q8_integer(block).map(|kernel| (kernel, BlockInts::of(x, block)));
+    split_rows(out, 1, MIN_ROWS_PER_PART, &|first, out: &mut [f32]| {
+        let weight = &weight[first * cols..(first + out.len()) * cols];
+        let scales = &scales[block_range(first, out.len())];
+        match &integer {
+            Some((kernel, x)) => kernel(weight, scales, x, out),
+            None => rows_dot_q8_portable(weight, scales, block, x, out),
+        }
+        add_offsets(first, out, &sums);
+    });
 }
 
 /// The activations of an 8-bit product as 16-bit integers, with one f32 scale per `block`
@@ -124,26 +142,28 @@ fn round_block(x: &[f32], values: &mut [i16]) -> f32 {
 
 type RowsDotQ8 = fn(&[i8], &[f32], &BlockInts, &mut [f32]);
 
-/// The weights per scale that the integer kernel reads: the block of `--precision q8`.
-/// Other blocks take the portable kernel.
-const INTEGER_BLOCK: usize = 32;
-
-/// The integer kernel, where the CPU has it and `block` is the one it reads.
+/// The integer kernel, where the CPU has it and `block` is one it reads: 32 (`--precision
+/// q8` and most GGUF types) or 16 (GGUF's Q6_K). Other blocks take the portable kernel.
 fn rows_dot_q8_integer(block: usize) -> Option<RowsDotQ8> {
-    if block != INTEGER_BLOCK {
-        return None;
-    }
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected;
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports the kernel's features, checked just above, and
-            // `block` is the kernel's, checked first; `quantized` checks the sizes.
-            return Some(|weight, scales, x, out| unsafe {
-                avx2::rows_dot_q8(weight, scales, x, out)
-            });
+            // SAFETY: the CPU supports the kernel's features, checked just above, and each
+            // kernel is chosen for its own block; `quantized` checks the sizes.
+            return match block {
+                32 => Some(|weight, scales, x, out| unsafe {
+                    avx2::rows_dot_q8::<32>(weight, scales, x, out)
+                }),
+                16 => Some(|weight, scales, x, out| unsafe {
+                    avx2::rows_dot_q8::<16>(weight, scales, x, out)
+                }),
+                _ => None,
+            };
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = block;
     None
 }
 
@@ -212,7 +232,7 @@ fn rows_dot_portable<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BlockInts, HostFloat, INTEGER_BLOCK as Q8_BLOCK};
+    use super::{BlockInts, HostFloat};
     use crate::model::cpu::math::horizontal_sum;
 
     /// How far ahead of the weights being read the kernels ask for the next ones, in bytes.
@@ -268,10 +288,10 @@ mod avx2 {
         }
     }
 
-    /// Each block of 32 weights is widened to 16 bits and multiplied by the activations'
-    /// integers into exact 32-bit sums, which then take both scales in f32. Alternate blocks
-    /// go to two f32 totals, so that one block's multiply-add need not wait for the last
-    /// one's.
+    /// Each block of `BLOCK` (16 or 32) weights is widened to 16 bits and multiplied by the
+    /// activations' integers into exact 32-bit sums, which then take both scales in f32.
+    /// Alternate blocks go to two f32 totals, so that one block's multiply-add need not wait
+    /// for the last one's.
     ///
     /// The block is fixed and the loop runs on raw pointers: written for any block through
     /// slices, the same arithmetic compiled to bounds checks, a multiply per block and
@@ -279,16 +299,21 @@ mod avx2 {
     /// the bf16 kernel.
     ///
     /// # Safety
-    /// `x` must be rounded in blocks of [`Q8_BLOCK`], `weight` hold
+    /// `BLOCK` must be a multiple of 16, `x` be rounded in blocks of `BLOCK`, `weight` hold
     /// `out.len()` rows of `x.values.len()` integers and `scales` one per block of them.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn rows_dot_q8(weight: &[i8], scales: &[f32], x: &BlockInts, out: &mut [f32]) {
+    pub unsafe fn rows_dot_q8<const BLOCK: usize>(
+        weight: &[i8],
+        scales: &[f32],
+        x: &BlockInts,
+        out: &mut [f32],
+    ) {
         let cols = x.values.len();
-        let blocks = cols / Q8_BLOCK;
+        let blocks = cols / BLOCK;
         for (row, y) in out.iter_mut().enumerate() {
             // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
             let total = unsafe {
-                q8_row_total(
+                q8_row_total::<BLOCK>(
                     weight.as_ptr().add(row * cols),
                     scales.as_ptr().add(row * blocks),
                     x,
@@ -302,11 +327,11 @@ mod avx2 {
     /// One row's blocks, its lanes not yet summed.
     ///
     /// # Safety
-    /// `row` must point to `blocks · 32` integers, `scales` to `blocks` floats, and `x` hold
-    /// as many values and scales.
+    /// `row` must point to `blocks · BLOCK` integers, `scales` to `blocks` floats, and `x`
+    /// hold as many values and scales.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn q8_row_total(
+    unsafe fn q8_row_total<const BLOCK: usize>(
         row: *const i8,
         scales: *const f32,
         x: &BlockInts,
@@ -316,24 +341,25 @@ mod avx2 {
         // SAFETY (for `block` and the loop below): b < blocks, so block `b` lies inside
         // `row`, `scales`, `values` and `x_scales`.
         let block = |b: usize| unsafe {
-            let w = row.add(b * Q8_BLOCK).cast::<__m128i>();
-            let v = values.add(b * Q8_BLOCK).cast::<__m256i>();
-            let low = _mm256_madd_epi16(
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(w)),
-                _mm256_loadu_si256(v),
-            );
-            let high = _mm256_madd_epi16(
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(1))),
-                _mm256_loadu_si256(v.add(1)),
-            );
-            let sum = _mm256_cvtepi32_ps(_mm256_add_epi32(low, high));
+            let w = row.add(b * BLOCK).cast::<__m128i>();
+            let v = values.add(b * BLOCK).cast::<__m256i>();
+            // Sixteen weights per step: 32-bit sums of pairs of their products.
+            let mut sum = _mm256_setzero_si256();
+            for step in 0..BLOCK / 16 {
+                let products = _mm256_madd_epi16(
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(step))),
+                    _mm256_loadu_si256(v.add(step)),
+                );
+                sum = _mm256_add_epi32(sum, products);
+            }
+            let sum = _mm256_cvtepi32_ps(sum);
             (sum, _mm256_set1_ps(*scales.add(b) * *x_scales.add(b)))
         };
         let mut totals = [_mm256_setzero_ps(); 2];
         let mut b = 0;
         while b + 2 <= blocks {
-            // Two blocks are one 64-byte line.
-            prefetch(row.wrapping_add(b * Q8_BLOCK), PREFETCH_BYTES_Q8);
+            // Two blocks of 32 are one 64-byte line (two of 16 half of one).
+            prefetch(row.wrapping_add(b * BLOCK), PREFETCH_BYTES_Q8);
             for (half, total) in totals.iter_mut().enumerate() {
                 let (sum, scale) = block(b + half);
                 *total = _mm256_fmadd_ps(sum, scale, *total);
@@ -438,25 +464,32 @@ mod tests {
     }
 
     /// Each 8-bit path against the f64 product of the values it reads: the weights as
-    /// stored, and the activations as given (portable) or as rounded to 16 bits (integer).
+    /// stored, and the activations as given (portable) or as rounded to 16 bits (integer);
+    /// with and without offsets, for the blocks of `--precision q8` and GGUF files and others.
     #[test]
     fn every_q8_path_equals_the_product_of_what_it_reads() {
         #[cfg(target_arch = "x86_64")]
-        assert_eq!(
-            rows_dot_q8_integer(32).is_some(),
-            std::arch::is_x86_feature_detected!("avx2"),
-            "the integer kernel runs wherever the CPU has AVX2"
-        );
+        for block in [16, 32] {
+            assert_eq!(
+                rows_dot_q8_integer(block).is_some(),
+                std::arch::is_x86_feature_detected!("avx2"),
+                "the integer kernel reads blocks of {block} wherever the CPU has AVX2"
+            );
+        }
         let cases = [
             (1, 32, 32),
             (7, 96, 32),
             (67, 576, 32),
             (16, 1536, 32),
+            (33, 576, 16),
             (9, 1536, 64),
             (5, 96, 48),
             (9, 40, 20),
         ];
-        for (rows, cols, block) in cases {
+        for ((rows, cols, block), with_offsets) in cases
+            .into_iter()
+            .flat_map(|case| [(case, false), (case, true)])
+        {
             let weight: Vec<i8> = values(rows * cols, 3)
                 .iter()
                 .map(|v| (v * 127.0) as i8)
@@ -465,30 +498,47 @@ mod tests {
                 .iter()
                 .map(|v| 0.01 + v.abs() * 0.02)
                 .collect();
+            let offsets = with_offsets.then(|| values(rows * cols / block, 7));
             let mut x = values(cols, 5);
             x[cols / 3] = 40.0;
-            let dequantized: Vec<f32> = weight
+            // The kernels multiply the integers by the activations (rounded, in the integer
+            // kernel) and the offsets by the activations' own block sums.
+            let scaled: Vec<f32> = weight
                 .iter()
                 .enumerate()
                 .map(|(i, &q)| f32::from(q) * scales[i / block])
                 .collect();
-            let close = |got: &[f32], x: &[f32], what: &str| {
-                for (g, e) in got.iter().zip(naive(&dequantized, x)) {
+            let offset_part: Vec<f32> = match &offsets {
+                Some(offsets) => naive(
+                    &(0..rows * cols)
+                        .map(|i| offsets[i / block])
+                        .collect::<Vec<_>>(),
+                    &x,
+                ),
+                None => vec![0.0; rows],
+            };
+            let what = format!("{rows}x{cols}/{block}, offsets {with_offsets}");
+            let close = |got: &[f32], x: &[f32], offset_part: &[f32], path: &str| {
+                let expected = naive(&scaled, x);
+                for ((g, e), o) in got.iter().zip(expected).zip(offset_part) {
+                    let e = e + o;
                     assert!(
                         (g - e).abs() <= 1e-4 * (1.0 + e.abs()),
-                        "{what} {rows}x{cols}/{block}: {g} vs {e}"
+                        "{path} {what}: {g} vs {e}"
                     );
                 }
             };
             let from_ones = |out: Vec<f32>| out.iter().map(|y| y - 1.0).collect::<Vec<_>>();
+            let no_offsets = vec![0.0; rows];
 
             let mut out = vec![1.0; rows];
             rows_dot_q8_portable(&weight, &scales, block, &x, &mut out);
-            close(&from_ones(out), &x, "portable");
+            close(&from_ones(out), &x, &no_offsets, "portable");
 
             let rows_of = WeightRows::Q8 {
                 values: &weight,
                 scales: &scales,
+                offsets: offsets.as_deref(),
                 block,
             };
             match rows_dot_q8_integer(block) {
@@ -502,10 +552,10 @@ mod tests {
                         .collect();
                     let mut out = vec![1.0; rows];
                     kernel(&weight, &scales, &ints, &mut out);
-                    close(&from_ones(out), &rounded, "integer");
-                    close(&product(rows_of, &x), &rounded, "matvec");
+                    close(&from_ones(out), &rounded, &no_offsets, "integer");
+                    close(&product(rows_of, &x), &rounded, &offset_part, "matvec");
                 }
-                None => close(&product(rows_of, &x), &x, "matvec"),
+                None => close(&product(rows_of, &x), &x, &offset_part, "matvec"),
             }
         }
     }

@@ -113,6 +113,7 @@ mod tests {
             Some(WeightRows::Q8 {
                 values,
                 scales,
+                offsets: None,
                 block,
             }) => (values.to_vec(), scales.to_vec(), block),
             _ => panic!("not 8-bit rows"),

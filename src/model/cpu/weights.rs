@@ -1,9 +1,11 @@
 //! A projection weight `[rows, cols]` as the CPU kernels read it, whatever its storage.
 
+use std::sync::Arc;
+
 use burn::backend::flex::FlexQTensor;
 use burn::backend::{BackendTensor, DispatchTensorKind, TensorMetadata};
 use burn::tensor::quantization::{QuantMode, QuantScheme, QuantStore, QuantValue};
-use burn::tensor::{DType, Tensor};
+use burn::tensor::{DType, Device, Tensor, TensorData};
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 
@@ -19,6 +21,22 @@ pub enum Weight {
     Float(HostTensor),
     /// burn-flex's 8-bit weights (`--precision q8`).
     Quantized(FlexQTensor),
+    /// A GGUF file's integer weights, kept as stored (see [`IntegerWeights`]).
+    Integers(Arc<IntegerWeights>),
+}
+
+/// Weights stored as small integers with a scale, and in some types an offset, per block of
+/// a row: `W[r, c] = scales[b] · values[r · cols + c] + offsets[b]` for `b = (r · cols + c) /
+/// block`. Every GGUF integer type (Q4_0 … Q8_0, Q4_K … Q6_K) is exactly this, its values
+/// unpacked to one byte each, so the 8-bit kernels multiply them without rounding anything.
+#[derive(Debug)]
+pub struct IntegerWeights {
+    pub dims: [usize; 2],
+    pub block: usize,
+    pub values: Vec<i8>,
+    pub scales: Vec<f32>,
+    /// `None` where every offset is zero (the types without a minimum).
+    pub offsets: Option<Vec<f32>>,
 }
 
 /// The elements of a weight, borrowed where they lie.
@@ -27,11 +45,13 @@ pub enum WeightRows<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
     Bf16(&'a [bf16]),
-    /// Symmetric 8-bit integers with one f32 scale per `block` consecutive weights of a row:
-    /// `W[r, c] = scales[(r · cols + c) / block] · values[r · cols + c]`.
+    /// 8-bit integers with one f32 scale, and maybe an offset, per `block` consecutive
+    /// weights of a row: `W[r, c] = scales[b] · values[r · cols + c] (+ offsets[b])` for
+    /// `b = (r · cols + c) / block`.
     Q8 {
         values: &'a [i8],
         scales: &'a [f32],
+        offsets: Option<&'a [f32]>,
         block: usize,
     },
 }
@@ -53,6 +73,7 @@ impl Weight {
         match self {
             Self::Float(tensor) => tensor.shape().dims(),
             Self::Quantized(weight) => weight.shape().dims(),
+            Self::Integers(weight) => weight.dims,
         }
     }
 
@@ -74,9 +95,34 @@ impl Weight {
                 (scales.len() * block == values.len()).then_some(WeightRows::Q8 {
                     values,
                     scales,
+                    offsets: None,
                     block,
                 })
             }
+            Self::Integers(weight) => Some(weight.rows()),
+        }
+    }
+
+    /// The weight as a plain f32 tensor on `device`, for Burn's matmul where the kernels
+    /// decline.
+    pub fn dense(&self, device: &Device) -> Option<Tensor<2>> {
+        let rows = self.rows()?;
+        let mut values = vec![0.0; rows.len()];
+        rows.widen(0, &mut values);
+        Some(Tensor::from_data(
+            TensorData::new(values, self.dims()),
+            device,
+        ))
+    }
+}
+
+impl IntegerWeights {
+    pub fn rows(&self) -> WeightRows<'_> {
+        WeightRows::Q8 {
+            values: &self.values,
+            scales: &self.scales,
+            offsets: self.offsets.as_deref(),
+            block: self.block,
         }
     }
 }
@@ -110,15 +156,20 @@ impl WeightRows<'_> {
             Self::Q8 {
                 values,
                 scales,
+                offsets,
                 block,
             } => {
                 // Rows hold whole blocks, so `start` is where a block begins.
+                let first = start / block;
                 let blocks = out
                     .chunks_exact_mut(*block)
-                    .zip(values[range].chunks_exact(*block));
-                for ((out, values), scale) in blocks.zip(&scales[start / block..]) {
+                    .zip(values[range].chunks_exact(*block))
+                    .enumerate();
+                for (b, (out, values)) in blocks {
+                    let scale = scales[first + b];
+                    let offset = offsets.map_or(0.0, |offsets| offsets[first + b]);
                     for (out, &value) in out.iter_mut().zip(values) {
-                        *out = scale * f32::from(value);
+                        *out = scale * f32::from(value) + offset;
                     }
                 }
             }

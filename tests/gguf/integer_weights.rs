@@ -1,0 +1,112 @@
+//! A GGUF file's integer weights as the CPU kernels hold them: a fused projection whose parts
+//! are stored in different types (as in a Q4_K_M file) against the same parts dequantized.
+
+use burn::tensor::DType;
+use smolchat::gguf::{GgmlType, GgufFile};
+use smolchat::model::checkpoint::gguf::GgufCheckpoint;
+use smolchat::model::checkpoint::{Checkpoint, LayerRole, TensorRole};
+
+use super::builder::Builder;
+
+const COLS: usize = 256;
+const HEAD_DIM: usize = 4;
+
+/// `rows` rows of `ty` with varied integers and the f16 scales (and minimums) set to finite
+/// values: `scale_at` lists each block's scale fields, by byte offset.
+fn blocks(ty: GgmlType, rows: usize, scale_at: &[usize], seed: u32) -> Vec<u8> {
+    let blocks = rows * COLS / ty.block_size();
+    let mut state = seed;
+    let mut bytes = Vec::with_capacity(blocks * ty.type_size());
+    for b in 0..blocks {
+        let mut block: Vec<u8> = (0..ty.type_size())
+            .map(|_| {
+                state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                (state >> 24) as u8
+            })
+            .collect();
+        for (k, &at) in scale_at.iter().enumerate() {
+            let scale = half::f16::from_f32(
+                0.01 * (1 + (b + k) % 7) as f32 * if k == 1 { -1.0 } else { 1.0 },
+            );
+            block[at..at + 2].copy_from_slice(&scale.to_le_bytes());
+        }
+        bytes.extend(block);
+    }
+    bytes
+}
+
+#[test]
+fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
+    // A query projection in Q4_K (its rows reordered within heads, as llama.cpp stores them),
+    // a key projection in Q6_K (16-element sub-blocks, no offsets) and a value projection in
+    // Q4_1 (32-element blocks with offsets): the stack takes the finest block and offsets.
+    let parts = [
+        (
+            LayerRole::Query,
+            "blk.0.attn_q.weight",
+            GgmlType::Q4_K,
+            8,
+            vec![0, 2],
+        ),
+        (
+            LayerRole::Key,
+            "blk.0.attn_k.weight",
+            GgmlType::Q6_K,
+            4,
+            vec![208],
+        ),
+        (
+            LayerRole::Value,
+            "blk.0.attn_v.weight",
+            GgmlType::Q4_1,
+            4,
+            vec![0, 2],
+        ),
+    ];
+    let mut builder = Builder::default();
+    for (seed, (_, name, ty, rows, scale_at)) in parts.iter().enumerate() {
+        let data = blocks(*ty, *rows, scale_at, seed as u32 + 1);
+        builder = builder.tensor(name, &[COLS as u64, *rows as u64], ty.id(), data);
+    }
+    let file = GgufFile::from_bytes("mixed.gguf", builder.build()).expect("a valid file");
+    let checkpoint = GgufCheckpoint::new(file, HEAD_DIM);
+    let shaped: Vec<(TensorRole, Vec<usize>)> = parts
+        .iter()
+        .map(|(role, _, _, rows, _)| (TensorRole::Layer(0, *role), vec![*rows, COLS]))
+        .collect();
+
+    let integers = checkpoint
+        .integer_stacked(&shaped)
+        .expect("readable")
+        .expect("every part is an integer type");
+    let dense = checkpoint
+        .stacked(&shaped, DType::F32, None)
+        .expect("readable")
+        .try_to_vec::<f32>()
+        .expect("f32");
+
+    assert_eq!(integers.dims, [16, COLS]);
+    assert_eq!(integers.block, 16);
+    let offsets = integers
+        .offsets
+        .as_ref()
+        .expect("Q4_K and Q4_1 have offsets");
+    assert!(dense.iter().any(|&w| w != 0.0));
+    for (i, (&q, &want)) in integers.values.iter().zip(&dense).enumerate() {
+        let b = i / integers.block;
+        let got = integers.scales[b] * f32::from(q) + offsets[b];
+        assert_eq!(got, want, "row {}, column {}", i / COLS, i % COLS);
+    }
+
+    // Float parts are not integers: the stack is declined, not approximated.
+    let float = Builder::default()
+        .f32_tensor(
+            "blk.0.attn_q.weight",
+            &[COLS as u64, 8],
+            &vec![0.5; 8 * COLS],
+        )
+        .build();
+    let checkpoint = GgufCheckpoint::new(GgufFile::from_bytes("f.gguf", float).unwrap(), HEAD_DIM);
+    let query = [(TensorRole::Layer(0, LayerRole::Query), vec![8, COLS])];
+    assert!(checkpoint.integer_stacked(&query).unwrap().is_none());
+}
