@@ -72,7 +72,10 @@ impl<'a> Loader<'a> {
             .iter()
             .map(|&role| (role, role.shape(self.config)))
             .collect();
-        self.checkpoint.integer_stacked(&shaped)
+        Ok(self
+            .checkpoint
+            .integer_stacked(&shaped)?
+            .map(cpu::IntegerWeights::packed))
     }
 
     pub fn matrix(&mut self, role: TensorRole) -> Result<Tensor<2>> {

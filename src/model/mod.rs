@@ -18,6 +18,7 @@ mod rope;
 mod weight_arena;
 
 pub use config::LlamaConfig;
+pub use cpu::{IntegerValues, IntegerWeights};
 pub use error::{ModelError, Result};
 pub use kv_cache::KvCache;
 pub use llama::{Llama, Logits, logits_to_vec};

@@ -3,6 +3,7 @@
 
 use burn::tensor::DType;
 use smolchat::gguf::{GgmlType, GgufFile};
+use smolchat::model::IntegerValues;
 use smolchat::model::checkpoint::gguf::GgufCheckpoint;
 use smolchat::model::checkpoint::{Checkpoint, LayerRole, TensorRole};
 
@@ -92,7 +93,10 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
         .as_ref()
         .expect("Q4_K and Q4_1 have offsets");
     assert!(dense.iter().any(|&w| w != 0.0));
-    for (i, (&q, &want)) in integers.values.iter().zip(&dense).enumerate() {
+    let IntegerValues::Bytes(values) = &integers.values else {
+        panic!("a checkpoint gives one byte per value");
+    };
+    for (i, (&q, &want)) in values.iter().zip(&dense).enumerate() {
         let b = i / integers.block;
         let got = integers.scales[b] * f32::from(q) + offsets[b];
         assert_eq!(got, want, "row {}, column {}", i / COLS, i % COLS);

@@ -10,7 +10,7 @@ use half::{bf16, f16};
 
 use super::{Checkpoint, LayerRole, TensorRole};
 use crate::gguf::{GgmlType, GgufFile, IntegerParts, TensorInfo, qk_gguf_row, split_row};
-use crate::model::cpu::IntegerWeights;
+use crate::model::cpu::{IntegerValues, IntegerWeights};
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
 
@@ -240,7 +240,7 @@ impl Checkpoint for GgufCheckpoint {
         Ok(Some(IntegerWeights {
             dims: [rows, cols],
             block,
-            values,
+            values: IntegerValues::Bytes(values),
             scales,
             offsets: has_offsets.then_some(offsets),
         }))

@@ -95,7 +95,7 @@ mod tests {
 
     use super::matmul;
     use crate::model::cpu::test_values as values;
-    use crate::model::cpu::weights::WeightRows;
+    use crate::model::cpu::weights::{Ints, WeightRows};
 
     fn reference(weight: &[f32], x: &[f32], tokens: usize, base: &[f32]) -> Vec<f64> {
         let cols = x.len() / tokens;
@@ -124,6 +124,10 @@ mod tests {
             let quantized: Vec<i8> = weight.iter().map(|&w| (w * 127.0) as i8).collect();
             let scales = vec![1.0 / 127.0; rows * cols / 32];
             let offsets = values(rows * cols / 32, 4);
+            let nibbles: Vec<u8> = values(rows * cols / 2, 5)
+                .iter()
+                .map(|v| (v.abs() * 255.0) as u8)
+                .collect();
             let cases = [
                 (WeightRows::F32(&weight), weight.clone()),
                 (
@@ -135,8 +139,8 @@ mod tests {
                     brains.iter().map(|w| w.to_f32()).collect(),
                 ),
                 (
-                    WeightRows::Q8 {
-                        values: &quantized,
+                    WeightRows::Integers {
+                        values: Ints::Bytes(&quantized),
                         scales: &scales,
                         offsets: None,
                         block: 32,
@@ -144,8 +148,8 @@ mod tests {
                     quantized.iter().map(|&q| f32::from(q) / 127.0).collect(),
                 ),
                 (
-                    WeightRows::Q8 {
-                        values: &quantized,
+                    WeightRows::Integers {
+                        values: Ints::Bytes(&quantized),
                         scales: &scales,
                         offsets: Some(&offsets),
                         block: 32,
@@ -154,6 +158,21 @@ mod tests {
                         .iter()
                         .enumerate()
                         .map(|(i, &q)| f32::from(q) / 127.0 + offsets[i / 32])
+                        .collect(),
+                ),
+                (
+                    WeightRows::Integers {
+                        values: Ints::Nibbles(&nibbles),
+                        scales: &scales,
+                        offsets: Some(&offsets),
+                        block: 32,
+                    },
+                    (0..rows * cols)
+                        .map(|i| {
+                            let byte = nibbles[i / 32 * 16 + i % 16];
+                            let q = if i % 32 < 16 { byte & 0x0F } else { byte >> 4 };
+                            f32::from(q) / 127.0 + offsets[i / 32]
+                        })
                         .collect(),
                 ),
             ];

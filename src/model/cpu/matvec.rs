@@ -12,7 +12,7 @@
 
 use super::host::HostFloat;
 use super::threads::split_rows;
-use super::weights::WeightRows;
+use super::weights::{Ints, NIBBLE_BLOCK, WeightRows};
 
 /// Products smaller than this many rows run on the calling thread alone: splitting them
 /// costs more than it saves.
@@ -32,7 +32,7 @@ pub fn matvec(weight: WeightRows<'_>, x: &[f32], out: &mut [f32]) {
         WeightRows::F32(weight) => dense(weight, x, out),
         WeightRows::F16(weight) => dense(weight, x, out),
         WeightRows::Bf16(weight) => dense(weight, x, out),
-        WeightRows::Q8 {
+        WeightRows::Integers {
             values,
             scales,
             offsets,
@@ -58,7 +58,7 @@ fn dense<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
 /// reading the integers directly moves a quarter of the f32 bytes instead. The offsets add
 /// `offset · Σ x` per block, from the activations' block sums formed once.
 fn quantized(
-    weight: &[i8],
+    weight: Ints<'_>,
     scales: &[f32],
     offsets: Option<&[f32]>,
     block: usize,
@@ -70,7 +70,8 @@ fn quantized(
         block > 0
             && cols.is_multiple_of(block)
             && scales.len() * block == weight.len()
-            && offsets.is_none_or(|offsets| offsets.len() == scales.len()),
+            && offsets.is_none_or(|offsets| offsets.len() == scales.len())
+            && (matches!(weight, Ints::Bytes(_)) || block == NIBBLE_BLOCK),
         "matvec: 8-bit weights, scales, offsets and block do not fit [rows, x.len()]"
     );
     let blocks_per_row = cols / block;
@@ -88,16 +89,29 @@ fn quantized(
         Some(_) => x.chunks_exact(block).map(|x| x.iter().sum()).collect(),
         None => Vec::new(),
     };
-    let integer = rows_dot_q8_integer(block).map(|kernel| (kernel, BlockInts::of(x, block)));
+    let integer = has_integer_kernel(weight, block).then(|| BlockInts::of(x, block));
     split_rows(out, 1, MIN_ROWS_PER_PART, &|first, out: &mut [f32]| {
-        let weight = &weight[first * cols..(first + out.len()) * cols];
+        let weight = weight.rows(first, out.len(), cols);
         let scales = &scales[block_range(first, out.len())];
         match &integer {
-            Some((kernel, x)) => kernel(weight, scales, x, out),
-            None => rows_dot_q8_portable(weight, scales, block, x, out),
+            // SAFETY: the kernel exists, checked above; the sizes are checked at the top.
+            Some(x) => unsafe { rows_dot_integer(weight, scales, x, out) },
+            None => rows_dot_integer_portable(weight, scales, block, x, out),
         }
         add_offsets(first, out, &sums);
     });
+}
+
+impl<'a> Ints<'a> {
+    /// Rows `first..first + len` of `cols` values each.
+    fn rows(self, first: usize, len: usize, cols: usize) -> Ints<'a> {
+        match self {
+            Self::Bytes(values) => Self::Bytes(&values[first * cols..(first + len) * cols]),
+            Self::Nibbles(values) => {
+                Self::Nibbles(&values[first * cols / 2..(first + len) * cols / 2])
+            }
+        }
+    }
 }
 
 /// The activations of an 8-bit product as 16-bit integers, with one f32 scale per `block`
@@ -111,6 +125,7 @@ fn quantized(
 struct BlockInts {
     values: Vec<i16>,
     scales: Vec<f32>,
+    block: usize,
 }
 
 impl BlockInts {
@@ -121,7 +136,11 @@ impl BlockInts {
             .zip(values.chunks_exact_mut(block))
             .map(|(x, values)| round_block(x, values))
             .collect();
-        Self { values, scales }
+        Self {
+            values,
+            scales,
+            block,
+        }
     }
 }
 
@@ -140,46 +159,66 @@ fn round_block(x: &[f32], values: &mut [i16]) -> f32 {
     scale
 }
 
-type RowsDotQ8 = fn(&[i8], &[f32], &BlockInts, &mut [f32]);
-
-/// The integer kernel, where the CPU has it and `block` is one it reads: 32 (`--precision
-/// q8` and most GGUF types) or 16 (GGUF's Q6_K). Other blocks take the portable kernel.
-fn rows_dot_q8_integer(block: usize) -> Option<RowsDotQ8> {
+/// Whether the CPU has an integer kernel for `values` in blocks of `block`: bytes in blocks
+/// of 32 (`--precision q8` and most GGUF types) or 16 (GGUF's Q6_K), nibbles in blocks of
+/// 32. Other blocks take the portable kernel.
+fn has_integer_kernel(values: Ints<'_>, block: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::is_x86_feature_detected;
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports the kernel's features, checked just above, and each
-            // kernel is chosen for its own block; `quantized` checks the sizes.
-            return match block {
-                32 => Some(|weight, scales, x, out| unsafe {
-                    avx2::rows_dot_q8::<32>(weight, scales, x, out)
-                }),
-                16 => Some(|weight, scales, x, out| unsafe {
-                    avx2::rows_dot_q8::<16>(weight, scales, x, out)
-                }),
-                _ => None,
-            };
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && matches!(
+                (values, block),
+                (Ints::Bytes(_), 16 | 32) | (Ints::Nibbles(_), NIBBLE_BLOCK)
+            )
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (values, block);
+        false
+    }
+}
+
+/// The integer kernel for the weights' storage and block.
+///
+/// # Safety
+/// [`has_integer_kernel`] must hold for `weight` and `x`'s block, `x` hold `cols` values
+/// rounded in blocks, `weight` `out.len()` rows of `cols` values and `scales` one per block.
+unsafe fn rows_dot_integer(weight: Ints<'_>, scales: &[f32], x: &BlockInts, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the caller's guarantees are each kernel's.
+    unsafe {
+        match weight {
+            Ints::Bytes(weight) if x.block == 16 => avx2::rows_dot_q8::<16>(weight, scales, x, out),
+            Ints::Bytes(weight) => avx2::rows_dot_q8::<32>(weight, scales, x, out),
+            Ints::Nibbles(weight) => avx2::rows_dot_q4(weight, scales, x, out),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = block;
-    None
+    {
+        let _ = (weight, scales, x, out);
+        unreachable!("has_integer_kernel is false off x86-64");
+    }
 }
 
-fn rows_dot_q8_portable(weight: &[i8], scales: &[f32], block: usize, x: &[f32], out: &mut [f32]) {
+fn rows_dot_integer_portable(
+    weight: Ints<'_>,
+    scales: &[f32],
+    block: usize,
+    x: &[f32],
+    out: &mut [f32],
+) {
     let blocks_per_row = x.len() / block;
-    for ((row, scales), y) in weight
-        .chunks_exact(x.len())
-        .zip(scales.chunks_exact(blocks_per_row))
-        .zip(out)
-    {
-        *y += row
+    let mut unpacked = [0; NIBBLE_BLOCK];
+    for (row, y) in out.iter_mut().enumerate() {
+        *y += x
             .chunks_exact(block)
-            .zip(x.chunks_exact(block))
-            .zip(scales)
-            .map(|((q, x), scale)| {
-                scale * q.iter().zip(x).map(|(&q, x)| f32::from(q) * x).sum::<f32>()
+            .enumerate()
+            .map(|(b, x)| {
+                let b = row * blocks_per_row + b;
+                let q = weight.block(b, block, &mut unpacked);
+                scales[b] * q.iter().zip(x).map(|(&q, x)| f32::from(q) * x).sum::<f32>()
             })
             .sum::<f32>();
     }
@@ -313,8 +352,32 @@ mod avx2 {
         for (row, y) in out.iter_mut().enumerate() {
             // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
             let total = unsafe {
-                q8_row_total::<BLOCK>(
-                    weight.as_ptr().add(row * cols),
+                row_total::<BLOCK, false>(
+                    weight.as_ptr().add(row * cols).cast(),
+                    scales.as_ptr().add(row * blocks),
+                    x,
+                    blocks,
+                )
+            };
+            *y += horizontal_sum(total);
+        }
+    }
+
+    /// [`rows_dot_q8`] for 4-bit values packed two per byte (see `IntegerValues::Nibbles`):
+    /// each block's 16 bytes are split into low and high halves, which are its first and
+    /// last 16 values, and widened to 16 bits like the bytes.
+    ///
+    /// # Safety
+    /// As [`rows_dot_q8`] with blocks of 32, `weight` holding half a byte per value.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn rows_dot_q4(weight: &[u8], scales: &[f32], x: &BlockInts, out: &mut [f32]) {
+        let cols = x.values.len();
+        let blocks = cols / 32;
+        for (row, y) in out.iter_mut().enumerate() {
+            // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
+            let total = unsafe {
+                row_total::<32, true>(
+                    weight.as_ptr().add(row * cols / 2),
                     scales.as_ptr().add(row * blocks),
                     x,
                     blocks,
@@ -327,12 +390,12 @@ mod avx2 {
     /// One row's blocks, its lanes not yet summed.
     ///
     /// # Safety
-    /// `row` must point to `blocks · BLOCK` integers, `scales` to `blocks` floats, and `x`
-    /// hold as many values and scales.
+    /// `row` must point to `blocks · BLOCK` integers (bytes, or nibbles in blocks of 32 when
+    /// `NIBBLES`), `scales` to `blocks` floats, and `x` hold as many values and scales.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn q8_row_total<const BLOCK: usize>(
-        row: *const i8,
+    unsafe fn row_total<const BLOCK: usize, const NIBBLES: bool>(
+        row: *const u8,
         scales: *const f32,
         x: &BlockInts,
         blocks: usize,
@@ -341,16 +404,32 @@ mod avx2 {
         // SAFETY (for `block` and the loop below): b < blocks, so block `b` lies inside
         // `row`, `scales`, `values` and `x_scales`.
         let block = |b: usize| unsafe {
-            let w = row.add(b * BLOCK).cast::<__m128i>();
             let v = values.add(b * BLOCK).cast::<__m256i>();
             // Sixteen weights per step: 32-bit sums of pairs of their products.
             let mut sum = _mm256_setzero_si256();
-            for step in 0..BLOCK / 16 {
-                let products = _mm256_madd_epi16(
-                    _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(step))),
-                    _mm256_loadu_si256(v.add(step)),
-                );
-                sum = _mm256_add_epi32(sum, products);
+            if NIBBLES {
+                let packed = _mm_loadu_si128(row.add(b * BLOCK / 2).cast::<__m128i>());
+                let mask = _mm_set1_epi8(0x0F);
+                let halves = [
+                    _mm_and_si128(packed, mask),
+                    _mm_and_si128(_mm_srli_epi16::<4>(packed), mask),
+                ];
+                for (step, half) in halves.into_iter().enumerate() {
+                    let products = _mm256_madd_epi16(
+                        _mm256_cvtepu8_epi16(half),
+                        _mm256_loadu_si256(v.add(step)),
+                    );
+                    sum = _mm256_add_epi32(sum, products);
+                }
+            } else {
+                let w = row.add(b * BLOCK).cast::<__m128i>();
+                for step in 0..BLOCK / 16 {
+                    let products = _mm256_madd_epi16(
+                        _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(step))),
+                        _mm256_loadu_si256(v.add(step)),
+                    );
+                    sum = _mm256_add_epi32(sum, products);
+                }
             }
             let sum = _mm256_cvtepi32_ps(sum);
             (sum, _mm256_set1_ps(*scales.add(b) * *x_scales.add(b)))
@@ -358,8 +437,9 @@ mod avx2 {
         let mut totals = [_mm256_setzero_ps(); 2];
         let mut b = 0;
         while b + 2 <= blocks {
-            // Two blocks of 32 are one 64-byte line (two of 16 half of one).
-            prefetch(row.wrapping_add(b * BLOCK), PREFETCH_BYTES_Q8);
+            // Two blocks of 32 bytes are one 64-byte line (of 16 bytes or nibbles, half).
+            let bytes = if NIBBLES { b * BLOCK / 2 } else { b * BLOCK };
+            prefetch(row.wrapping_add(bytes), PREFETCH_BYTES_Q8);
             for (half, total) in totals.iter_mut().enumerate() {
                 let (sum, scale) = block(b + half);
                 *total = _mm256_fmadd_ps(sum, scale, *total);
@@ -463,17 +543,30 @@ mod tests {
         }
     }
 
-    /// Each 8-bit path against the f64 product of the values it reads: the weights as
+    /// Packs 4-bit values (0 to 15) as `IntegerValues::Nibbles` lays them out.
+    fn nibbles(values: &[i8]) -> Vec<u8> {
+        values
+            .chunks_exact(NIBBLE_BLOCK)
+            .flat_map(|block| (0..16).map(move |j| block[j] as u8 | (block[j + 16] as u8) << 4))
+            .collect()
+    }
+
+    /// Each integer path against the f64 product of the values it reads: the weights as
     /// stored, and the activations as given (portable) or as rounded to 16 bits (integer);
-    /// with and without offsets, for the blocks of `--precision q8` and GGUF files and others.
+    /// bytes and nibbles, with and without offsets, for the blocks of `--precision q8` and
+    /// GGUF files and others.
     #[test]
-    fn every_q8_path_equals_the_product_of_what_it_reads() {
+    fn every_integer_path_equals_the_product_of_what_it_reads() {
         #[cfg(target_arch = "x86_64")]
-        for block in [16, 32] {
+        for (values, block) in [
+            (Ints::Bytes(&[]), 16),
+            (Ints::Bytes(&[]), 32),
+            (Ints::Nibbles(&[]), 32),
+        ] {
             assert_eq!(
-                rows_dot_q8_integer(block).is_some(),
+                has_integer_kernel(values, block),
                 std::arch::is_x86_feature_detected!("avx2"),
-                "the integer kernel reads blocks of {block} wherever the CPU has AVX2"
+                "an integer kernel reads blocks of {block} wherever the CPU has AVX2"
             );
         }
         let cases = [
@@ -486,14 +579,25 @@ mod tests {
             (5, 96, 48),
             (9, 40, 20),
         ];
-        for ((rows, cols, block), with_offsets) in cases
-            .into_iter()
-            .flat_map(|case| [(case, false), (case, true)])
-        {
+        let variants = cases.into_iter().flat_map(|(rows, cols, block)| {
+            let packable = block == NIBBLE_BLOCK;
+            [(false, false), (false, true), (true, false), (true, true)]
+                .into_iter()
+                .filter(move |&(packed, _)| packable || !packed)
+                .map(move |(packed, with_offsets)| (rows, cols, block, packed, with_offsets))
+        });
+        for (rows, cols, block, packed, with_offsets) in variants {
+            let range = if packed { 15.0 } else { 127.0 };
             let weight: Vec<i8> = values(rows * cols, 3)
                 .iter()
-                .map(|v| (v * 127.0) as i8)
+                .map(|v| if packed { v.abs() * range } else { v * range } as i8)
                 .collect();
+            let packed_weight = nibbles(&weight);
+            let ints = if packed {
+                Ints::Nibbles(&packed_weight)
+            } else {
+                Ints::Bytes(&weight)
+            };
             let scales: Vec<f32> = values(rows * cols / block, 4)
                 .iter()
                 .map(|v| 0.01 + v.abs() * 0.02)
@@ -517,7 +621,7 @@ mod tests {
                 ),
                 None => vec![0.0; rows],
             };
-            let what = format!("{rows}x{cols}/{block}, offsets {with_offsets}");
+            let what = format!("{rows}x{cols}/{block}, packed {packed}, offsets {with_offsets}");
             let close = |got: &[f32], x: &[f32], offset_part: &[f32], path: &str| {
                 let expected = naive(&scaled, x);
                 for ((g, e), o) in got.iter().zip(expected).zip(offset_part) {
@@ -532,30 +636,30 @@ mod tests {
             let no_offsets = vec![0.0; rows];
 
             let mut out = vec![1.0; rows];
-            rows_dot_q8_portable(&weight, &scales, block, &x, &mut out);
+            rows_dot_integer_portable(ints, &scales, block, &x, &mut out);
             close(&from_ones(out), &x, &no_offsets, "portable");
 
-            let rows_of = WeightRows::Q8 {
-                values: &weight,
+            let rows_of = WeightRows::Integers {
+                values: ints,
                 scales: &scales,
                 offsets: offsets.as_deref(),
                 block,
             };
-            match rows_dot_q8_integer(block) {
-                Some(kernel) => {
-                    let ints = BlockInts::of(&x, block);
-                    let rounded: Vec<f32> = ints
-                        .values
-                        .iter()
-                        .enumerate()
-                        .map(|(c, &q)| f32::from(q) * ints.scales[c / block])
-                        .collect();
-                    let mut out = vec![1.0; rows];
-                    kernel(&weight, &scales, &ints, &mut out);
-                    close(&from_ones(out), &rounded, &no_offsets, "integer");
-                    close(&product(rows_of, &x), &rounded, &offset_part, "matvec");
-                }
-                None => close(&product(rows_of, &x), &x, &offset_part, "matvec"),
+            if has_integer_kernel(ints, block) {
+                let rounded_x = BlockInts::of(&x, block);
+                let rounded: Vec<f32> = rounded_x
+                    .values
+                    .iter()
+                    .enumerate()
+                    .map(|(c, &q)| f32::from(q) * rounded_x.scales[c / block])
+                    .collect();
+                let mut out = vec![1.0; rows];
+                // SAFETY: the kernel exists, and the sizes are the ones it reads.
+                unsafe { rows_dot_integer(ints, &scales, &rounded_x, &mut out) };
+                close(&from_ones(out), &rounded, &no_offsets, "integer");
+                close(&product(rows_of, &x), &rounded, &offset_part, "matvec");
+            } else {
+                close(&product(rows_of, &x), &x, &offset_part, "matvec");
             }
         }
     }

@@ -85,7 +85,7 @@ mod tests {
 
     use super::quantize;
     use crate::model::Precision;
-    use crate::model::cpu::weights::{Weight, WeightRows};
+    use crate::model::cpu::weights::{Ints, Weight, WeightRows};
 
     /// The integers and scales must equal Burn's own, so that every Burn operation on the
     /// quantized weight (and the kernels' tests against Burn) sees the same numbers.
@@ -110,8 +110,8 @@ mod tests {
         assert_eq!(ours.dtype(), burns.dtype());
         let (ours, burns) = (Weight::of(&ours), Weight::of(&burns));
         let parts = |weight: &Option<Weight>| match weight.as_ref().and_then(Weight::rows) {
-            Some(WeightRows::Q8 {
-                values,
+            Some(WeightRows::Integers {
+                values: Ints::Bytes(values),
                 scales,
                 offsets: None,
                 block,

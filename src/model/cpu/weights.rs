@@ -27,16 +27,37 @@ pub enum Weight {
 
 /// Weights stored as small integers with a scale, and in some types an offset, per block of
 /// a row: `W[r, c] = scales[b] · values[r · cols + c] + offsets[b]` for `b = (r · cols + c) /
-/// block`. Every GGUF integer type (Q4_0 … Q8_0, Q4_K … Q6_K) is exactly this, its values
-/// unpacked to one byte each, so the 8-bit kernels multiply them without rounding anything.
+/// block`. Every GGUF integer type (Q4_0 … Q8_0, Q4_K … Q6_K) is exactly this, so the integer
+/// kernels multiply them without rounding anything.
 #[derive(Debug)]
 pub struct IntegerWeights {
     pub dims: [usize; 2],
     pub block: usize,
-    pub values: Vec<i8>,
+    pub values: IntegerValues,
     pub scales: Vec<f32>,
     /// `None` where every offset is zero (the types without a minimum).
     pub offsets: Option<Vec<f32>>,
+}
+
+/// How [`IntegerWeights`] hold their values.
+#[derive(Debug)]
+pub enum IntegerValues {
+    Bytes(Vec<i8>),
+    /// 4-bit values from 0 to 15 in blocks of [`NIBBLE_BLOCK`], as ggml's Q4 types lay them
+    /// out: byte `j` of a block holds element `j` in its low half and `j + 16` in its high.
+    /// Half the bytes of [`IntegerValues::Bytes`] for the 4-bit types, which decode streams.
+    Nibbles(Vec<u8>),
+}
+
+/// The block of packed 4-bit values.
+pub const NIBBLE_BLOCK: usize = 32;
+
+/// The values of integer weights, borrowed.
+#[derive(Clone, Copy)]
+pub enum Ints<'a> {
+    Bytes(&'a [i8]),
+    /// See [`IntegerValues::Nibbles`].
+    Nibbles(&'a [u8]),
 }
 
 /// The elements of a weight, borrowed where they lie.
@@ -45,11 +66,11 @@ pub enum WeightRows<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
     Bf16(&'a [bf16]),
-    /// 8-bit integers with one f32 scale, and maybe an offset, per `block` consecutive
-    /// weights of a row: `W[r, c] = scales[b] · values[r · cols + c] (+ offsets[b])` for
+    /// Integers with one f32 scale, and maybe an offset, per `block` consecutive weights of
+    /// a row: `W[r, c] = scales[b] · values[r · cols + c] (+ offsets[b])` for
     /// `b = (r · cols + c) / block`.
-    Q8 {
-        values: &'a [i8],
+    Integers {
+        values: Ints<'a>,
         scales: &'a [f32],
         offsets: Option<&'a [f32]>,
         block: usize,
@@ -92,8 +113,8 @@ impl Weight {
                 let block = row_block(&scheme, weight.shape()[1])?;
                 let values = weight.tensor().as_slice::<i8>()?;
                 let scales = weight.scales();
-                (scales.len() * block == values.len()).then_some(WeightRows::Q8 {
-                    values,
+                (scales.len() * block == values.len()).then_some(WeightRows::Integers {
+                    values: Ints::Bytes(values),
                     scales,
                     offsets: None,
                     block,
@@ -118,11 +139,98 @@ impl Weight {
 
 impl IntegerWeights {
     pub fn rows(&self) -> WeightRows<'_> {
-        WeightRows::Q8 {
-            values: &self.values,
+        WeightRows::Integers {
+            values: match &self.values {
+                IntegerValues::Bytes(values) => Ints::Bytes(values),
+                IntegerValues::Nibbles(values) => Ints::Nibbles(values),
+            },
             scales: &self.scales,
             offsets: self.offsets.as_deref(),
             block: self.block,
+        }
+    }
+
+    /// The same weights with two values per byte, where every block's values fit in 4 bits
+    /// (the Q4 types): values from -8 to 7 are shifted up by 8 and their block's offset
+    /// takes `8 · scale` off again, exactly (a power-of-two multiple of the scale).
+    pub fn packed(self) -> Self {
+        let IntegerValues::Bytes(values) = &self.values else {
+            return self;
+        };
+        if self.block != NIBBLE_BLOCK {
+            return self;
+        }
+        let shifts: Option<Vec<u8>> = values
+            .chunks_exact(NIBBLE_BLOCK)
+            .map(|block| {
+                let (low, high) = block
+                    .iter()
+                    .fold((i8::MAX, i8::MIN), |(l, h), &q| (l.min(q), h.max(q)));
+                match (low, high) {
+                    (0.., ..=15) => Some(0),
+                    (-8.., ..=7) => Some(8),
+                    _ => None,
+                }
+            })
+            .collect();
+        let Some(shifts) = shifts else {
+            return self;
+        };
+        let nibbles = values
+            .chunks_exact(NIBBLE_BLOCK)
+            .zip(&shifts)
+            .flat_map(|(block, &shift)| {
+                let nibble = move |q: i8| (q as u8).wrapping_add(shift);
+                (0..NIBBLE_BLOCK / 2).map(move |j| nibble(block[j]) | nibble(block[j + 16]) << 4)
+            })
+            .collect();
+        let offsets = match shifts.iter().any(|&shift| shift != 0) {
+            true => Some(
+                shifts
+                    .iter()
+                    .zip(&self.scales)
+                    .enumerate()
+                    .map(|(b, (&shift, &scale))| {
+                        let offset = self.offsets.as_ref().map_or(0.0, |offsets| offsets[b]);
+                        offset - f32::from(shift) * scale
+                    })
+                    .collect(),
+            ),
+            false => self.offsets,
+        };
+        Self {
+            values: IntegerValues::Nibbles(nibbles),
+            offsets,
+            ..self
+        }
+    }
+}
+
+impl Ints<'_> {
+    pub fn len(&self) -> usize {
+        match self {
+            Self::Bytes(values) => values.len(),
+            Self::Nibbles(values) => values.len() * 2,
+        }
+    }
+
+    /// The values of the `block`-long block `b`, as bytes; `unpacked` holds nibbles' values.
+    pub fn block<'a>(
+        &'a self,
+        b: usize,
+        block: usize,
+        unpacked: &'a mut [i8; NIBBLE_BLOCK],
+    ) -> &'a [i8] {
+        match self {
+            Self::Bytes(values) => &values[b * block..(b + 1) * block],
+            Self::Nibbles(values) => {
+                let bytes = &values[b * NIBBLE_BLOCK / 2..(b + 1) * NIBBLE_BLOCK / 2];
+                for (j, &byte) in bytes.iter().enumerate() {
+                    unpacked[j] = (byte & 0x0F) as i8;
+                    unpacked[j + 16] = (byte >> 4) as i8;
+                }
+                unpacked
+            }
         }
     }
 }
@@ -133,7 +241,7 @@ impl WeightRows<'_> {
             Self::F32(values) => values.len(),
             Self::F16(values) => values.len(),
             Self::Bf16(values) => values.len(),
-            Self::Q8 { values, .. } => values.len(),
+            Self::Integers { values, .. } => values.len(),
         }
     }
 
@@ -153,7 +261,7 @@ impl WeightRows<'_> {
             Self::F32(values) => out.copy_from_slice(&values[range]),
             Self::F16(values) => values[range].convert_to_f32_slice(out),
             Self::Bf16(values) => values[range].convert_to_f32_slice(out),
-            Self::Q8 {
+            Self::Integers {
                 values,
                 scales,
                 offsets,
@@ -161,14 +269,12 @@ impl WeightRows<'_> {
             } => {
                 // Rows hold whole blocks, so `start` is where a block begins.
                 let first = start / block;
-                let blocks = out
-                    .chunks_exact_mut(*block)
-                    .zip(values[range].chunks_exact(*block))
-                    .enumerate();
-                for (b, (out, values)) in blocks {
-                    let scale = scales[first + b];
-                    let offset = offsets.map_or(0.0, |offsets| offsets[first + b]);
-                    for (out, &value) in out.iter_mut().zip(values) {
+                let mut unpacked = [0; NIBBLE_BLOCK];
+                for (b, out) in out.chunks_exact_mut(*block).enumerate() {
+                    let b = first + b;
+                    let (scale, offset) = (scales[b], offsets.map_or(0.0, |offsets| offsets[b]));
+                    for (out, &value) in out.iter_mut().zip(values.block(b, *block, &mut unpacked))
+                    {
                         *out = scale * f32::from(value) + offset;
                     }
                 }
@@ -190,4 +296,53 @@ pub fn row_block(scheme: &QuantScheme, cols: usize) -> Option<usize> {
         _ => return None,
     };
     (eight_bit && plain && cols.is_multiple_of(block)).then_some(block)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{IntegerValues, IntegerWeights};
+
+    fn widened(weights: &IntegerWeights) -> Vec<f32> {
+        let mut out = vec![f32::NAN; weights.dims[0] * weights.dims[1]];
+        weights.rows().widen(0, &mut out);
+        out
+    }
+
+    fn weights(values: Vec<i8>, offsets: Option<Vec<f32>>) -> IntegerWeights {
+        let blocks = values.len() / 32;
+        IntegerWeights {
+            dims: [2, values.len() / 2],
+            block: 32,
+            scales: (0..blocks).map(|b| 0.5 + b as f32 * 0.25).collect(),
+            offsets,
+            values: IntegerValues::Bytes(values),
+        }
+    }
+
+    /// Q4_0's values (-8 to 7, no offsets) and Q4_1's (0 to 15, offsets) pack into nibbles
+    /// that widen to the very same weights; 5-bit values stay bytes.
+    #[test]
+    fn four_bit_blocks_pack_exactly_and_wider_ones_stay_bytes() {
+        let signed: Vec<i8> = (0..128).map(|i| (i * 5 % 16) as i8 - 8).collect();
+        let unsigned: Vec<i8> = (0..128).map(|i| (i * 7 % 16) as i8).collect();
+        let mixed: Vec<i8> = signed[..64]
+            .iter()
+            .chain(&unsigned[64..])
+            .copied()
+            .collect();
+        let cases = [
+            (signed, None),
+            (unsigned.clone(), Some(vec![-1.5, 0.25, 3.0, -0.125])),
+            (mixed, None),
+        ];
+        for (values, offsets) in cases {
+            let bytes = weights(values.clone(), offsets.clone());
+            let packed = weights(values, offsets).packed();
+            assert!(matches!(packed.values, IntegerValues::Nibbles(ref v) if v.len() == 64));
+            assert_eq!(widened(&packed), widened(&bytes));
+        }
+        let five_bit: Vec<i8> = (0..128).map(|i| (i % 32) as i8 - 16).collect();
+        let packed = weights(five_bit, None).packed();
+        assert!(matches!(packed.values, IntegerValues::Bytes(_)));
+    }
 }
