@@ -95,7 +95,9 @@ fn greedy_replies_equal_transformers_on_the_dequantized_file() {
         let (got, text, top) = greedy(&loaded, &prompt_ids, expected.len());
         assert_eq!(got, expected, "{name}: greedy ids ({text:?})");
         // The first reply token's top five, from the full distribution: the same ids, and
-        // log-probabilities within 1e-3 of transformers' f32 values.
+        // log-probabilities within 1e-2 of transformers' f32 values. The integer kernels
+        // round activations to 16 bits per block of 32 (5e-3 off at worst here); llama.cpp
+        // rounds them to 8 bits and is 0.2 off on this file.
         let reference_top: Vec<(u32, f32)> = prompt["first_token_top5"]
             .as_array()
             .expect("top 5")
@@ -115,7 +117,7 @@ fn greedy_replies_equal_transformers_on_the_dequantized_file() {
             );
             let error = (logprob - reference_logprob).abs();
             worst = worst.max(error);
-            assert!(error < 1e-3, "{name}: logprob of {id} off by {error}");
+            assert!(error < 1e-2, "{name}: logprob of {id} off by {error}");
         }
     }
     eprintln!("largest top-5 logprob difference from transformers: {worst:e}");

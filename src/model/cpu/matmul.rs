@@ -14,8 +14,10 @@ use super::threads::{SharedOutput, split_ranges};
 use super::weights::WeightRows;
 
 mod bf16_pairs;
+mod integer_tiles;
 
 pub use bf16_pairs::product as bf16_matmul;
+pub use integer_tiles::product as integer_matmul;
 
 /// Weight rows per block. Each block packs the whole prompt again, so narrow blocks spend
 /// their time packing: a 128-token f32 prompt ran at ~450 tok/s with 32-row blocks and

@@ -122,14 +122,14 @@ impl<'a> Ints<'a> {
 /// a C replica on two cores the widening kernel read 20 GB/s where a plain read of the same
 /// bytes ran at 26. Each activation is off by at most half a step, 1/65534 of its block's
 /// largest magnitude: two orders of magnitude below the weights' own 8-bit rounding.
-struct BlockInts {
-    values: Vec<i16>,
-    scales: Vec<f32>,
+pub struct BlockInts {
+    pub values: Vec<i16>,
+    pub scales: Vec<f32>,
     block: usize,
 }
 
 impl BlockInts {
-    fn of(x: &[f32], block: usize) -> Self {
+    pub fn of(x: &[f32], block: usize) -> Self {
         let mut values = vec![0; x.len()];
         let scales = x
             .chunks_exact(block)
