@@ -43,7 +43,21 @@ pub struct LlamaConfig {
     pub mlp_bias: bool,
 }
 
-/// A RoPE frequency scaling the model supports.
+/// The `rope_type` a GGUF file's config gets when its scaling is the `rope_freqs.weight`
+/// tensor (no `config.json` says it).
+const STORED_FACTORS: &str = "rope_freqs.weight";
+
+/// A RoPE frequency scaling the model supports, as the config declares it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RopeScaling {
+    /// `rope_type: llama3` with its parameters.
+    Llama3(Llama3RopeScaling),
+    /// Llama 3's scaling as a GGUF file carries it: a factor per frequency in the weights'
+    /// `rope_freqs.weight` tensor, read with them.
+    StoredFactors,
+}
+
+/// Llama 3's frequency scaling (`rope_type: llama3`).
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 pub struct Llama3RopeScaling {
     pub factor: f64,
@@ -61,9 +75,10 @@ fn default_rms_norm_eps() -> f64 {
 }
 
 impl LlamaConfig {
-    /// Llama 3's frequency scaling (`rope_type: llama3`, as Llama 3.1 and 3.2 use), `None`
-    /// without `rope_scaling`; any other scaling is refused by name.
-    pub fn llama3_rope_scaling(&self) -> Result<Option<Llama3RopeScaling>> {
+    /// Llama 3's frequency scaling (`rope_type: llama3`, as Llama 3.1 and 3.2 use, or its
+    /// factors stored in a GGUF file), `None` without `rope_scaling`; any other scaling is
+    /// refused by name.
+    pub fn rope_scaling(&self) -> Result<Option<RopeScaling>> {
         let Some(scaling) = self.rope_scaling.as_ref().filter(|v| !v.is_null()) else {
             return Ok(None);
         };
@@ -79,11 +94,7 @@ impl LlamaConfig {
             .and_then(|kind| kind.as_str());
         match kind {
             Some("llama3") => {}
-            Some("rope_freqs.weight") => {
-                return Err(refuse(
-                    "Llama 3's scaling stored as a rope_freqs.weight tensor in a GGUF file is not supported yet; the model's Hugging Face folder opens",
-                ));
-            }
+            Some(STORED_FACTORS) => return Ok(Some(RopeScaling::StoredFactors)),
             _ => {
                 return Err(refuse(
                     "only Llama 3's scaling (rope_type llama3) is supported among scaled RoPE variants",
@@ -102,7 +113,7 @@ impl LlamaConfig {
                 "llama3 scaling needs positive factors with high_freq_factor above low_freq_factor",
             ));
         }
-        Ok(Some(parsed))
+        Ok(Some(RopeScaling::Llama3(parsed)))
     }
 
     /// Reads and validates `config.json`; the error names the file and the offending field.
@@ -146,7 +157,7 @@ impl LlamaConfig {
             })
             .or_else(|| {
                 gguf.has_rope_freqs_tensor
-                    .then(|| serde_json::json!({"rope_type": "rope_freqs.weight"}))
+                    .then(|| serde_json::json!({ "rope_type": STORED_FACTORS }))
             });
         let head_dim = gguf.head_dim() as usize;
         let config = Self {
@@ -218,7 +229,7 @@ impl LlamaConfig {
                 "only LlamaForCausalLM is supported",
             ));
         }
-        self.llama3_rope_scaling()?;
+        self.rope_scaling()?;
         if let Some(act) = self.hidden_act.as_deref().filter(|act| *act != "silu") {
             return Err(unsupported(
                 "hidden_act",
@@ -363,21 +374,20 @@ mod tests {
         });
         let config = LlamaConfig::from_json(&with("rope_scaling", llama3.clone())).unwrap();
         assert_eq!(
-            config.llama3_rope_scaling().unwrap(),
-            Some(Llama3RopeScaling {
+            config.rope_scaling().unwrap(),
+            Some(RopeScaling::Llama3(Llama3RopeScaling {
                 factor: 32.0,
                 low_freq_factor: 1.0,
                 high_freq_factor: 4.0,
                 original_max_position_embeddings: 8192.0,
-            })
+            }))
         );
         let gguf_factors = serde_json::json!({"rope_type": "rope_freqs.weight"});
-        match LlamaConfig::from_json(&with("rope_scaling", gguf_factors)) {
-            Err(ModelError::UnsupportedConfig { reason, .. }) => {
-                assert!(reason.contains("rope_freqs.weight"), "{reason}");
-            }
-            other => panic!("{other:?}"),
-        }
+        let config = LlamaConfig::from_json(&with("rope_scaling", gguf_factors)).unwrap();
+        assert_eq!(
+            config.rope_scaling().unwrap(),
+            Some(RopeScaling::StoredFactors)
+        );
         let mut incomplete = llama3;
         incomplete
             .as_object_mut()

@@ -7,7 +7,7 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 use super::attention::Attention;
 use super::checkpoint::safetensors::SafetensorsCheckpoint;
 use super::checkpoint::{Checkpoint, LayerRole, TensorRole};
-use super::config::LlamaConfig;
+use super::config::{LlamaConfig, RopeScaling};
 use super::embedding::Embedding;
 use super::error::{ModelError, Result};
 use super::kv_cache::KvCache;
@@ -16,7 +16,7 @@ use super::loader::Loader;
 use super::mlp::Mlp;
 use super::precision::Precision;
 use super::rms_norm::RmsNorm;
-use super::rope::RotaryEmbedding;
+use super::rope::{FrequencyScaling, RotaryEmbedding};
 
 /// One transformer block: pre-norm attention and pre-norm SwiGLU, each added to the residual.
 #[derive(Module, Debug)]
@@ -145,7 +145,7 @@ impl Llama {
             config.head_dim(),
             config.max_position_embeddings,
             config.rope_theta,
-            config.llama3_rope_scaling()?.as_ref(),
+            frequency_scaling(&config, checkpoint)?.as_ref(),
             device,
             dtype,
         );
@@ -266,6 +266,32 @@ fn load_lm_head(loader: &mut Loader, embedding: &Embedding) -> Result<Linear> {
     } else {
         Ok(Linear::new(loader.matrix(TensorRole::LmHead)?))
     }
+}
+
+/// The config's RoPE scaling, with a GGUF file's stored factors read from its weights.
+fn frequency_scaling(
+    config: &LlamaConfig,
+    checkpoint: &dyn Checkpoint,
+) -> Result<Option<FrequencyScaling>> {
+    Ok(match config.rope_scaling()? {
+        None => None,
+        Some(RopeScaling::Llama3(scaling)) => Some(FrequencyScaling::Llama3(scaling)),
+        Some(RopeScaling::StoredFactors) => {
+            let role = TensorRole::RopeFactors;
+            let factors = checkpoint
+                .tensor(role, &role.shape(config), DType::F32, None)?
+                .try_into_vec::<f32>()
+                .map_err(|err| ModelError::Backend(format!("reading RoPE factors: {err:?}")))?;
+            if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+                return Err(ModelError::UnsupportedConfig {
+                    field: "rope_freqs.weight",
+                    value: bad.to_string(),
+                    reason: "RoPE frequency factors must be positive and finite",
+                });
+            }
+            Some(FrequencyScaling::Factors(factors))
+        }
+    })
 }
 
 /// A checkpoint with more layers than `num_hidden_layers` means the config belongs to another

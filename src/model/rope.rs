@@ -3,6 +3,16 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 
 use super::config::Llama3RopeScaling;
 
+/// How the RoPE frequencies are scaled.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FrequencyScaling {
+    /// Llama 3's formula from its parameters, as transformers computes it.
+    Llama3(Llama3RopeScaling),
+    /// Each frequency divided by its factor, as llama.cpp applies a GGUF file's
+    /// `rope_freqs.weight` (its converter writes Llama 3's scaling so).
+    Factors(Vec<f32>),
+}
+
 /// Rotary position embedding in Hugging Face's "rotate_half" layout: the two halves of each
 /// head vector, not interleaved pairs, form the rotated coordinates.
 ///
@@ -26,7 +36,7 @@ impl RotaryEmbedding {
         head_dim: usize,
         max_positions: usize,
         theta: f64,
-        scaling: Option<&Llama3RopeScaling>,
+        scaling: Option<&FrequencyScaling>,
         device: &Device,
         dtype: DType,
     ) -> Self {
@@ -76,20 +86,28 @@ impl RotaryEmbedding {
     }
 }
 
-/// `θ^(-2i/d)` for each pair of dimensions, in f32 as transformers computes them. With Llama 3
-/// scaling, frequencies whose wavelength exceeds the original context divided by
-/// `low_freq_factor` are divided by `factor`, those shorter than it divided by
-/// `high_freq_factor` are kept, and the ones between are blended smoothly.
+/// `θ^(-2i/d)` for each pair of dimensions, in f32 as transformers computes them, scaled.
 fn inverse_frequencies(
     head_dim: usize,
     theta: f64,
-    scaling: Option<&Llama3RopeScaling>,
+    scaling: Option<&FrequencyScaling>,
 ) -> Vec<f32> {
     let half = head_dim / 2;
     let plain = (0..half).map(|i| 1.0 / (theta as f32).powf((2 * i) as f32 / head_dim as f32));
-    let Some(s) = scaling else {
-        return plain.collect();
-    };
+    match scaling {
+        None => plain.collect(),
+        Some(FrequencyScaling::Llama3(s)) => llama3_scaled(plain, s),
+        Some(FrequencyScaling::Factors(factors)) => plain
+            .zip(factors)
+            .map(|(inv_freq, factor)| inv_freq / factor)
+            .collect(),
+    }
+}
+
+/// With Llama 3 scaling, frequencies whose wavelength exceeds the original context divided by
+/// `low_freq_factor` are divided by `factor`, those shorter than it divided by
+/// `high_freq_factor` are kept, and the ones between are blended smoothly.
+fn llama3_scaled(plain: impl Iterator<Item = f32>, s: &Llama3RopeScaling) -> Vec<f32> {
     let (factor, low, high, original) = (
         s.factor as f32,
         s.low_freq_factor as f32,
@@ -135,12 +153,46 @@ mod tests {
             1.250000059e-04,
             3.952847328e-05,
         ];
-        let ours = inverse_frequencies(16, 10000.0, Some(&scaling));
+        let ours = inverse_frequencies(16, 10000.0, Some(&FrequencyScaling::Llama3(scaling)));
         for (i, (&ours, theirs)) in ours.iter().zip(expected).enumerate() {
             assert!(
                 ((f64::from(ours) - theirs) / theirs).abs() < 1e-6,
                 "{i}: {ours} vs {theirs}"
             );
+        }
+    }
+
+    /// The factors llama.cpp's converter writes for Llama 3's scaling (1 for short
+    /// wavelengths, `factor` for long ones, `1 / ((1 − smooth) / factor + smooth)` between)
+    /// give transformers' frequencies.
+    #[test]
+    fn stored_factors_give_llama3_frequencies() {
+        let scaling = Llama3RopeScaling {
+            factor: 8.0,
+            low_freq_factor: 1.0,
+            high_freq_factor: 4.0,
+            original_max_position_embeddings: 16.0,
+        };
+        let plain = inverse_frequencies(16, 10000.0, None);
+        let factors: Vec<f32> = plain
+            .iter()
+            .map(|&inv_freq| {
+                let wavelength = 2.0 * std::f32::consts::PI / inv_freq;
+                if wavelength < 16.0 / 4.0 {
+                    1.0
+                } else if wavelength > 16.0 / 1.0 {
+                    8.0
+                } else {
+                    let smooth = (16.0 / wavelength - 1.0) / (4.0 - 1.0);
+                    1.0 / ((1.0 - smooth) / 8.0 + smooth)
+                }
+            })
+            .collect();
+        assert!(factors.iter().any(|&f| f > 1.0 && f < 8.0), "a blended one");
+        let stored = inverse_frequencies(16, 10000.0, Some(&FrequencyScaling::Factors(factors)));
+        let llama3 = inverse_frequencies(16, 10000.0, Some(&FrequencyScaling::Llama3(scaling)));
+        for (i, (s, l)) in stored.iter().zip(&llama3).enumerate() {
+            assert!(((s - l) / l).abs() < 1e-6, "{i}: {s} vs {l}");
         }
     }
 }

@@ -11,4 +11,5 @@ mod genuine_answers;
 mod integer_weights;
 mod parse;
 mod real_model;
+mod rope_factors;
 mod vocab_files;

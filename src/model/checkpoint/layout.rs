@@ -18,6 +18,10 @@ pub enum TensorRole {
     FinalNorm,
     /// Only in checkpoints whose config does not tie the head to the embedding.
     LmHead,
+    /// llama.cpp's `rope_freqs.weight`: a divisor for each RoPE frequency, Llama 3's scaling
+    /// in a GGUF file (a Hugging Face folder says it in `config.json` instead). Only read
+    /// when the config names it.
+    RopeFactors,
 }
 
 /// A tensor of one decoder layer.
@@ -117,6 +121,8 @@ impl TensorRole {
             Self::Embedding => "model.embed_tokens.weight".into(),
             Self::FinalNorm => "model.norm.weight".into(),
             Self::LmHead => "lm_head.weight".into(),
+            // No Hugging Face checkpoint holds it.
+            Self::RopeFactors => "rope_freqs.weight".into(),
         }
     }
 
@@ -126,6 +132,7 @@ impl TensorRole {
             Self::Embedding => "token_embd.weight".into(),
             Self::FinalNorm => "output_norm.weight".into(),
             Self::LmHead => "output.weight".into(),
+            Self::RopeFactors => "rope_freqs.weight".into(),
         }
     }
 
@@ -135,6 +142,7 @@ impl TensorRole {
             Self::Layer(_, role) => role.shape(config),
             Self::Embedding | Self::LmHead => vec![config.vocab_size, config.hidden_size],
             Self::FinalNorm => vec![config.hidden_size],
+            Self::RopeFactors => vec![config.head_dim() / 2],
         }
     }
 }
