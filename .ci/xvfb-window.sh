@@ -41,11 +41,20 @@ start_app() {
   xdotool windowactivate --sync "$window" 2>/dev/null || xdotool windowfocus "$window"
 }
 
-# Returns once the process holds the genuine model's f32 weights (the file dequantized).
+# Returns once the process holds the genuine model's weights (over 120 MB: the Q4_1 file's
+# integers are 110 MB) and its memory has held still for two seconds: loading is done.
 wait_loaded() {
+  still=0
+  previous=0
   for _ in $(seq 300); do
     rss_kb="$(awk '/^VmRSS/ {print $2}' "/proc/$app_pid/status")"
-    [ "$rss_kb" -gt 450000 ] && { sleep 2; return; }
+    if [ "$rss_kb" -gt 120000 ] && [ $((rss_kb - previous)) -lt 1024 ] && [ $((previous - rss_kb)) -lt 1024 ]; then
+      still=$((still + 1))
+      [ "$still" -ge 4 ] && return
+    else
+      still=0
+    fi
+    previous="$rss_kb"
     sleep 0.5
   done
   echo "the model did not load in 150 s" >&2
