@@ -126,32 +126,18 @@ fn multiply(
 fn add_offsets(offsets: &[f32], x: &[f32], tokens: usize, rows: usize, out: &mut [f32]) {
     let sums: Vec<f32> = x.chunks_exact(BLOCK).map(|x| x.iter().sum()).collect();
     let blocks = sums.len() / tokens;
-    // SAFETY: `out` is `[tokens, rows]` (row stride `rows`), `sums` `[tokens, blocks]` (row
-    // stride `blocks`) and `offsets` read as `[blocks, rows]` with column stride `blocks`:
-    // every element addressed lies inside its slice.
+    // SAFETY: `out` is `[tokens, rows]`, `sums` `[tokens, blocks]` and `offsets`
+    // `[rows, blocks]`, all whole.
     unsafe {
-        gemm::gemm(
-            tokens,
-            rows,
-            blocks,
+        super::times_transposed(
+            [tokens, rows, blocks],
             out.as_mut_ptr(),
-            1,
-            rows as isize,
+            rows,
             true,
-            sums.as_ptr(),
-            1,
-            blocks as isize,
-            offsets.as_ptr(),
-            blocks as isize,
-            1,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
+            &sums,
+            offsets,
+        )
+    };
 }
 
 /// The sizes of a product: `x` is `[tokens, cols]`, the weight `[rows, cols]`.
