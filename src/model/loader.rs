@@ -62,8 +62,8 @@ impl<'a> Loader<'a> {
     }
 
     /// The parts stacked as the integers they are stored in, on the CPU, when every part is
-    /// stored so (see [`Checkpoint::integer_stacked`]); the kernels multiply them exactly, in
-    /// a quarter to an eighth of the f32 bytes, whatever the precision.
+    /// stored so (see [`Checkpoint::integer_stacked`]); the kernels read them as stored, in a
+    /// quarter to an eighth of the f32 bytes, whatever the precision.
     pub fn integers(&mut self, parts: &[TensorRole]) -> Result<Option<cpu::IntegerWeights>> {
         if !cpu::is_host(self.device) {
             return Ok(None);
