@@ -25,9 +25,10 @@ pub trait Checkpoint {
     /// The float type a tensor is stored in, if the checkpoint has it.
     fn stored_dtype(&self, role: TensorRole) -> Option<DType>;
 
-    /// Values stored across all tensors of the checkpoint: what an arena for all of them
-    /// needs to hold.
-    fn stored_values(&self) -> usize;
+    /// Values stored in float types across the checkpoint's tensors: what an arena for its
+    /// float weights needs to hold (integer weights are kept apart, see
+    /// [`Checkpoint::integer_stacked`]).
+    fn float_values(&self) -> usize;
 
     /// One tensor in `dtype`, decoded into `arena` when one is given and has room: the stack
     /// of that one part, unless a reader has a faster way.

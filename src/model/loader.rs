@@ -41,7 +41,7 @@ impl<'a> Loader<'a> {
         // burn-ndarray would copy them out of it on every use, an accelerator copies them to
         // its own memory, and quantized weights are replaced.
         let arena = cpu::reads_shared_weights_in_place(device)
-            .then(|| WeightArena::with_capacity(checkpoint.stored_values() * dtype.size()))
+            .then(|| WeightArena::with_capacity(checkpoint.float_values() * dtype.size()))
             .flatten();
         Self {
             checkpoint,

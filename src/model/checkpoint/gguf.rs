@@ -146,10 +146,11 @@ impl Checkpoint for GgufCheckpoint {
         }
     }
 
-    fn stored_values(&self) -> usize {
+    fn float_values(&self) -> usize {
         self.file
             .tensors()
             .iter()
+            .filter(|info| info.ggml_type.integer_block().is_none())
             .map(|info| info.n_elements as usize)
             .sum()
     }

@@ -139,7 +139,7 @@ impl Checkpoint for SafetensorsCheckpoint {
         }
     }
 
-    fn stored_values(&self) -> usize {
+    fn float_values(&self) -> usize {
         self.shards
             .iter()
             .flat_map(|shard| shard.metadata.tensors().into_values())
