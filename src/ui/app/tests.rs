@@ -322,3 +322,22 @@ fn save_as_asks_the_desktop_where_starting_from_the_exports_folder() {
         })
     );
 }
+
+/// Mesa's software rasterizers by the names they give, and hardware drivers not.
+#[test]
+fn software_opengl_is_told_by_the_renderer_name() {
+    for software in [
+        "llvmpipe (LLVM 19.1.7, 256 bits)",
+        "softpipe",
+        "Software Rasterizer (swrast)",
+    ] {
+        assert!(super::is_software_renderer(software), "{software}");
+    }
+    for hardware in [
+        "NVIDIA GeForce RTX 4070/PCIe/SSE2",
+        "AMD Radeon Graphics (radeonsi, gfx1103)",
+        "Mesa Intel(R) UHD Graphics 620",
+    ] {
+        assert!(!super::is_software_renderer(hardware), "{hardware}");
+    }
+}
