@@ -1,4 +1,5 @@
-//! ggml tensor types: their block layouts, and exact scalar dequantization to `f32`.
+//! ggml tensor types: their block layouts, their split into integers, scales and offsets
+//! (what the CPU kernels multiply), and exact scalar dequantization to `f32`.
 //!
 //! The parser must know the byte size of *every* type ggml defines, not only the ones smolchat
 //! can compute with: a tensor's size is what lets us check that it lies inside the file, and a
@@ -9,8 +10,9 @@
 //!
 //! The layouts follow `ggml-common.h`; the arithmetic follows `dequantize_row_*` in
 //! `ggml-quants.c` operation for operation (same products in the same order, no fused
-//! multiply-add), so results are bit-identical to ggml's reference CPU path. This is the
-//! slow, obviously-correct path: it exists to load weights once and to check faster kernels.
+//! multiply-add), so results are bit-identical to ggml's reference CPU path. Dequantization
+//! is the parts of [`split_row`] multiplied out; it loads weights for the GPU and checks the
+//! kernels.
 //!
 //! All multi-byte fields are little-endian and read with `from_le_bytes`, so nothing here
 //! depends on the slice's alignment (an owned `Vec<u8>` gives no alignment guarantee).
