@@ -43,7 +43,7 @@ pub struct IntegerWeights {
 #[derive(Debug)]
 pub enum IntegerValues {
     Bytes(Vec<i8>),
-    /// 4-bit values from 0 to 15 in blocks of [`NIBBLE_BLOCK`], as ggml's Q4 types lay them
+    /// 4-bit values from 0 to 15 in blocks of 32, as ggml's Q4 types lay them
     /// out: byte `j` of a block holds element `j` in its low half and `j + 16` in its high.
     /// Half the bytes of [`IntegerValues::Bytes`] for the 4-bit types, which decode streams.
     Nibbles(Vec<u8>),
