@@ -4,7 +4,7 @@
 //! requests queue fairly with the window's chat and never share a generation.
 //!
 //! HTTP is axum on tokio: well kept, with server-sent events, body limits and graceful
-//! shutdown built in. The engine stays a plain thread; [`bridge`] joins the two.
+//! shutdown built in. The engine stays a plain thread; `bridge.rs` joins the two.
 
 mod bridge;
 mod error;
