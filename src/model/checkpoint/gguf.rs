@@ -55,6 +55,18 @@ impl GgufCheckpoint {
         Ok(info)
     }
 
+    /// The parts' tensors, each checked against its shape, and the rows and columns of
+    /// their stack.
+    fn stack(&self, parts: &[(TensorRole, Vec<usize>)]) -> Result<Stack<'_>> {
+        let parts = parts
+            .iter()
+            .map(|(role, shape)| Ok((*role, self.info(*role, shape)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let cols = parts.first().map_or(1, |(_, info)| info.row_len() as usize);
+        let rows = parts.iter().map(|(_, info)| info.n_rows() as usize).sum();
+        Ok(Stack { parts, rows, cols })
+    }
+
     /// The GGUF row that holds Hugging Face row `row` of `role`.
     fn stored_row(&self, role: TensorRole, row: usize) -> usize {
         match role {
@@ -125,6 +137,13 @@ fn corrupt(file: &GgufFile, err: impl std::fmt::Display) -> ModelError {
     }
 }
 
+/// Matrices stacked row-wise: the parts in order, with their rows in all.
+struct Stack<'a> {
+    parts: Vec<(TensorRole, &'a TensorInfo)>,
+    rows: usize,
+    cols: usize,
+}
+
 /// Repeats each of `values` `times` times: a part's scales at a finer block.
 fn repeated(values: &[f32], times: usize) -> impl Iterator<Item = f32> + '_ {
     values
@@ -161,12 +180,7 @@ impl Checkpoint for GgufCheckpoint {
         dtype: DType,
         arena: Option<&mut WeightArena>,
     ) -> Result<TensorData> {
-        let parts = parts
-            .iter()
-            .map(|(role, shape)| Ok((*role, self.info(*role, shape)?)))
-            .collect::<Result<Vec<_>>>()?;
-        let cols = parts.first().map_or(1, |(_, info)| info.row_len() as usize);
-        let rows: usize = parts.iter().map(|(_, info)| info.n_rows() as usize).sum();
+        let Stack { parts, rows, cols } = self.stack(parts)?;
         let shape = match parts.as_slice() {
             [(_, info)] if info.dims.len() == 1 => vec![cols],
             _ => vec![rows, cols],
@@ -191,10 +205,7 @@ impl Checkpoint for GgufCheckpoint {
         &self,
         parts: &[(TensorRole, Vec<usize>)],
     ) -> Result<Option<IntegerWeights>> {
-        let parts = parts
-            .iter()
-            .map(|(role, shape)| Ok((*role, self.info(*role, shape)?)))
-            .collect::<Result<Vec<_>>>()?;
+        let Stack { parts, rows, cols } = self.stack(parts)?;
         let Some(block) = parts
             .iter()
             .map(|(_, info)| info.ggml_type.integer_block())
@@ -203,8 +214,6 @@ impl Checkpoint for GgufCheckpoint {
         else {
             return Ok(None);
         };
-        let cols = parts.first().map_or(0, |(_, info)| info.row_len() as usize);
-        let rows: usize = parts.iter().map(|(_, info)| info.n_rows() as usize).sum();
         let has_offsets = parts.iter().any(|(_, info)| info.ggml_type.has_offsets());
         let mut values = vec![0i8; rows * cols];
         let mut scales = Vec::with_capacity(rows * cols / block);
