@@ -18,6 +18,20 @@ pub fn horizontal_sum(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(one)
 }
 
+/// A block of 32 four-bit values as ggml's Q4 types pack them (byte `j` holds value `j` in
+/// its low half and value `j + 16` in its high half), as two vectors of sixteen 16-bit values.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn unpack_nibbles(packed: std::arch::x86_64::__m128i) -> [std::arch::x86_64::__m256i; 2] {
+    use std::arch::x86_64::*;
+    let mask = _mm_set1_epi8(0x0F);
+    [
+        _mm256_cvtepu8_epi16(_mm_and_si128(packed, mask)),
+        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), mask)),
+    ]
+}
+
 /// `e^x` for every element of `values`, in place, to within 2 ulp; results below the smallest
 /// normal f32 (inputs under -87.3) are flushed to 0, and inputs over 88.72 give infinity, as
 /// `f32::exp` does. NaN stays NaN.

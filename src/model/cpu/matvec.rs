@@ -288,7 +288,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockInts, HostFloat};
-    use crate::model::cpu::math::horizontal_sum;
+    use crate::model::cpu::math::{horizontal_sum, unpack_nibbles};
 
     /// How far ahead of the weights being read the kernels ask for the next ones, in bytes.
     /// The hardware prefetcher restarts on every range of every matrix, and a decode step is
@@ -425,16 +425,8 @@ mod avx2 {
             let mut sum = _mm256_setzero_si256();
             if NIBBLES {
                 let packed = _mm_loadu_si128(row.add(b * BLOCK / 2).cast::<__m128i>());
-                let mask = _mm_set1_epi8(0x0F);
-                let halves = [
-                    _mm_and_si128(packed, mask),
-                    _mm_and_si128(_mm_srli_epi16::<4>(packed), mask),
-                ];
-                for (step, half) in halves.into_iter().enumerate() {
-                    let products = _mm256_madd_epi16(
-                        _mm256_cvtepu8_epi16(half),
-                        _mm256_loadu_si256(v.add(step)),
-                    );
+                for (step, half) in unpack_nibbles(packed).into_iter().enumerate() {
+                    let products = _mm256_madd_epi16(half, _mm256_loadu_si256(v.add(step)));
                     sum = _mm256_add_epi32(sum, products);
                 }
             } else {

@@ -12,6 +12,7 @@
 
 use std::ops::Range;
 
+use super::{Shape, Tile};
 use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::threads::{SharedOutput, split_ranges};
 use crate::model::cpu::weights::{Ints, NIBBLE_BLOCK, WeightRows};
@@ -140,21 +141,6 @@ fn add_offsets(offsets: &[f32], x: &[f32], tokens: usize, rows: usize, out: &mut
     };
 }
 
-/// The sizes of a product: `x` is `[tokens, cols]`, the weight `[rows, cols]`.
-#[derive(Clone, Copy)]
-struct Shape {
-    tokens: usize,
-    rows: usize,
-    cols: usize,
-}
-
-/// Where a tile starts.
-#[derive(Clone, Copy)]
-struct Tile {
-    first_token: usize,
-    first_row: usize,
-}
-
 #[cfg(target_arch = "x86_64")]
 fn supported() -> bool {
     use std::arch::is_x86_feature_detected;
@@ -176,7 +162,8 @@ macro_rules! tile_kernels {
             use std::arch::x86_64::*;
 
             use super::super::{BLOCK, BlockInts, NIBBLE_BLOCK, Shape, Tile};
-            use crate::model::cpu::math::horizontal_sum;
+            use crate::model::cpu::math::{horizontal_sum, unpack_nibbles};
+            use crate::model::cpu::matmul::store_tile;
             use crate::model::cpu::threads::SharedOutput;
 
             /// The `TILE_TOKENS × TILE_ROWS` outputs from the tile's first token and row. At the
@@ -241,25 +228,14 @@ macro_rules! tile_kernels {
                         }
                     }
                 }
-                for (i, sums) in sums.iter().enumerate() {
-                    let token = at.first_token + i;
-                    if token >= tokens {
-                        break;
-                    }
-                    for (j, &sum) in sums.iter().enumerate() {
-                        let row = at.first_row + j;
-                        if row >= rows {
-                            break;
-                        }
-                        // SAFETY: (token, row) lies inside `out`, and the caller gives this tile's
-                        // elements to this thread alone.
-                        unsafe {
-                            let y = out.at(token * rows + row);
-                            let sum = horizontal_sum(sum);
-                            *y = if accumulate { *y + sum } else { sum };
-                        }
+                let mut totals = [[0.0; TILE_ROWS]; TILE_TOKENS];
+                for (totals, sums) in totals.iter_mut().zip(&sums) {
+                    for (total, &sum) in totals.iter_mut().zip(sums) {
+                        *total = horizontal_sum(sum);
                     }
                 }
+                // SAFETY: as the caller guarantees.
+                unsafe { store_tile(totals, shape, at, out, accumulate) };
             }
 
             /// Block `b` of a row as two vectors of sixteen 16-bit values.
@@ -272,12 +248,7 @@ macro_rules! tile_kernels {
                 // SAFETY: as the caller guarantees.
                 unsafe {
                     if NIBBLES {
-                        let packed = _mm_loadu_si128(row.add(b * NIBBLE_BLOCK / 2).cast());
-                        let mask = _mm_set1_epi8(0x0F);
-                        [
-                            _mm256_cvtepu8_epi16(_mm_and_si128(packed, mask)),
-                            _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), mask)),
-                        ]
+                        unpack_nibbles(_mm_loadu_si128(row.add(b * NIBBLE_BLOCK / 2).cast()))
                     } else {
                         let bytes = row.add(b * BLOCK).cast::<__m128i>();
                         [
