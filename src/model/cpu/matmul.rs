@@ -121,41 +121,6 @@ struct Shape {
     cols: usize,
 }
 
-/// Where a tile of the tiled kernels starts: its first token and weight row.
-#[derive(Clone, Copy)]
-struct Tile {
-    first_token: usize,
-    first_row: usize,
-}
-
-/// Writes a tile's sums (`sums[i][j]` for token `first_token + i` and weight row
-/// `first_row + j`) into `out`, `[tokens, rows]`, or adds them when `accumulate`. The tile
-/// kernels compute the tokens and rows past the edges as repeats of the last; their sums
-/// are dropped here.
-///
-/// # Safety
-/// `out` must hold `shape.tokens · shape.rows` elements, and no other thread may touch the
-/// tile's elements of it meanwhile.
-unsafe fn store_tile<const ROWS: usize, const TOKENS: usize>(
-    sums: [[f32; ROWS]; TOKENS],
-    shape: Shape,
-    at: Tile,
-    out: &SharedOutput<f32>,
-    accumulate: bool,
-) {
-    let Shape { tokens, rows, .. } = shape;
-    for (token, sums) in (at.first_token..tokens).zip(sums) {
-        for (row, sum) in (at.first_row..rows).zip(sums) {
-            // SAFETY: (token, row) lies inside `out`, and the caller gives this tile's
-            // elements to this thread alone.
-            unsafe {
-                let y = out.at(token * rows + row);
-                *y = if accumulate { *y + sum } else { sum };
-            }
-        }
-    }
-}
-
 thread_local! {
     /// Each thread's f32 copy of the weight block it multiplies, when weights are stored
     /// in another type.

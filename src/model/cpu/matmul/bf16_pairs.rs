@@ -13,7 +13,7 @@ use std::ops::Range;
 
 use half::bf16;
 
-use super::{Shape, Tile};
+use super::Shape;
 use crate::model::cpu::threads::{SharedOutput, split_ranges};
 
 /// Tokens of one tile.
@@ -96,8 +96,7 @@ mod avx512 {
 
     use half::bf16;
 
-    use super::{LANES, Shape, TILE_ROWS, TILE_TOKENS, Tile};
-    use crate::model::cpu::matmul::store_tile;
+    use super::{LANES, Shape, TILE_ROWS, TILE_TOKENS};
     use crate::model::cpu::threads::SharedOutput;
 
     /// The `TILE_TOKENS × TILE_ROWS` outputs from `first_token` and `first_row`. At the
@@ -139,18 +138,25 @@ mod avx512 {
             }
             c += LANES;
         }
-        let mut totals = [[0.0; TILE_ROWS]; TILE_TOKENS];
-        for (totals, sums) in totals.iter_mut().zip(&sums) {
-            for (total, &sum) in totals.iter_mut().zip(sums) {
-                *total = _mm512_reduce_add_ps(sum);
+        for (i, sums) in sums.iter().enumerate() {
+            let token = first_token + i;
+            if token >= tokens {
+                break;
+            }
+            for (j, &sum) in sums.iter().enumerate() {
+                let row = first_row + j;
+                if row >= rows {
+                    break;
+                }
+                // SAFETY: (token, row) lies inside `out`, and the caller gives this tile's
+                // elements to this thread alone.
+                unsafe {
+                    let y = out.at(token * rows + row);
+                    let sum = _mm512_reduce_add_ps(sum);
+                    *y = if accumulate { *y + sum } else { sum };
+                }
             }
         }
-        let at = Tile {
-            first_token,
-            first_row,
-        };
-        // SAFETY: as the caller guarantees.
-        unsafe { store_tile(totals, shape, at, out, accumulate) };
     }
 
     /// 32 bf16 values from `at`, as the instruction's operand type.

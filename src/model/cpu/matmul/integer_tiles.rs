@@ -12,7 +12,7 @@
 
 use std::ops::Range;
 
-use super::{Shape, Tile};
+use super::Shape;
 use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::threads::{SharedOutput, split_ranges};
 use crate::model::cpu::weights::{Ints, NIBBLE_BLOCK, WeightRows};
@@ -141,6 +141,13 @@ fn add_offsets(offsets: &[f32], x: &[f32], tokens: usize, rows: usize, out: &mut
     };
 }
 
+/// Where a tile starts.
+#[derive(Clone, Copy)]
+struct Tile {
+    first_token: usize,
+    first_row: usize,
+}
+
 #[cfg(target_arch = "x86_64")]
 fn supported() -> bool {
     use std::arch::is_x86_feature_detected;
@@ -163,7 +170,6 @@ macro_rules! tile_kernels {
 
             use super::super::{BLOCK, BlockInts, NIBBLE_BLOCK, Shape, Tile};
             use crate::model::cpu::math::{horizontal_sum, unpack_nibbles};
-            use crate::model::cpu::matmul::store_tile;
             use crate::model::cpu::threads::SharedOutput;
 
             /// The `TILE_TOKENS × TILE_ROWS` outputs from the tile's first token and row. At the
@@ -228,14 +234,25 @@ macro_rules! tile_kernels {
                         }
                     }
                 }
-                let mut totals = [[0.0; TILE_ROWS]; TILE_TOKENS];
-                for (totals, sums) in totals.iter_mut().zip(&sums) {
-                    for (total, &sum) in totals.iter_mut().zip(sums) {
-                        *total = horizontal_sum(sum);
+                for (i, sums) in sums.iter().enumerate() {
+                    let token = at.first_token + i;
+                    if token >= tokens {
+                        break;
+                    }
+                    for (j, &sum) in sums.iter().enumerate() {
+                        let row = at.first_row + j;
+                        if row >= rows {
+                            break;
+                        }
+                        // SAFETY: (token, row) lies inside `out`, and the caller gives this tile's
+                        // elements to this thread alone.
+                        unsafe {
+                            let y = out.at(token * rows + row);
+                            let sum = horizontal_sum(sum);
+                            *y = if accumulate { *y + sum } else { sum };
+                        }
                     }
                 }
-                // SAFETY: as the caller guarantees.
-                unsafe { store_tile(totals, shape, at, out, accumulate) };
             }
 
             /// Block `b` of a row as two vectors of sixteen 16-bit values.
