@@ -83,18 +83,22 @@ impl LoadedModel {
         line
     }
 
-    /// How the weights are held: the CPU keeps a GGUF file's integers as stored; the GPU
-    /// dequantizes them at load.
+    /// How the weights are held: the CPU keeps a GGUF file's integers as stored (see
+    /// `Loader::integers`); the GPU dequantizes them at load to the compute type.
     pub fn weights(&self) -> String {
-        let held = self
-            .model
-            .weight_dtype()
-            .map(|dtype| format!("{dtype:?}").to_lowercase());
-        match (&self.integer_types, held) {
-            (Some(types), None) => format!("{types} weights as stored"),
-            (Some(types), Some(dtype)) => format!("{types} weights dequantized to {dtype}"),
-            (None, Some(dtype)) => format!("{dtype} weights"),
-            (None, None) => "integer weights".to_string(),
+        let name = |dtype: burn::tensor::DType| format!("{dtype:?}").to_lowercase();
+        match (&self.integer_types, self.options.backend) {
+            (Some(types), BackendKind::Gpu) => {
+                format!(
+                    "{types} weights dequantized to {}",
+                    name(self.model.dtype())
+                )
+            }
+            (Some(types), _) => format!("{types} weights as stored"),
+            (None, _) => {
+                let held = self.model.weight_dtype().unwrap_or(self.model.dtype());
+                format!("{} weights", name(held))
+            }
         }
     }
 }

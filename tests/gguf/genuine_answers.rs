@@ -79,6 +79,7 @@ fn greedy_replies_equal_transformers_on_the_dequantized_file() {
         !loaded.template.is_fallback(),
         "the file carries its template"
     );
+    assert_eq!(loaded.weights(), "Q8_0+Q4_1 weights as stored");
     let reference = reference();
     let prompts = reference["prompts"].as_array().expect("prompts");
     assert_eq!(prompts.len(), 8);
