@@ -52,6 +52,7 @@ pub fn product(
         };
         return multiply(Kernel::for_this_cpu(), weight, x, tokens, out, accumulate);
     }
+    #[cfg(not(target_arch = "x86_64"))]
     let _ = (weight, x, tokens, out, accumulate);
     false
 }
