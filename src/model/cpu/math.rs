@@ -32,6 +32,20 @@ pub fn unpack_nibbles(packed: std::arch::x86_64::__m128i) -> [std::arch::x86_64:
     ]
 }
 
+/// `Σ a·b`, in eight independent partial sums, which compilers vectorize.
+#[inline(always)]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    for (a, b) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
+        for ((lane, a), b) in lanes.iter_mut().zip(a).zip(b) {
+            *lane += a * b;
+        }
+    }
+    let tail = a.len() / 8 * 8;
+    let tail: f32 = a[tail..].iter().zip(&b[tail..]).map(|(a, b)| a * b).sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
 /// `e^x` for every element of `values`, in place, to within 2 ulp; results below the smallest
 /// normal f32 (inputs under -87.3) are flushed to 0, and inputs over 88.72 give infinity, as
 /// `f32::exp` does. NaN stays NaN.

@@ -1,21 +1,23 @@
 //! `X Wᵀ` for a prompt against integer weights (a GGUF file's, and `--precision q8`) in
 //! blocks of 32: the activations are rounded to 16-bit integers per block, as for a decode
-//! step, and each tile of weight rows and tokens multiplies integers, sixteen pairs and their
-//! sums per instruction, taking both blocks' scales once per block.
+//! step, and each tile of weight rows and tokens multiplies integers, summing pairs of
+//! products in one instruction, and takes both blocks' scales once per block.
 //!
 //! The f32 path widens every weight and runs f32 gemm, which on our 2-core machine peaks
 //! near 330 prompt tokens/s for SmolLM2-135M whatever the weights; llama.cpp multiplies
 //! integers and runs its prompts about twice as fast.
 //!
-//! The offsets some types have (`offset · Σ x` per block) are one small f32 product of the
-//! tokens' block sums by the offsets, a thirty-second of the main product's work.
+//! The offsets some types have add `offset · Σ x` per block, a dot product of a row's
+//! offsets and a token's block sums as each tile ends: a separate f32 product of all the
+//! sums by all the offsets, only 18 to 48 blocks deep, ran on one thread while the other
+//! waited, 10% of a Q4_0 prompt's time.
 
 use std::ops::Range;
 
 use super::Shape;
 use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::threads::{SharedOutput, split_ranges};
-use crate::model::cpu::weights::{Ints, NIBBLE_BLOCK, WeightRows};
+use crate::model::cpu::weights::{Ints, WeightRows};
 
 /// The block the tiles read: the blocks of 32 of every GGUF integer type but Q6_K.
 const BLOCK: usize = 32;
@@ -93,9 +95,10 @@ fn multiply(
          [rows, cols / 32], [tokens, rows]"
     );
     let rounded = BlockInts::of(x, BLOCK);
+    let by_block = TokenBlocks::of(&rounded, tokens);
     let shape = Shape { tokens, rows, cols };
     let shared = SharedOutput::new(out);
-    let (tile_rows, tile_tokens) = kernel.tile();
+    let (tile_rows, tile_tokens) = kernel.tile(weight.values);
     split_ranges(
         rows.div_ceil(tile_rows),
         MIN_ROWS_PER_RANGE / tile_rows,
@@ -108,38 +111,60 @@ fn multiply(
                         first_token,
                         first_row,
                     };
+                    let tokens = Tokens {
+                        x: &rounded,
+                        by_block: &by_block,
+                    };
                     // SAFETY: the CPU has the kernel's features (the caller's promise) and the
                     // sizes are checked above. The tile reads rows of `x` and `weight` below
                     // `tokens` and `rows`, and writes elements of `out` in the columns of this
                     // range's rows, which no other range touches.
-                    unsafe { kernel.tile_at(weight, &rounded, shape, at, &shared, accumulate) };
+                    unsafe { kernel.tile_at(weight, tokens, shape, at, &shared, accumulate) };
                 }
             }
         },
     );
-    if let Some(offsets) = weight.offsets {
-        add_offsets(offsets, x, tokens, rows, out);
-    }
     true
 }
 
-/// `out += S Oᵀ` for the tokens' block sums `S`: `[tokens, blocks]` and the offsets `O`:
-/// `[rows, blocks]`.
-fn add_offsets(offsets: &[f32], x: &[f32], tokens: usize, rows: usize, out: &mut [f32]) {
-    let sums: Vec<f32> = x.chunks_exact(BLOCK).map(|x| x.iter().sum()).collect();
-    let blocks = sums.len() / tokens;
-    // SAFETY: `out` is `[tokens, rows]`, `sums` `[tokens, blocks]` and `offsets`
-    // `[rows, blocks]`, all whole.
-    unsafe {
-        super::times_transposed(
-            [tokens, rows, blocks],
-            out.as_mut_ptr(),
-            rows,
-            true,
-            &sums,
-            offsets,
-        )
-    };
+/// Tokens a tile takes at once, at most: the lanes of one f32 vector of AVX2.
+const TILE_TOKENS_MAX: usize = 8;
+
+/// The tokens' scales block by block, so that a tile finds its tokens' side by side; each
+/// block is padded with [`TILE_TOKENS_MAX`] zeros past the last token.
+struct TokenBlocks {
+    scales: Vec<f32>,
+    stride: usize,
+}
+
+impl TokenBlocks {
+    fn of(x: &BlockInts, tokens: usize) -> Self {
+        let blocks = x.scales.len() / tokens;
+        let stride = tokens + TILE_TOKENS_MAX;
+        let mut scales = vec![0.0; blocks * stride];
+        for (t, token) in x.scales.chunks_exact(blocks).enumerate() {
+            for (b, &scale) in token.iter().enumerate() {
+                scales[b * stride + t] = scale;
+            }
+        }
+        Self { scales, stride }
+    }
+
+    /// The scales of block `b` from `first_token` on, [`TILE_TOKENS_MAX`] of them.
+    ///
+    /// # Safety
+    /// `b` must be a block and `first_token` a token of the prompt.
+    unsafe fn scales(&self, b: usize, first_token: usize) -> *const f32 {
+        // SAFETY: as the caller guarantees; the padding holds the lanes past the last token.
+        unsafe { self.scales.as_ptr().add(b * self.stride + first_token) }
+    }
+}
+
+/// The rounded tokens a tile reads.
+#[derive(Clone, Copy)]
+struct Tokens<'a> {
+    x: &'a BlockInts,
+    by_block: &'a TokenBlocks,
 }
 
 /// Where a tile starts.
@@ -155,82 +180,82 @@ fn supported() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
 }
 
-/// The tile kernels, compiled once for AVX2 and once more where AVX-512 lends them 32
-/// vector registers: a tile of 3 rows × 6 tokens ran prompts 11% faster there than 3 × 4 did
-/// in AVX2's 16 registers (2 × 4 and 3 × 4 ran alike).
+/// The tile kernels. AVX2 multiplies a block as two vectors of sixteen 16-bit pairs,
+/// AVX-512 as one of thirty-two, with twice the registers for a larger tile.
 #[cfg(target_arch = "x86_64")]
-macro_rules! tile_kernels {
-    ($module:ident, $features:literal, $rows:literal, $tokens:literal) => {
-        pub mod $module {
-            /// Weight rows of one tile.
-            pub const TILE_ROWS: usize = $rows;
-            /// Tokens of one tile.
-            pub const TILE_TOKENS: usize = $tokens;
-
-            use std::arch::x86_64::*;
-
-            use super::super::{BLOCK, BlockInts, NIBBLE_BLOCK, Shape, Tile};
-            use crate::model::cpu::math::{horizontal_sum, unpack_nibbles};
-            use crate::model::cpu::threads::SharedOutput;
-
-            /// The `TILE_TOKENS × TILE_ROWS` outputs from the tile's first token and row. At the
-            /// edges the missing tokens and rows repeat the last one and their sums are dropped.
-            ///
-            /// # Safety
-            /// The CPU must have the module's features; `weight` must point to `rows` rows of `cols` values
-            /// (bytes, or nibbles in blocks of 32 when `NIBBLES`), `scales` hold one per block,
-            /// `x` be `[tokens, cols]` rounded in blocks of 32, and no other thread may touch the
-            /// tile's elements of `out`.
+mod kernels {
+    /// `TOKENS × ROWS` outputs from the tile's first token and row. At the edges
+    /// the missing tokens and rows repeat the last one and their sums are dropped.
+    ///
+    /// # Safety (of each kernel's `tile`)
+    /// The CPU must have the module's features; `weight` must point to `rows` rows of `cols`
+    /// values (bytes, or nibbles in blocks of 32 when `NIBBLES`), `scales` (and `offsets`
+    /// when `OFFSETS`) hold one per block, `tokens` be `[tokens, cols]` rounded in blocks of
+    /// 32, and no other thread may touch the tile's elements of `out`.
+    macro_rules! tile_kernel {
+        ($features:literal, $sum:ty, $zero:expr, $weights:ty, $widened:ident, $products:ident,
+         $total:ident) => {
             #[target_feature(enable = $features)]
-            pub unsafe fn tile<const NIBBLES: bool>(
+            #[allow(clippy::too_many_arguments)]
+            pub unsafe fn tile<
+                const NIBBLES: bool,
+                const OFFSETS: bool,
+                const ROWS: usize,
+                const TOKENS: usize,
+            >(
                 weight: *const u8,
                 scales: &[f32],
-                x: &BlockInts,
+                offsets: &[f32],
+                tokens_in: Tokens<'_>,
                 shape: Shape,
                 at: Tile,
                 out: &SharedOutput<f32>,
                 accumulate: bool,
             ) {
+                use std::arch::x86_64::*;
                 let Shape { tokens, rows, cols } = shape;
                 let blocks = cols / BLOCK;
                 let row_bytes = if NIBBLES { cols / 2 } else { cols };
                 let row_of = |j: usize| (at.first_row + j).min(rows - 1);
                 let token_of = |i: usize| (at.first_token + i).min(tokens - 1);
+                let row_blocks = std::array::from_fn::<_, ROWS, _>(|j| row_of(j) * blocks);
                 // SAFETY: every row and token index is clamped inside the shape.
-                let (rows_in, row_scales, tokens_in, token_scales) = unsafe {
+                let (rows_in, x) = unsafe {
                     (
-                        std::array::from_fn::<_, TILE_ROWS, _>(|j| {
-                            weight.add(row_of(j) * row_bytes)
-                        }),
-                        std::array::from_fn::<_, TILE_ROWS, _>(|j| {
-                            scales.as_ptr().add(row_of(j) * blocks)
-                        }),
-                        std::array::from_fn::<_, TILE_TOKENS, _>(|i| {
-                            x.values.as_ptr().add(token_of(i) * cols).cast::<__m256i>()
-                        }),
-                        std::array::from_fn::<_, TILE_TOKENS, _>(|i| {
-                            x.scales.as_ptr().add(token_of(i) * blocks)
+                        std::array::from_fn::<_, ROWS, _>(|j| weight.add(row_of(j) * row_bytes)),
+                        std::array::from_fn::<_, TOKENS, _>(|i| {
+                            tokens_in.x.values.as_ptr().add(token_of(i) * cols)
                         }),
                     )
                 };
-                let mut sums = [[_mm256_setzero_ps(); TILE_ROWS]; TILE_TOKENS];
+                let mut sums: [[$sum; ROWS]; TOKENS] = [[$zero; ROWS]; TOKENS];
                 for b in 0..blocks {
-                    for (j, (&row, &row_scale)) in rows_in.iter().zip(&row_scales).enumerate() {
-                        // SAFETY: b < blocks, so the block lies inside each row, scale row and token.
-                        unsafe {
-                            let w = widened::<NIBBLES>(row, b);
-                            let weight_scale = *row_scale.add(b);
-                            for (sums, (&token, &token_scale)) in
-                                sums.iter_mut().zip(tokens_in.iter().zip(&token_scales))
-                            {
-                                let v = token.add(2 * b);
-                                let products = _mm256_add_epi32(
-                                    _mm256_madd_epi16(w[0], _mm256_loadu_si256(v)),
-                                    _mm256_madd_epi16(w[1], _mm256_loadu_si256(v.add(1))),
-                                );
-                                let scale = _mm256_set1_ps(weight_scale * *token_scale.add(b));
-                                sums[j] =
-                                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(products), scale, sums[j]);
+                    // SAFETY: b < blocks and every index is clamped inside the shape, so the
+                    // block lies inside each row, scale row and token; the token blocks are
+                    // padded past the last token.
+                    unsafe {
+                        let by_block = tokens_in.by_block;
+                        let token_scales = _mm256_loadu_ps(by_block.scales(b, at.first_token));
+                        // Both blocks' scales, one per token, spilled so that each product
+                        // takes its own as a broadcast from memory.
+                        let mut scale = [[0.0f32; TILE_TOKENS_MAX]; ROWS];
+                        let mut w: [$weights; ROWS] = std::mem::zeroed();
+                        for j in 0..ROWS {
+                            let row_block = row_blocks[j] + b;
+                            let row_scale = _mm256_set1_ps(*scales.get_unchecked(row_block));
+                            _mm256_storeu_ps(
+                                scale[j].as_mut_ptr(),
+                                _mm256_mul_ps(token_scales, row_scale),
+                            );
+                            w[j] = $widened::<NIBBLES>(rows_in[j], b);
+                        }
+                        // Opaque to the optimizer, which would otherwise hold all the
+                        // broadcasts in registers and spill the sums to make room.
+                        let scale = std::hint::black_box(&scale);
+                        for (i, sums) in sums.iter_mut().enumerate() {
+                            let v = x[i].add(b * BLOCK);
+                            for (j, sum) in sums.iter_mut().enumerate() {
+                                *sum = $products(w[j], v, scale[j][i], *sum);
                             }
                         }
                     }
@@ -249,41 +274,147 @@ macro_rules! tile_kernels {
                         // elements to this thread alone.
                         unsafe {
                             let y = out.at(token * rows + row);
-                            let sum = horizontal_sum(sum);
+                            let mut sum = $total(sum);
+                            if OFFSETS {
+                                let offsets = &offsets[row_blocks[j]..][..blocks];
+                                let sums = &tokens_in.x.sums[token * blocks..][..blocks];
+                                sum += crate::model::cpu::math::dot(offsets, sums);
+                            }
                             *y = if accumulate { *y + sum } else { sum };
                         }
                     }
                 }
             }
+        };
+    }
 
-            /// Block `b` of a row as two vectors of sixteen 16-bit values.
-            ///
-            /// # Safety
-            /// Block `b` must lie inside the row at `row`.
-            #[inline]
-            #[target_feature(enable = $features)]
-            unsafe fn widened<const NIBBLES: bool>(row: *const u8, b: usize) -> [__m256i; 2] {
-                // SAFETY: as the caller guarantees.
-                unsafe {
-                    if NIBBLES {
-                        unpack_nibbles(_mm_loadu_si128(row.add(b * NIBBLE_BLOCK / 2).cast()))
-                    } else {
-                        let bytes = row.add(b * BLOCK).cast::<__m128i>();
-                        [
-                            _mm256_cvtepi8_epi16(_mm_loadu_si128(bytes)),
-                            _mm256_cvtepi8_epi16(_mm_loadu_si128(bytes.add(1))),
-                        ]
-                    }
+    pub mod avx2 {
+        use std::arch::x86_64::*;
+
+        use super::super::{BLOCK, Shape, TILE_TOKENS_MAX, Tile, Tokens};
+        use crate::model::cpu::threads::SharedOutput;
+
+        use crate::model::cpu::math::{horizontal_sum, unpack_nibbles};
+
+        /// Rows × tokens of a tile of bytes, and of nibbles.
+        pub const TILES: [(usize, usize); 2] = [(2, 4), (2, 4)];
+
+        tile_kernel!(
+            "avx2,fma",
+            __m256,
+            _mm256_setzero_ps(),
+            [__m256i; 2],
+            widened,
+            products,
+            horizontal_sum
+        );
+
+        /// Block `b` of a row as two vectors of sixteen 16-bit values.
+        ///
+        /// # Safety
+        /// Block `b` must lie inside the row at `row`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn widened<const NIBBLES: bool>(row: *const u8, b: usize) -> [__m256i; 2] {
+            // SAFETY: as the caller guarantees.
+            unsafe {
+                if NIBBLES {
+                    unpack_nibbles(_mm_loadu_si128(row.add(b * BLOCK / 2).cast()))
+                } else {
+                    let bytes = row.add(b * BLOCK).cast::<__m128i>();
+                    [
+                        _mm256_cvtepi8_epi16(_mm_loadu_si128(bytes)),
+                        _mm256_cvtepi8_epi16(_mm_loadu_si128(bytes.add(1))),
+                    ]
                 }
             }
         }
-    };
-}
 
-#[cfg(target_arch = "x86_64")]
-mod kernels {
-    tile_kernels!(avx2, "avx2,fma", 2, 4);
-    tile_kernels!(avx512, "avx2,fma,avx512f,avx512vl,avx512bw", 3, 6);
+        /// `sum + scale · (w · x)` for one block of a weight row and a token.
+        ///
+        /// # Safety
+        /// A block of 32 values must lie at `x`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn products(w: [__m256i; 2], x: *const i16, scale: f32, sum: __m256) -> __m256 {
+            // SAFETY: as the caller guarantees.
+            unsafe {
+                let x = x.cast::<__m256i>();
+                let pairs = _mm256_add_epi32(
+                    _mm256_madd_epi16(w[0], _mm256_loadu_si256(x)),
+                    _mm256_madd_epi16(w[1], _mm256_loadu_si256(x.add(1))),
+                );
+                _mm256_fmadd_ps(_mm256_cvtepi32_ps(pairs), _mm256_set1_ps(scale), sum)
+            }
+        }
+    }
+
+    pub mod avx512 {
+        use std::arch::x86_64::*;
+
+        use super::super::{BLOCK, Shape, TILE_TOKENS_MAX, Tile, Tokens};
+        use crate::model::cpu::threads::SharedOutput;
+
+        /// Rows × tokens of a tile of bytes, and of nibbles, which take more tokens to share
+        /// the unpacking of each row's block (3 × 4 tiles of bytes ran prompts 25% faster than
+        /// 3 × 6, whose sums no longer all fit in registers; 2 × 8 tiles of nibbles 10% faster
+        /// than 3 × 4).
+        pub const TILES: [(usize, usize); 2] = [(3, 4), (2, 8)];
+
+        tile_kernel!(
+            "avx2,fma,avx512f,avx512bw",
+            __m512,
+            _mm512_setzero_ps(),
+            __m512i,
+            widened,
+            products,
+            total
+        );
+
+        /// Block `b` of a row as one vector of thirty-two 16-bit values.
+        ///
+        /// # Safety
+        /// Block `b` must lie inside the row at `row`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
+        unsafe fn widened<const NIBBLES: bool>(row: *const u8, b: usize) -> __m512i {
+            // SAFETY: as the caller guarantees.
+            unsafe {
+                if NIBBLES {
+                    // ggml's Q4 layout: byte j holds value j low and value j + 16 high. Each
+                    // byte widens twice, once shifted by four.
+                    let packed =
+                        _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(b * BLOCK / 2).cast()));
+                    let shifts =
+                        _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(4));
+                    let both = _mm512_srlv_epi16(_mm512_cvtepu8_epi16(packed), shifts);
+                    _mm512_and_si512(both, _mm512_set1_epi16(0x0F))
+                } else {
+                    _mm512_cvtepi8_epi16(_mm256_loadu_si256(row.add(b * BLOCK).cast()))
+                }
+            }
+        }
+
+        /// `sum + scale · (w · x)` for one block of a weight row and a token.
+        ///
+        /// # Safety
+        /// A block of 32 values must lie at `x`.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
+        unsafe fn products(w: __m512i, x: *const i16, scale: f32, sum: __m512) -> __m512 {
+            // SAFETY: as the caller guarantees.
+            unsafe {
+                let pairs = _mm512_madd_epi16(w, _mm512_loadu_si512(x.cast()));
+                _mm512_fmadd_ps(_mm512_cvtepi32_ps(pairs), _mm512_set1_ps(scale), sum)
+            }
+        }
+
+        #[inline]
+        #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
+        fn total(sum: __m512) -> f32 {
+            _mm512_reduce_add_ps(sum)
+        }
+    }
 }
 
 /// Which compilation of the tile kernel runs.
@@ -298,22 +429,20 @@ enum Kernel {
 impl Kernel {
     fn for_this_cpu() -> Self {
         use std::arch::is_x86_feature_detected;
-        if is_x86_feature_detected!("avx512f")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512bw")
-        {
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
             Self::Avx512
         } else {
             Self::Avx2
         }
     }
 
-    /// Rows and tokens of one tile.
-    fn tile(self) -> (usize, usize) {
-        match self {
-            Self::Avx2 => (kernels::avx2::TILE_ROWS, kernels::avx2::TILE_TOKENS),
-            Self::Avx512 => (kernels::avx512::TILE_ROWS, kernels::avx512::TILE_TOKENS),
-        }
+    /// Rows and tokens of one tile of `values`.
+    fn tile(self, values: Ints<'_>) -> (usize, usize) {
+        let tiles = match self {
+            Self::Avx2 => kernels::avx2::TILES,
+            Self::Avx512 => kernels::avx512::TILES,
+        };
+        tiles[usize::from(matches!(values, Ints::Nibbles(_)))]
     }
 
     /// # Safety
@@ -321,29 +450,39 @@ impl Kernel {
     unsafe fn tile_at(
         self,
         weight: Weights<'_>,
-        x: &BlockInts,
+        tokens: Tokens<'_>,
         shape: Shape,
         at: Tile,
         out: &SharedOutput<f32>,
         accumulate: bool,
     ) {
         use kernels::{avx2, avx512};
+        let (values, nibbles) = match weight.values {
+            Ints::Bytes(w) => (w.as_ptr().cast::<u8>(), false),
+            Ints::Nibbles(w) => (w.as_ptr(), true),
+        };
+        let (scales, offsets) = (weight.scales, weight.offsets.unwrap_or_default());
+        macro_rules! run {
+            ($kernel:ident, $nibbles:literal, $offsets:literal) => {
+                $kernel::tile::<
+                    $nibbles,
+                    $offsets,
+                    { $kernel::TILES[$nibbles as usize].0 },
+                    { $kernel::TILES[$nibbles as usize].1 },
+                >(values, scales, offsets, tokens, shape, at, out, accumulate)
+            };
+        }
         // SAFETY: as the caller guarantees.
         unsafe {
-            let scales = weight.scales;
-            match (self, weight.values) {
-                (Self::Avx2, Ints::Bytes(w)) => {
-                    avx2::tile::<false>(w.as_ptr().cast(), scales, x, shape, at, out, accumulate)
-                }
-                (Self::Avx2, Ints::Nibbles(w)) => {
-                    avx2::tile::<true>(w.as_ptr(), scales, x, shape, at, out, accumulate)
-                }
-                (Self::Avx512, Ints::Bytes(w)) => {
-                    avx512::tile::<false>(w.as_ptr().cast(), scales, x, shape, at, out, accumulate)
-                }
-                (Self::Avx512, Ints::Nibbles(w)) => {
-                    avx512::tile::<true>(w.as_ptr(), scales, x, shape, at, out, accumulate)
-                }
+            match (self, nibbles, weight.offsets.is_some()) {
+                (Self::Avx2, false, false) => run!(avx2, false, false),
+                (Self::Avx2, false, true) => run!(avx2, false, true),
+                (Self::Avx2, true, false) => run!(avx2, true, false),
+                (Self::Avx2, true, true) => run!(avx2, true, true),
+                (Self::Avx512, false, false) => run!(avx512, false, false),
+                (Self::Avx512, false, true) => run!(avx512, false, true),
+                (Self::Avx512, true, false) => run!(avx512, true, false),
+                (Self::Avx512, true, true) => run!(avx512, true, true),
             }
         }
     }
