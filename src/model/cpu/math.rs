@@ -19,16 +19,23 @@ pub fn horizontal_sum(v: std::arch::x86_64::__m256) -> f32 {
 }
 
 /// A block of 32 four-bit values as ggml's Q4 types pack them (byte `j` holds value `j` in
-/// its low half and value `j + 16` in its high half), as two vectors of sixteen 16-bit values.
+/// its low half and value `j + 16` in its high half), as two vectors of sixteen 16-bit values,
+/// `zero` (in every lane) taken off.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2")]
-pub fn unpack_nibbles(packed: std::arch::x86_64::__m128i) -> [std::arch::x86_64::__m256i; 2] {
+pub fn unpack_nibbles(
+    packed: std::arch::x86_64::__m128i,
+    zero: std::arch::x86_64::__m256i,
+) -> [std::arch::x86_64::__m256i; 2] {
     use std::arch::x86_64::*;
     let mask = _mm_set1_epi8(0x0F);
     [
-        _mm256_cvtepu8_epi16(_mm_and_si128(packed, mask)),
-        _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), mask)),
+        _mm256_sub_epi16(_mm256_cvtepu8_epi16(_mm_and_si128(packed, mask)), zero),
+        _mm256_sub_epi16(
+            _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), mask)),
+            zero,
+        ),
     ]
 }
 

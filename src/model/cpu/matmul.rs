@@ -200,7 +200,10 @@ mod tests {
                 ),
                 (
                     WeightRows::Integers {
-                        values: Ints::Nibbles(&nibbles),
+                        values: Ints::Nibbles {
+                            values: &nibbles,
+                            zero: 0,
+                        },
                         scales: &scales,
                         offsets: Some(&offsets),
                         block: 32,

@@ -107,9 +107,10 @@ impl<'a> Ints<'a> {
     fn rows(self, first: usize, len: usize, cols: usize) -> Ints<'a> {
         match self {
             Self::Bytes(values) => Self::Bytes(&values[first * cols..(first + len) * cols]),
-            Self::Nibbles(values) => {
-                Self::Nibbles(&values[first * cols / 2..(first + len) * cols / 2])
-            }
+            Self::Nibbles { values, zero } => Self::Nibbles {
+                values: &values[first * cols / 2..(first + len) * cols / 2],
+                zero,
+            },
         }
     }
 }
@@ -254,7 +255,7 @@ fn has_integer_kernel(values: Ints<'_>, block: usize) -> bool {
             && is_x86_feature_detected!("fma")
             && matches!(
                 (values, block),
-                (Ints::Bytes(_), 16 | 32) | (Ints::Nibbles(_), NIBBLE_BLOCK)
+                (Ints::Bytes(_), 16 | 32) | (Ints::Nibbles { .. }, NIBBLE_BLOCK)
             )
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -276,7 +277,7 @@ unsafe fn rows_dot_integer(weight: Ints<'_>, scales: &[f32], x: &BlockInts, out:
         match weight {
             Ints::Bytes(weight) if x.block == 16 => avx2::rows_dot_q8::<16>(weight, scales, x, out),
             Ints::Bytes(weight) => avx2::rows_dot_q8::<32>(weight, scales, x, out),
-            Ints::Nibbles(weight) => avx2::rows_dot_q4(weight, scales, x, out),
+            Ints::Nibbles { values, zero } => avx2::rows_dot_q4(values, zero, scales, x, out),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -438,6 +439,7 @@ mod avx2 {
             let total = unsafe {
                 row_total::<BLOCK, false>(
                     weight.as_ptr().add(row * cols).cast(),
+                    0,
                     scales.as_ptr().add(row * blocks),
                     x,
                     blocks,
@@ -449,12 +451,18 @@ mod avx2 {
 
     /// [`rows_dot_q8`] for 4-bit values packed two per byte (see `IntegerValues::Nibbles`):
     /// each block's 16 bytes are split into low and high halves, which are its first and
-    /// last 16 values, and widened to 16 bits like the bytes.
+    /// last 16 values, and widened to 16 bits like the bytes, less `zero`.
     ///
     /// # Safety
     /// As [`rows_dot_q8`] with blocks of 32, `weight` holding half a byte per value.
     #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn rows_dot_q4(weight: &[u8], scales: &[f32], x: &BlockInts, out: &mut [f32]) {
+    pub unsafe fn rows_dot_q4(
+        weight: &[u8],
+        zero: u8,
+        scales: &[f32],
+        x: &BlockInts,
+        out: &mut [f32],
+    ) {
         let cols = x.values.len();
         let blocks = cols / 32;
         for (row, y) in out.iter_mut().enumerate() {
@@ -462,6 +470,7 @@ mod avx2 {
             let total = unsafe {
                 row_total::<32, true>(
                     weight.as_ptr().add(row * cols / 2),
+                    zero,
                     scales.as_ptr().add(row * blocks),
                     x,
                     blocks,
@@ -475,16 +484,19 @@ mod avx2 {
     ///
     /// # Safety
     /// `row` must point to `blocks · BLOCK` integers (bytes, or nibbles in blocks of 32 when
-    /// `NIBBLES`), `scales` to `blocks` floats, and `x` hold as many values and scales.
+    /// `NIBBLES`, less `zero`), `scales` to `blocks` floats, and `x` hold as many values and
+    /// scales.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn row_total<const BLOCK: usize, const NIBBLES: bool>(
         row: *const u8,
+        zero: u8,
         scales: *const f32,
         x: &BlockInts,
         blocks: usize,
     ) -> __m256 {
         let (values, x_scales) = (x.values.as_ptr(), x.scales.as_ptr());
+        let zero = _mm256_set1_epi16(i16::from(zero));
         // SAFETY (for `block` and the loop below): b < blocks, so block `b` lies inside
         // `row`, `scales`, `values` and `x_scales`.
         let block = |b: usize| unsafe {
@@ -493,7 +505,7 @@ mod avx2 {
             let mut sum = _mm256_setzero_si256();
             if NIBBLES {
                 let packed = _mm_loadu_si128(row.add(b * BLOCK / 2).cast::<__m128i>());
-                for (step, half) in unpack_nibbles(packed).into_iter().enumerate() {
+                for (step, half) in unpack_nibbles(packed, zero).into_iter().enumerate() {
                     let products = _mm256_madd_epi16(half, _mm256_loadu_si256(v.add(step)));
                     sum = _mm256_add_epi32(sum, products);
                 }
@@ -619,25 +631,32 @@ mod tests {
         }
     }
 
-    /// Packs 4-bit values (0 to 15) as `IntegerValues::Nibbles` lays them out.
-    fn nibbles(values: &[i8]) -> Vec<u8> {
+    /// Packs 4-bit values (`-zero` to `15 - zero`) as `IntegerValues::Nibbles` lays them out.
+    fn nibbles(values: &[i8], zero: u8) -> Vec<u8> {
+        let nibble = move |q: i8| (q as u8).wrapping_add(zero);
         values
             .chunks_exact(NIBBLE_BLOCK)
-            .flat_map(|block| (0..16).map(move |j| block[j] as u8 | (block[j + 16] as u8) << 4))
+            .flat_map(|block| (0..16).map(move |j| nibble(block[j]) | nibble(block[j + 16]) << 4))
             .collect()
     }
 
     /// Each integer path against the f64 product of the values it reads: the weights as
     /// stored, and the activations as given (portable) or as rounded to 16 bits (integer);
-    /// bytes and nibbles, with and without offsets, for the blocks of `--precision q8` and
-    /// GGUF files and others.
+    /// bytes and nibbles (Q4_0's centred ones without offsets, others with), with and without
+    /// offsets, for the blocks of `--precision q8` and GGUF files and others.
     #[test]
     fn every_integer_path_equals_the_product_of_what_it_reads() {
         #[cfg(target_arch = "x86_64")]
         for (values, block) in [
             (Ints::Bytes(&[]), 16),
             (Ints::Bytes(&[]), 32),
-            (Ints::Nibbles(&[]), 32),
+            (
+                Ints::Nibbles {
+                    values: &[],
+                    zero: 0,
+                },
+                32,
+            ),
         ] {
             assert_eq!(
                 has_integer_kernel(values, block),
@@ -663,14 +682,21 @@ mod tests {
                 .map(move |(packed, with_offsets)| (rows, cols, block, packed, with_offsets))
         });
         for (rows, cols, block, packed, with_offsets) in variants {
-            let range = if packed { 15.0 } else { 127.0 };
+            let zero = if with_offsets { 0 } else { 8 };
             let weight: Vec<i8> = values(rows * cols, 3)
                 .iter()
-                .map(|v| if packed { v.abs() * range } else { v * range } as i8)
+                .map(|v| match (packed, zero) {
+                    (false, _) => v * 127.0,
+                    (true, 0) => v.abs() * 15.0,
+                    (true, _) => v * 7.0,
+                } as i8)
                 .collect();
-            let packed_weight = nibbles(&weight);
+            let packed_weight = nibbles(&weight, zero);
             let ints = if packed {
-                Ints::Nibbles(&packed_weight)
+                Ints::Nibbles {
+                    values: &packed_weight,
+                    zero,
+                }
             } else {
                 Ints::Bytes(&weight)
             };

@@ -43,10 +43,14 @@ pub struct IntegerWeights {
 #[derive(Debug)]
 pub enum IntegerValues {
     Bytes(Vec<i8>),
-    /// 4-bit values from 0 to 15 in blocks of 32, as ggml's Q4 types lay them
-    /// out: byte `j` of a block holds element `j` in its low half and `j + 16` in its high.
-    /// Half the bytes of [`IntegerValues::Bytes`] for the 4-bit types, which decode streams.
-    Nibbles(Vec<u8>),
+    /// 4-bit values in blocks of 32, as ggml's Q4 types lay them out: byte `j` of a block
+    /// holds element `j` in its low half and `j + 16` in its high, each the value plus
+    /// `zero` (8 for Q4_0's -8 to 7, 0 for the types with offsets). Half the bytes of
+    /// [`IntegerValues::Bytes`] for the 4-bit types, which decode streams.
+    Nibbles {
+        values: Vec<u8>,
+        zero: u8,
+    },
 }
 
 /// The block of packed 4-bit values.
@@ -57,7 +61,10 @@ pub const NIBBLE_BLOCK: usize = 32;
 pub enum Ints<'a> {
     Bytes(&'a [i8]),
     /// See [`IntegerValues::Nibbles`].
-    Nibbles(&'a [u8]),
+    Nibbles {
+        values: &'a [u8],
+        zero: u8,
+    },
 }
 
 /// The elements of a weight, borrowed where they lie.
@@ -142,7 +149,7 @@ impl IntegerWeights {
         WeightRows::Integers {
             values: match &self.values {
                 IntegerValues::Bytes(values) => Ints::Bytes(values),
-                IntegerValues::Nibbles(values) => Ints::Nibbles(values),
+                &IntegerValues::Nibbles { ref values, zero } => Ints::Nibbles { values, zero },
             },
             scales: &self.scales,
             offsets: self.offsets.as_deref(),
@@ -151,8 +158,10 @@ impl IntegerWeights {
     }
 
     /// The same weights with two values per byte, where every block's values fit in 4 bits
-    /// (the Q4 types): values from -8 to 7 are shifted up by 8 and their block's offset
-    /// takes `8 · scale` off again, exactly (a power-of-two multiple of the scale).
+    /// (the Q4 types): values from -8 to 7 are shifted up by 8, which the kernels take off
+    /// again (Q4_0). Where only some blocks need the shift (a stack of Q4_0 and Q4_1 parts)
+    /// their offsets take `8 · scale` off instead, exactly (a power-of-two multiple of the
+    /// scale).
     pub fn packed(self) -> Self {
         let IntegerValues::Bytes(values) = &self.values else {
             return self;
@@ -184,6 +193,15 @@ impl IntegerWeights {
                 (0..NIBBLE_BLOCK / 2).map(move |j| nibble(block[j]) | nibble(block[j + 16]) << 4)
             })
             .collect();
+        if shifts.iter().all(|&shift| shift == 8) {
+            return Self {
+                values: IntegerValues::Nibbles {
+                    values: nibbles,
+                    zero: 8,
+                },
+                ..self
+            };
+        }
         let offsets = match shifts.iter().any(|&shift| shift != 0) {
             true => Some(
                 shifts
@@ -199,7 +217,10 @@ impl IntegerWeights {
             false => self.offsets,
         };
         Self {
-            values: IntegerValues::Nibbles(nibbles),
+            values: IntegerValues::Nibbles {
+                values: nibbles,
+                zero: 0,
+            },
             offsets,
             ..self
         }
@@ -210,7 +231,7 @@ impl Ints<'_> {
     pub fn len(&self) -> usize {
         match self {
             Self::Bytes(values) => values.len(),
-            Self::Nibbles(values) => values.len() * 2,
+            Self::Nibbles { values, .. } => values.len() * 2,
         }
     }
 
@@ -223,11 +244,12 @@ impl Ints<'_> {
     ) -> &'a [i8] {
         match self {
             Self::Bytes(values) => &values[b * block..(b + 1) * block],
-            Self::Nibbles(values) => {
+            &Self::Nibbles { values, zero } => {
                 let bytes = &values[b * NIBBLE_BLOCK / 2..(b + 1) * NIBBLE_BLOCK / 2];
+                let zero = zero as i8;
                 for (j, &byte) in bytes.iter().enumerate() {
-                    unpacked[j] = (byte & 0x0F) as i8;
-                    unpacked[j + 16] = (byte >> 4) as i8;
+                    unpacked[j] = (byte & 0x0F) as i8 - zero;
+                    unpacked[j + 16] = (byte >> 4) as i8 - zero;
                 }
                 unpacked
             }
@@ -330,15 +352,21 @@ mod tests {
             .chain(&unsigned[64..])
             .copied()
             .collect();
+        let quarter = Some(vec![-1.5, 0.25, 3.0, -0.125]);
+        // The zero each packing takes, and whether it has offsets.
         let cases = [
-            (signed, None),
-            (unsigned.clone(), Some(vec![-1.5, 0.25, 3.0, -0.125])),
-            (mixed, None),
+            (signed, None, 8, false),
+            (unsigned.clone(), quarter, 0, true),
+            (mixed, None, 0, true),
         ];
-        for (values, offsets) in cases {
+        for (values, offsets, zero, with_offsets) in cases {
             let bytes = weights(values.clone(), offsets.clone());
             let packed = weights(values, offsets).packed();
-            assert!(matches!(packed.values, IntegerValues::Nibbles(ref v) if v.len() == 64));
+            assert!(matches!(
+                packed.values,
+                IntegerValues::Nibbles { ref values, zero: z } if values.len() == 64 && z == zero
+            ));
+            assert_eq!(packed.offsets.is_some(), with_offsets);
             assert_eq!(widened(&packed), widened(&bytes));
         }
         let five_bit: Vec<i8> = (0..128).map(|i| (i % 32) as i8 - 16).collect();

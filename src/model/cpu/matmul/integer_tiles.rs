@@ -204,6 +204,7 @@ mod kernels {
                 const TOKENS: usize,
             >(
                 weight: *const u8,
+                zero: u8,
                 scales: &[f32],
                 offsets: &[f32],
                 tokens_in: Tokens<'_>,
@@ -247,7 +248,7 @@ mod kernels {
                                 scale[j].as_mut_ptr(),
                                 _mm256_mul_ps(token_scales, row_scale),
                             );
-                            w[j] = $widened::<NIBBLES>(rows_in[j], b);
+                            w[j] = $widened::<NIBBLES>(rows_in[j], b, zero);
                         }
                         // Opaque to the optimizer, which would otherwise hold all the
                         // broadcasts in registers and spill the sums to make room.
@@ -309,17 +310,18 @@ mod kernels {
             horizontal_sum
         );
 
-        /// Block `b` of a row as two vectors of sixteen 16-bit values.
+        /// Block `b` of a row as two vectors of sixteen 16-bit values (nibbles less `zero`).
         ///
         /// # Safety
         /// Block `b` must lie inside the row at `row`.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn widened<const NIBBLES: bool>(row: *const u8, b: usize) -> [__m256i; 2] {
+        unsafe fn widened<const NIBBLES: bool>(row: *const u8, b: usize, zero: u8) -> [__m256i; 2] {
             // SAFETY: as the caller guarantees.
             unsafe {
                 if NIBBLES {
-                    unpack_nibbles(_mm_loadu_si128(row.add(b * BLOCK / 2).cast()))
+                    let zero = _mm256_set1_epi16(i16::from(zero));
+                    unpack_nibbles(_mm_loadu_si128(row.add(b * BLOCK / 2).cast()), zero)
                 } else {
                     let bytes = row.add(b * BLOCK).cast::<__m128i>();
                     [
@@ -371,13 +373,13 @@ mod kernels {
             total
         );
 
-        /// Block `b` of a row as one vector of thirty-two 16-bit values.
+        /// Block `b` of a row as one vector of thirty-two 16-bit values (nibbles less `zero`).
         ///
         /// # Safety
         /// Block `b` must lie inside the row at `row`.
         #[inline]
         #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
-        unsafe fn widened<const NIBBLES: bool>(row: *const u8, b: usize) -> __m512i {
+        unsafe fn widened<const NIBBLES: bool>(row: *const u8, b: usize, zero: u8) -> __m512i {
             // SAFETY: as the caller guarantees.
             unsafe {
                 if NIBBLES {
@@ -388,7 +390,8 @@ mod kernels {
                     let shifts =
                         _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(4));
                     let both = _mm512_srlv_epi16(_mm512_cvtepu8_epi16(packed), shifts);
-                    _mm512_and_si512(both, _mm512_set1_epi16(0x0F))
+                    let zero = _mm512_set1_epi16(i16::from(zero));
+                    _mm512_sub_epi16(_mm512_and_si512(both, _mm512_set1_epi16(0x0F)), zero)
                 } else {
                     _mm512_cvtepi8_epi16(_mm256_loadu_si256(row.add(b * BLOCK).cast()))
                 }
@@ -442,7 +445,7 @@ impl Kernel {
             Self::Avx2 => kernels::avx2::TILES,
             Self::Avx512 => kernels::avx512::TILES,
         };
-        tiles[usize::from(matches!(values, Ints::Nibbles(_)))]
+        tiles[usize::from(matches!(values, Ints::Nibbles { .. }))]
     }
 
     /// # Safety
@@ -457,9 +460,9 @@ impl Kernel {
         accumulate: bool,
     ) {
         use kernels::{avx2, avx512};
-        let (values, nibbles) = match weight.values {
-            Ints::Bytes(w) => (w.as_ptr().cast::<u8>(), false),
-            Ints::Nibbles(w) => (w.as_ptr(), true),
+        let (values, zero, nibbles) = match weight.values {
+            Ints::Bytes(w) => (w.as_ptr().cast::<u8>(), 0, false),
+            Ints::Nibbles { values, zero } => (values.as_ptr(), zero, true),
         };
         let (scales, offsets) = (weight.scales, weight.offsets.unwrap_or_default());
         macro_rules! run {
@@ -469,7 +472,9 @@ impl Kernel {
                     $offsets,
                     { $kernel::TILES[$nibbles as usize].0 },
                     { $kernel::TILES[$nibbles as usize].1 },
-                >(values, scales, offsets, tokens, shape, at, out, accumulate)
+                >(
+                    values, zero, scales, offsets, tokens, shape, at, out, accumulate,
+                )
             };
         }
         // SAFETY: as the caller guarantees.
@@ -517,6 +522,8 @@ mod tests {
                 .iter()
                 .map(|v| (v.abs() * 15.0) as i8)
                 .collect();
+            // Q4_0's -8 to 7, stored as 0 to 15 with a zero of 8.
+            let centred: Vec<i8> = fours.iter().map(|&q| q - 8).collect();
             let nibbles: Vec<u8> = fours
                 .chunks_exact(32)
                 .flat_map(|b| (0..16).map(move |j| b[j] as u8 | (b[j + 16] as u8) << 4))
@@ -531,9 +538,14 @@ mod tests {
             let rounded = BlockInts::of(&x, BLOCK);
             let base = values(tokens * rows, 6);
             for kernel in kernels.iter().copied() {
+                let nibbles = |zero| Ints::Nibbles {
+                    values: &nibbles,
+                    zero,
+                };
                 for (ints, stored) in [
                     (Ints::Bytes(&bytes), &bytes),
-                    (Ints::Nibbles(&nibbles), &fours),
+                    (nibbles(0), &fours),
+                    (nibbles(8), &centred),
                 ] {
                     for (with_offsets, accumulate) in [(false, false), (true, false), (true, true)]
                     {
