@@ -19,8 +19,12 @@ use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::threads::{SharedOutput, split_ranges};
 use crate::model::cpu::weights::{Ints, WeightRows};
 
-/// The block the tiles read: the blocks of 32 of every GGUF integer type but Q6_K.
+/// The values a tile multiplies per step: the blocks of 32 of every GGUF integer type but
+/// Q6_K, or two of Q6_K's blocks of 16 (bytes only), each with its own scale.
 const BLOCK: usize = 32;
+
+/// Q6_K's block, half a step.
+const HALF_BLOCK: usize = BLOCK / 2;
 
 /// Fewest weight rows a thread takes at once.
 const MIN_ROWS_PER_RANGE: usize = 48;
@@ -43,14 +47,16 @@ pub fn product(
         values,
         scales,
         offsets,
-        block: BLOCK,
+        block,
     } = weight
         && supported()
+        && (block == BLOCK || (block == HALF_BLOCK && matches!(values, Ints::Bytes(_))))
     {
         let weight = Weights {
             values,
             scales,
             offsets,
+            halves: block == HALF_BLOCK,
         };
         return multiply(Kernel::for_this_cpu(), weight, x, tokens, out, accumulate);
     }
@@ -59,12 +65,13 @@ pub fn product(
     false
 }
 
-/// Integer weights in blocks of [`BLOCK`].
+/// Integer weights in blocks of [`BLOCK`], or of [`HALF_BLOCK`] when `halves`.
 #[derive(Clone, Copy)]
 struct Weights<'a> {
     values: Ints<'a>,
     scales: &'a [f32],
     offsets: Option<&'a [f32]>,
+    halves: bool,
 }
 
 /// [`product`] with `kernel`, which the CPU must have.
@@ -82,7 +89,8 @@ fn multiply(
         return false;
     }
     let rows = weight.values.len() / cols;
-    let blocks = cols / BLOCK;
+    let block = if weight.halves { HALF_BLOCK } else { BLOCK };
+    let blocks = cols / block;
     assert!(
         tokens * cols == x.len()
             && rows * cols == weight.values.len()
@@ -92,13 +100,13 @@ fn multiply(
                 .offsets
                 .is_none_or(|offsets| offsets.len() == rows * blocks),
         "integer matmul: x, weight, scales and out do not fit [tokens, cols], [rows, cols], \
-         [rows, cols / 32], [tokens, rows]"
+         [rows, cols / block], [tokens, rows]"
     );
-    let rounded = BlockInts::of(x, BLOCK);
+    let rounded = BlockInts::of(x, block);
     let by_block = TokenBlocks::of(&rounded, tokens);
     let shape = Shape { tokens, rows, cols };
     let shared = SharedOutput::new(out);
-    let (tile_rows, tile_tokens) = kernel.tile(weight.values);
+    let (tile_rows, tile_tokens) = kernel.tile(weight);
     split_ranges(
         rows.div_ceil(tile_rows),
         MIN_ROWS_PER_RANGE / tile_rows,
@@ -190,8 +198,9 @@ mod kernels {
     /// # Safety (of each kernel's `tile`)
     /// The CPU must have the module's features; `weight` must point to `rows` rows of `cols`
     /// values (bytes, or nibbles in blocks of 32 when `NIBBLES`), `scales` (and `offsets`
-    /// when `OFFSETS`) hold one per block, `tokens` be `[tokens, cols]` rounded in blocks of
-    /// 32, and no other thread may touch the tile's elements of `out`.
+    /// when `OFFSETS`) hold one per block of 32 (of 16 when `HALVES`), `tokens` be
+    /// `[tokens, cols]` rounded in the same blocks, and no other thread may touch the tile's
+    /// elements of `out`.
     macro_rules! tile_kernel {
         ($features:literal, $sum:ty, $zero:expr, $weights:ty, $widened:ident, $products:ident,
          $total:ident) => {
@@ -199,6 +208,7 @@ mod kernels {
             #[allow(clippy::too_many_arguments)]
             pub unsafe fn tile<
                 const NIBBLES: bool,
+                const HALVES: bool,
                 const OFFSETS: bool,
                 const ROWS: usize,
                 const TOKENS: usize,
@@ -215,7 +225,8 @@ mod kernels {
             ) {
                 use std::arch::x86_64::*;
                 let Shape { tokens, rows, cols } = shape;
-                let blocks = cols / BLOCK;
+                let parts = if HALVES { 2 } else { 1 };
+                let blocks = cols / BLOCK * parts;
                 let row_bytes = if NIBBLES { cols / 2 } else { cols };
                 let row_of = |j: usize| (at.first_row + j).min(rows - 1);
                 let token_of = |i: usize| (at.first_token + i).min(tokens - 1);
@@ -230,33 +241,38 @@ mod kernels {
                     )
                 };
                 let mut sums: [[$sum; ROWS]; TOKENS] = [[$zero; ROWS]; TOKENS];
-                for b in 0..blocks {
-                    // SAFETY: b < blocks and every index is clamped inside the shape, so the
-                    // block lies inside each row, scale row and token; the token blocks are
-                    // padded past the last token.
+                for step in 0..cols / BLOCK {
+                    // SAFETY: step < cols / BLOCK and every index is clamped inside the
+                    // shape, so the step's values and blocks lie inside each row, scale row
+                    // and token; the token blocks are padded past the last token.
                     unsafe {
                         let by_block = tokens_in.by_block;
-                        let token_scales = _mm256_loadu_ps(by_block.scales(b, at.first_token));
-                        // Both blocks' scales, one per token, spilled so that each product
-                        // takes its own as a broadcast from memory.
-                        let mut scale = [[0.0f32; TILE_TOKENS_MAX]; ROWS];
+                        // Both blocks' scales, one per token (and half step), spilled so that
+                        // each product takes its own as a broadcast from memory.
+                        let mut scale = [[[0.0f32; TILE_TOKENS_MAX]; 2]; ROWS];
                         let mut w: [$weights; ROWS] = std::mem::zeroed();
+                        for part in 0..parts {
+                            let b = step * parts + part;
+                            let token_scales = _mm256_loadu_ps(by_block.scales(b, at.first_token));
+                            for j in 0..ROWS {
+                                let row_scale = *scales.get_unchecked(row_blocks[j] + b);
+                                _mm256_storeu_ps(
+                                    scale[j][part].as_mut_ptr(),
+                                    _mm256_mul_ps(token_scales, _mm256_set1_ps(row_scale)),
+                                );
+                            }
+                        }
                         for j in 0..ROWS {
-                            let row_block = row_blocks[j] + b;
-                            let row_scale = _mm256_set1_ps(*scales.get_unchecked(row_block));
-                            _mm256_storeu_ps(
-                                scale[j].as_mut_ptr(),
-                                _mm256_mul_ps(token_scales, row_scale),
-                            );
-                            w[j] = $widened::<NIBBLES>(rows_in[j], b, zero);
+                            w[j] = $widened::<NIBBLES>(rows_in[j], step, zero);
                         }
                         // Opaque to the optimizer, which would otherwise hold all the
                         // broadcasts in registers and spill the sums to make room.
                         let scale = std::hint::black_box(&scale);
                         for (i, sums) in sums.iter_mut().enumerate() {
-                            let v = x[i].add(b * BLOCK);
+                            let v = x[i].add(step * BLOCK);
                             for (j, sum) in sums.iter_mut().enumerate() {
-                                *sum = $products(w[j], v, scale[j][i], *sum);
+                                let halves = [scale[j][0][i], scale[j][1][i]];
+                                *sum = $products::<HALVES>(w[j], v, halves, *sum);
                             }
                         }
                     }
@@ -297,8 +313,8 @@ mod kernels {
 
         use crate::model::cpu::math::{horizontal_sum, unpack_nibbles};
 
-        /// Rows × tokens of a tile of bytes, and of nibbles.
-        pub const TILES: [(usize, usize); 2] = [(2, 4), (2, 4)];
+        /// Rows × tokens of a tile of each `Format`.
+        pub const TILES: [(usize, usize); 3] = [(2, 4), (2, 4), (2, 4)];
 
         tile_kernel!(
             "avx2,fma",
@@ -332,21 +348,33 @@ mod kernels {
             }
         }
 
-        /// `sum + scale · (w · x)` for one block of a weight row and a token.
+        /// `sum + scale · (w · x)` for a step of 32 values of a weight row and a token, with
+        /// `scale[0]` for all of them, or for the first 16 and `scale[1]` for the rest when
+        /// `HALVES`.
         ///
         /// # Safety
-        /// A block of 32 values must lie at `x`.
+        /// 32 values must lie at `x`.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn products(w: [__m256i; 2], x: *const i16, scale: f32, sum: __m256) -> __m256 {
+        unsafe fn products<const HALVES: bool>(
+            w: [__m256i; 2],
+            x: *const i16,
+            scale: [f32; 2],
+            sum: __m256,
+        ) -> __m256 {
             // SAFETY: as the caller guarantees.
             unsafe {
                 let x = x.cast::<__m256i>();
-                let pairs = _mm256_add_epi32(
-                    _mm256_madd_epi16(w[0], _mm256_loadu_si256(x)),
-                    _mm256_madd_epi16(w[1], _mm256_loadu_si256(x.add(1))),
-                );
-                _mm256_fmadd_ps(_mm256_cvtepi32_ps(pairs), _mm256_set1_ps(scale), sum)
+                let first = _mm256_madd_epi16(w[0], _mm256_loadu_si256(x));
+                let second = _mm256_madd_epi16(w[1], _mm256_loadu_si256(x.add(1)));
+                if HALVES {
+                    let sum =
+                        _mm256_fmadd_ps(_mm256_cvtepi32_ps(first), _mm256_set1_ps(scale[0]), sum);
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(second), _mm256_set1_ps(scale[1]), sum)
+                } else {
+                    let pairs = _mm256_add_epi32(first, second);
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(pairs), _mm256_set1_ps(scale[0]), sum)
+                }
             }
         }
     }
@@ -357,11 +385,11 @@ mod kernels {
         use super::super::{BLOCK, Shape, TILE_TOKENS_MAX, Tile, Tokens};
         use crate::model::cpu::threads::SharedOutput;
 
-        /// Rows × tokens of a tile of bytes, and of nibbles, which take more tokens to share
-        /// the unpacking of each row's block (3 × 4 tiles of bytes ran prompts 25% faster than
-        /// 3 × 6, whose sums no longer all fit in registers; 2 × 8 tiles of nibbles 10% faster
-        /// than 3 × 4).
-        pub const TILES: [(usize, usize); 2] = [(3, 4), (2, 8)];
+        /// Rows × tokens of a tile of each `Format`. Nibbles take more tokens to share the
+        /// unpacking of each row's block (3 × 4 tiles of bytes ran prompts 25% faster than
+        /// 3 × 6, whose sums no longer all fit in registers; 2 × 8 tiles of nibbles 10%
+        /// faster than 3 × 4).
+        pub const TILES: [(usize, usize); 3] = [(3, 4), (2, 8), (3, 4)];
 
         tile_kernel!(
             "avx2,fma,avx512f,avx512bw",
@@ -398,17 +426,28 @@ mod kernels {
             }
         }
 
-        /// `sum + scale · (w · x)` for one block of a weight row and a token.
+        /// As AVX2's `products`: the first 16 values' pairs land in the low eight lanes,
+        /// which take `scale[0]` by a masked product when `HALVES`.
         ///
         /// # Safety
-        /// A block of 32 values must lie at `x`.
+        /// 32 values must lie at `x`.
         #[inline]
         #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
-        unsafe fn products(w: __m512i, x: *const i16, scale: f32, sum: __m512) -> __m512 {
+        unsafe fn products<const HALVES: bool>(
+            w: __m512i,
+            x: *const i16,
+            scale: [f32; 2],
+            sum: __m512,
+        ) -> __m512 {
             // SAFETY: as the caller guarantees.
             unsafe {
-                let pairs = _mm512_madd_epi16(w, _mm512_loadu_si512(x.cast()));
-                _mm512_fmadd_ps(_mm512_cvtepi32_ps(pairs), _mm512_set1_ps(scale), sum)
+                let pairs = _mm512_cvtepi32_ps(_mm512_madd_epi16(w, _mm512_loadu_si512(x.cast())));
+                if HALVES {
+                    let sum = _mm512_mask3_fmadd_ps(pairs, _mm512_set1_ps(scale[0]), sum, 0x00FF);
+                    _mm512_mask3_fmadd_ps(pairs, _mm512_set1_ps(scale[1]), sum, 0xFF00)
+                } else {
+                    _mm512_fmadd_ps(pairs, _mm512_set1_ps(scale[0]), sum)
+                }
             }
         }
 
@@ -416,6 +455,27 @@ mod kernels {
         #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
         fn total(sum: __m512) -> f32 {
             _mm512_reduce_add_ps(sum)
+        }
+    }
+}
+
+/// How the weights a tile reads are stored, in the order of the kernels' `TILES`.
+#[derive(Clone, Copy)]
+enum Format {
+    /// Bytes in blocks of 32.
+    Bytes,
+    /// Nibbles in blocks of 32.
+    Nibbles,
+    /// Bytes in blocks of 16.
+    Halves,
+}
+
+impl Format {
+    fn of(weight: Weights<'_>) -> Self {
+        match (weight.values, weight.halves) {
+            (Ints::Nibbles { .. }, _) => Self::Nibbles,
+            (Ints::Bytes(_), false) => Self::Bytes,
+            (Ints::Bytes(_), true) => Self::Halves,
         }
     }
 }
@@ -439,13 +499,13 @@ impl Kernel {
         }
     }
 
-    /// Rows and tokens of one tile of `values`.
-    fn tile(self, values: Ints<'_>) -> (usize, usize) {
+    /// Rows and tokens of one tile of `weight`.
+    fn tile(self, weight: Weights<'_>) -> (usize, usize) {
         let tiles = match self {
             Self::Avx2 => kernels::avx2::TILES,
             Self::Avx512 => kernels::avx512::TILES,
         };
-        tiles[usize::from(matches!(values, Ints::Nibbles { .. }))]
+        tiles[Format::of(weight) as usize]
     }
 
     /// # Safety
@@ -460,34 +520,40 @@ impl Kernel {
         accumulate: bool,
     ) {
         use kernels::{avx2, avx512};
-        let (values, zero, nibbles) = match weight.values {
-            Ints::Bytes(w) => (w.as_ptr().cast::<u8>(), 0, false),
-            Ints::Nibbles { values, zero } => (values.as_ptr(), zero, true),
+        let (values, zero) = match weight.values {
+            Ints::Bytes(w) => (w.as_ptr().cast::<u8>(), 0),
+            Ints::Nibbles { values, zero } => (values.as_ptr(), zero),
         };
         let (scales, offsets) = (weight.scales, weight.offsets.unwrap_or_default());
         macro_rules! run {
-            ($kernel:ident, $nibbles:literal, $offsets:literal) => {
+            ($kernel:ident, $format:expr, $offsets:literal) => {
                 $kernel::tile::<
-                    $nibbles,
+                    { matches!($format, Format::Nibbles) },
+                    { matches!($format, Format::Halves) },
                     $offsets,
-                    { $kernel::TILES[$nibbles as usize].0 },
-                    { $kernel::TILES[$nibbles as usize].1 },
+                    { $kernel::TILES[$format as usize].0 },
+                    { $kernel::TILES[$format as usize].1 },
                 >(
                     values, zero, scales, offsets, tokens, shape, at, out, accumulate,
                 )
             };
+            ($kernel:ident, $format:expr) => {
+                match weight.offsets.is_some() {
+                    true => run!($kernel, $format, true),
+                    false => run!($kernel, $format, false),
+                }
+            };
         }
+        let format = Format::of(weight);
         // SAFETY: as the caller guarantees.
         unsafe {
-            match (self, nibbles, weight.offsets.is_some()) {
-                (Self::Avx2, false, false) => run!(avx2, false, false),
-                (Self::Avx2, false, true) => run!(avx2, false, true),
-                (Self::Avx2, true, false) => run!(avx2, true, false),
-                (Self::Avx2, true, true) => run!(avx2, true, true),
-                (Self::Avx512, false, false) => run!(avx512, false, false),
-                (Self::Avx512, false, true) => run!(avx512, false, true),
-                (Self::Avx512, true, false) => run!(avx512, true, false),
-                (Self::Avx512, true, true) => run!(avx512, true, true),
+            match (self, format) {
+                (Self::Avx2, Format::Bytes) => run!(avx2, Format::Bytes),
+                (Self::Avx2, Format::Nibbles) => run!(avx2, Format::Nibbles),
+                (Self::Avx2, Format::Halves) => run!(avx2, Format::Halves),
+                (Self::Avx512, Format::Bytes) => run!(avx512, Format::Bytes),
+                (Self::Avx512, Format::Nibbles) => run!(avx512, Format::Nibbles),
+                (Self::Avx512, Format::Halves) => run!(avx512, Format::Halves),
             }
         }
     }
@@ -495,7 +561,7 @@ impl Kernel {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
-    use super::{BLOCK, BlockInts, Kernel, Weights, multiply};
+    use super::{BLOCK, BlockInts, HALF_BLOCK, Kernel, Weights, multiply};
     use crate::model::cpu::test_values as values;
     use crate::model::cpu::weights::Ints;
 
@@ -513,7 +579,8 @@ mod tests {
             kernels.push(Kernel::Avx512);
         }
         for (tokens, rows, cols) in [(1, 1, 32), (5, 7, 64), (7, 10, 576), (13, 100, 96)] {
-            let blocks = rows * cols / BLOCK;
+            // Per block of 16, for Q6_K's; blocks of 32 take every other.
+            let blocks = rows * cols / HALF_BLOCK;
             let bytes: Vec<i8> = values(rows * cols, 1)
                 .iter()
                 .map(|v| (v * 127.0) as i8)
@@ -535,24 +602,28 @@ mod tests {
             let offsets = values(blocks, 4);
             let mut x = values(tokens * cols, 5);
             x[cols / 2] = 30.0;
-            let rounded = BlockInts::of(&x, BLOCK);
             let base = values(tokens * rows, 6);
             for kernel in kernels.iter().copied() {
                 let nibbles = |zero| Ints::Nibbles {
                     values: &nibbles,
                     zero,
                 };
-                for (ints, stored) in [
-                    (Ints::Bytes(&bytes), &bytes),
-                    (nibbles(0), &fours),
-                    (nibbles(8), &centred),
+                for (ints, stored, block) in [
+                    (Ints::Bytes(&bytes), &bytes, BLOCK),
+                    (Ints::Bytes(&bytes), &bytes, HALF_BLOCK),
+                    (nibbles(0), &fours, BLOCK),
+                    (nibbles(8), &centred, BLOCK),
                 ] {
+                    let rounded = BlockInts::of(&x, block);
+                    let blocks = rows * cols / block;
+                    let (scales, offsets) = (&scales[..blocks], &offsets[..blocks]);
                     for (with_offsets, accumulate) in [(false, false), (true, false), (true, true)]
                     {
                         let weight = Weights {
                             values: ints,
-                            scales: &scales,
-                            offsets: with_offsets.then_some(&offsets[..]),
+                            scales,
+                            offsets: with_offsets.then_some(offsets),
+                            halves: block == HALF_BLOCK,
                         };
                         let mut out = if accumulate {
                             base.clone()
@@ -570,18 +641,18 @@ mod tests {
                                 for c in 0..cols {
                                     let (w, xi) = (r * cols + c, t * cols + c);
                                     let x_rounded = f64::from(rounded.values[xi])
-                                        * f64::from(rounded.scales[xi / 32]);
+                                        * f64::from(rounded.scales[xi / block]);
                                     want += f64::from(stored[w])
-                                        * f64::from(scales[w / 32])
+                                        * f64::from(scales[w / block])
                                         * x_rounded;
                                     if with_offsets {
-                                        want += f64::from(offsets[w / 32]) * f64::from(x[xi]);
+                                        want += f64::from(offsets[w / block]) * f64::from(x[xi]);
                                     }
                                 }
                                 let got = f64::from(out[t * rows + r]);
                                 assert!(
                                     (got - want).abs() < 1e-4 * (1.0 + want.abs()),
-                                    "{tokens}x{rows}x{cols} ({t}, {r}): {got} vs {want}"
+                                    "{tokens}x{rows}x{cols}, block {block} ({t}, {r}): {got} vs {want}"
                                 );
                             }
                         }
