@@ -16,7 +16,7 @@ use super::weights::WeightRows;
 mod bf16_pairs;
 mod integer_tiles;
 
-pub use bf16_pairs::product as bf16_matmul;
+pub use bf16_pairs::{product as bf16_matmul, split_product as bf16_split_matmul};
 pub use integer_tiles::product as integer_matmul;
 
 /// Weight rows per block. Each block packs the whole prompt again, so narrow blocks spend
