@@ -11,6 +11,7 @@
 //! through a wide dot product is what reaches the memory bandwidth.
 
 use super::host::HostFloat;
+use super::math::dot;
 use super::threads::{SharedOutput, split_rows};
 use super::weights::{Ints, NIBBLE_BLOCK, WeightRows};
 
@@ -81,7 +82,7 @@ fn quantized(
         if let Some(offsets) = offsets {
             let offsets = &offsets[block_range(first, out.len())];
             for (y, offsets) in out.iter_mut().zip(offsets.chunks_exact(blocks_per_row)) {
-                *y += offsets.iter().zip(sums).map(|(o, s)| o * s).sum::<f32>();
+                *y += dot(offsets, sums);
             }
         }
     };

@@ -246,13 +246,25 @@ impl Ints<'_> {
             Self::Bytes(values) => &values[b * block..(b + 1) * block],
             &Self::Nibbles { values, zero } => {
                 let bytes = &values[b * NIBBLE_BLOCK / 2..(b + 1) * NIBBLE_BLOCK / 2];
-                let zero = zero as i8;
-                for (j, &byte) in bytes.iter().enumerate() {
-                    unpacked[j] = (byte & 0x0F) as i8 - zero;
-                    unpacked[j + 16] = (byte >> 4) as i8 - zero;
-                }
+                nibbles_as_bytes(bytes, zero, unpacked);
                 unpacked
             }
+        }
+    }
+}
+
+/// Whole blocks of nibbles (see [`IntegerValues::Nibbles`]) as one byte per value, `zero`
+/// taken off, written so that the compiler vectorizes it.
+pub fn nibbles_as_bytes(nibbles: &[u8], zero: u8, bytes: &mut [i8]) {
+    let zero = zero as i8;
+    let blocks = nibbles
+        .chunks_exact(NIBBLE_BLOCK / 2)
+        .zip(bytes.chunks_exact_mut(NIBBLE_BLOCK));
+    for (packed, block) in blocks {
+        let (low, high) = block.split_at_mut(NIBBLE_BLOCK / 2);
+        for ((&byte, low), high) in packed.iter().zip(low).zip(high) {
+            *low = (byte & 0x0F) as i8 - zero;
+            *high = (byte >> 4) as i8 - zero;
         }
     }
 }

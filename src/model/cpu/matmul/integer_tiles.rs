@@ -1,23 +1,28 @@
 //! `X Wᵀ` for a prompt against integer weights (a GGUF file's, and `--precision q8`) in
-//! blocks of 32: the activations are rounded to 16-bit integers per block, as for a decode
-//! step, and each tile of weight rows and tokens multiplies integers, summing pairs of
-//! products in one instruction, and takes both blocks' scales once per block.
+//! blocks of 32 or 16: the activations are rounded to 16-bit integers per block, as for a
+//! decode step, and each tile of weight rows and tokens multiplies integers, summing pairs
+//! of products in one instruction, and takes both blocks' scales once per block.
 //!
 //! The f32 path widens every weight and runs f32 gemm, which on our 2-core machine peaks
 //! near 330 prompt tokens/s for SmolLM2-135M whatever the weights; llama.cpp multiplies
 //! integers and runs its prompts about twice as fast.
 //!
-//! The offsets some types have add `offset · Σ x` per block, a dot product of a row's
-//! offsets and a token's block sums as each tile ends: a separate f32 product of all the
-//! sums by all the offsets, only 18 to 48 blocks deep, ran on one thread while the other
-//! waited, 10% of a Q4_0 prompt's time.
+//! Nibbles are unpacked to bytes once per tile of rows, into a buffer of the thread's, not
+//! once per tile of tokens: unpacked in the tile, Q4_0 prompts ran 15% slower than Q8_0's.
+//!
+//! The offsets some types have add `offset · Σ x` per block: for each tile of rows, once
+//! its tiles of tokens are done, every token's at once, vectorized over the tokens. A
+//! separate f32 gemm of all the block sums by all the offsets, only 18 to 48 blocks deep,
+//! ran on one thread while the other waited (10% of a Q4_0 prompt's time); a dot product per
+//! output as each tile ended cost Q4_1 prompts 8%.
 
+use std::cell::RefCell;
 use std::ops::Range;
 
 use super::Shape;
 use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::threads::{SharedOutput, split_ranges};
-use crate::model::cpu::weights::{Ints, WeightRows};
+use crate::model::cpu::weights::{Ints, WeightRows, nibbles_as_bytes};
 
 /// The values a tile multiplies per step: the blocks of 32 of every GGUF integer type but
 /// Q6_K, or two of Q6_K's blocks of 16 (bytes only), each with its own scale.
@@ -30,8 +35,8 @@ const HALF_BLOCK: usize = BLOCK / 2;
 const MIN_ROWS_PER_RANGE: usize = 48;
 
 /// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for `x`: `[tokens, cols]`, integer
-/// weights `[rows, cols]` in blocks of 32 and `out`: `[tokens, rows]`, when the CPU has AVX2;
-/// returns whether it did.
+/// weights `[rows, cols]` in blocks of 32 (or of 16, as bytes) and `out`: `[tokens, rows]`,
+/// when the CPU has AVX2; returns whether it did.
 ///
 /// # Panics
 /// When the lengths do not fit those shapes: the callers take them from tensor shapes.
@@ -74,6 +79,23 @@ struct Weights<'a> {
     halves: bool,
 }
 
+/// A thread's buffers, which only grow.
+struct Scratch {
+    /// The bytes of the nibbles of the tile of rows it multiplies.
+    bytes: Vec<i8>,
+    /// One row's offset terms for every token.
+    offset_terms: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new(Scratch {
+            bytes: Vec::new(),
+            offset_terms: Vec::new(),
+        })
+    };
+}
+
 /// [`product`] with `kernel`, which the CPU must have.
 #[cfg(target_arch = "x86_64")]
 fn multiply(
@@ -103,59 +125,144 @@ fn multiply(
          [rows, cols / block], [tokens, rows]"
     );
     let rounded = BlockInts::of(x, block);
-    let by_block = TokenBlocks::of(&rounded, tokens);
+    let by_block = TokenBlocks::of(&rounded, tokens, weight.offsets.is_some());
+    let tokens_in = Tokens {
+        x: &rounded,
+        by_block: &by_block,
+    };
     let shape = Shape { tokens, rows, cols };
     let shared = SharedOutput::new(out);
-    let (tile_rows, tile_tokens) = kernel.tile(weight);
+    let (tile_rows, tile_tokens) = kernel.tile();
     split_ranges(
         rows.div_ceil(tile_rows),
         MIN_ROWS_PER_RANGE / tile_rows,
         &|tiles: Range<usize>| {
-            let rows_of_range = tiles.start * tile_rows..(tiles.end * tile_rows).min(rows);
-            for first_row in rows_of_range.step_by(tile_rows) {
-                // The tile's weight rows stay in the L1 cache while every token passes.
-                for first_token in (0..tokens).step_by(tile_tokens) {
-                    let at = Tile {
-                        first_token,
-                        first_row,
+            SCRATCH.with_borrow_mut(|scratch| {
+                let rows_of_range = tiles.start * tile_rows..(tiles.end * tile_rows).min(rows);
+                for first_row in rows_of_range.step_by(tile_rows) {
+                    let len = tile_rows.min(rows - first_row) * cols;
+                    let values = match weight.values {
+                        Ints::Bytes(values) => &values[first_row * cols..][..len],
+                        Ints::Nibbles { values, zero } => {
+                            if scratch.bytes.len() < len {
+                                scratch.bytes.resize(len, 0);
+                            }
+                            let bytes = &mut scratch.bytes[..len];
+                            nibbles_as_bytes(
+                                &values[first_row * cols / 2..][..len / 2],
+                                zero,
+                                bytes,
+                            );
+                            bytes
+                        }
                     };
-                    let tokens = Tokens {
-                        x: &rounded,
-                        by_block: &by_block,
+                    let tile_weight = TileWeight {
+                        values,
+                        scales: weight.scales,
                     };
-                    // SAFETY: the CPU has the kernel's features (the caller's promise) and the
-                    // sizes are checked above. The tile reads rows of `x` and `weight` below
-                    // `tokens` and `rows`, and writes elements of `out` in the columns of this
-                    // range's rows, which no other range touches.
-                    unsafe { kernel.tile_at(weight, tokens, shape, at, &shared, accumulate) };
+                    // The tile's weight rows stay in the L1 cache while every token passes.
+                    for first_token in (0..tokens).step_by(tile_tokens) {
+                        let at = Tile {
+                            first_token,
+                            first_row,
+                        };
+                        // SAFETY: the CPU has the kernel's features (the caller's promise) and
+                        // the sizes are checked above. The tile reads its rows of `values`
+                        // and rows of `x` below `tokens`, and writes elements of `out` in the
+                        // columns of this range's rows, which no other range touches.
+                        unsafe {
+                            kernel.tile_at(
+                                weight,
+                                tile_weight,
+                                tokens_in,
+                                shape,
+                                at,
+                                &shared,
+                                accumulate,
+                            )
+                        };
+                    }
+                    if let Some(offsets) = weight.offsets {
+                        let tile_rows = first_row..(first_row + tile_rows).min(rows);
+                        let offsets = &offsets[tile_rows.start * blocks..tile_rows.end * blocks];
+                        if scratch.offset_terms.len() < tokens {
+                            scratch.offset_terms.resize(tokens, 0.0);
+                        }
+                        let terms = &mut scratch.offset_terms[..tokens];
+                        for (row, offsets) in tile_rows.zip(offsets.chunks_exact(blocks)) {
+                            offset_terms(offsets, &by_block, terms);
+                            for (t, &term) in terms.iter().enumerate() {
+                                // SAFETY: (t, row) lies inside `out`; this range's rows are
+                                // this thread's alone.
+                                unsafe { *shared.at(t * rows + row) += term };
+                            }
+                        }
+                    }
                 }
-            }
+            })
         },
     );
     true
 }
 
+/// `terms[t] = Σ_b offsets[b] · sums[b, t]`: a row's offset terms for every token, the
+/// tokens' sums of each block side by side.
+#[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma"))]
+fn offset_terms(offsets: &[f32], by_block: &TokenBlocks, terms: &mut [f32]) {
+    terms.fill(0.0);
+    let tokens = terms.len();
+    for (&offset, sums) in offsets
+        .iter()
+        .zip(by_block.sums.chunks_exact(by_block.stride))
+    {
+        for (term, &sum) in terms.iter_mut().zip(&sums[..tokens]) {
+            *term += offset * sum;
+        }
+    }
+}
+
+/// One tile's weight rows as bytes, from its first row, and the whole weight's scales.
+#[derive(Clone, Copy)]
+struct TileWeight<'a> {
+    values: &'a [i8],
+    scales: &'a [f32],
+}
+
 /// Tokens a tile takes at once, at most: the lanes of one f32 vector of AVX2.
 const TILE_TOKENS_MAX: usize = 8;
 
-/// The tokens' scales block by block, so that a tile finds its tokens' side by side; each
-/// block is padded with [`TILE_TOKENS_MAX`] zeros past the last token.
+/// The tokens' scales (and block sums, for offsets) block by block, so that a tile finds its
+/// tokens' side by side; each block is padded with [`TILE_TOKENS_MAX`] zeros past the last
+/// token.
 struct TokenBlocks {
     scales: Vec<f32>,
+    /// Empty without offsets.
+    sums: Vec<f32>,
     stride: usize,
 }
 
 impl TokenBlocks {
-    fn of(x: &BlockInts, tokens: usize) -> Self {
+    fn of(x: &BlockInts, tokens: usize, with_sums: bool) -> Self {
         let blocks = x.scales.len() / tokens;
         let stride = tokens + TILE_TOKENS_MAX;
-        let mut scales = vec![0.0; blocks * stride];
-        for (t, token) in x.scales.chunks_exact(blocks).enumerate() {
-            for (b, &scale) in token.iter().enumerate() {
-                scales[b * stride + t] = scale;
+        let by_block = |per_token: &[f32]| {
+            let mut by_block = vec![0.0; blocks * stride];
+            for (t, token) in per_token.chunks_exact(blocks).enumerate() {
+                for (b, &value) in token.iter().enumerate() {
+                    by_block[b * stride + t] = value;
+                }
             }
+            by_block
+        };
+        Self {
+            scales: by_block(&x.scales),
+            sums: if with_sums {
+                by_block(&x.sums)
+            } else {
+                Vec::new()
+            },
+            stride,
         }
-        Self { scales, stride }
     }
 
     /// The scales of block `b` from `first_token` on, [`TILE_TOKENS_MAX`] of them.
@@ -188,35 +295,24 @@ fn supported() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
 }
 
-/// The tile kernels. AVX2 multiplies a block as two vectors of sixteen 16-bit pairs,
-/// AVX-512 as one of thirty-two, with twice the registers for a larger tile.
+/// The tile kernels. AVX2 multiplies a step of 32 values as two vectors of sixteen 16-bit
+/// pairs, AVX-512 as one of thirty-two, with twice the registers for a larger tile.
 #[cfg(target_arch = "x86_64")]
 mod kernels {
     /// `TOKENS × ROWS` outputs from the tile's first token and row. At the edges
     /// the missing tokens and rows repeat the last one and their sums are dropped.
     ///
     /// # Safety (of each kernel's `tile`)
-    /// The CPU must have the module's features; `weight` must point to `rows` rows of `cols`
-    /// values (bytes, or nibbles in blocks of 32 when `NIBBLES`), `scales` (and `offsets`
-    /// when `OFFSETS`) hold one per block of 32 (of 16 when `HALVES`), `tokens` be
-    /// `[tokens, cols]` rounded in the same blocks, and no other thread may touch the tile's
-    /// elements of `out`.
+    /// The CPU must have the module's features; `weight.values` must hold the tile's rows
+    /// (those of `rows` from its first) of `cols` bytes, `weight.scales` one per block of 32
+    /// (of 16 when `HALVES`) of every row, `tokens` be `[tokens, cols]` rounded in the same
+    /// blocks, and no other thread may touch the tile's elements of `out`.
     macro_rules! tile_kernel {
         ($features:literal, $sum:ty, $zero:expr, $weights:ty, $widened:ident, $products:ident,
          $total:ident) => {
             #[target_feature(enable = $features)]
-            #[allow(clippy::too_many_arguments)]
-            pub unsafe fn tile<
-                const NIBBLES: bool,
-                const HALVES: bool,
-                const OFFSETS: bool,
-                const ROWS: usize,
-                const TOKENS: usize,
-            >(
-                weight: *const u8,
-                zero: u8,
-                scales: &[f32],
-                offsets: &[f32],
+            pub unsafe fn tile<const HALVES: bool, const ROWS: usize, const TOKENS: usize>(
+                weight: TileWeight<'_>,
                 tokens_in: Tokens<'_>,
                 shape: Shape,
                 at: Tile,
@@ -225,16 +321,19 @@ mod kernels {
             ) {
                 use std::arch::x86_64::*;
                 let Shape { tokens, rows, cols } = shape;
+                let TileWeight { values, scales } = weight;
                 let parts = if HALVES { 2 } else { 1 };
                 let blocks = cols / BLOCK * parts;
-                let row_bytes = if NIBBLES { cols / 2 } else { cols };
                 let row_of = |j: usize| (at.first_row + j).min(rows - 1);
                 let token_of = |i: usize| (at.first_token + i).min(tokens - 1);
                 let row_blocks = std::array::from_fn::<_, ROWS, _>(|j| row_of(j) * blocks);
-                // SAFETY: every row and token index is clamped inside the shape.
+                // SAFETY: every row and token index is clamped inside the shape, and the tile's
+                // rows lie in `values` from its first.
                 let (rows_in, x) = unsafe {
                     (
-                        std::array::from_fn::<_, ROWS, _>(|j| weight.add(row_of(j) * row_bytes)),
+                        std::array::from_fn::<_, ROWS, _>(|j| {
+                            values.as_ptr().add((row_of(j) - at.first_row) * cols)
+                        }),
                         std::array::from_fn::<_, TOKENS, _>(|i| {
                             tokens_in.x.values.as_ptr().add(token_of(i) * cols)
                         }),
@@ -250,7 +349,6 @@ mod kernels {
                         // Both blocks' scales, one per token (and half step), spilled so that
                         // each product takes its own as a broadcast from memory.
                         let mut scale = [[[0.0f32; TILE_TOKENS_MAX]; 2]; ROWS];
-                        let mut w: [$weights; ROWS] = std::mem::zeroed();
                         for part in 0..parts {
                             let b = step * parts + part;
                             let token_scales = _mm256_loadu_ps(by_block.scales(b, at.first_token));
@@ -262,9 +360,8 @@ mod kernels {
                                 );
                             }
                         }
-                        for j in 0..ROWS {
-                            w[j] = $widened::<NIBBLES>(rows_in[j], step, zero);
-                        }
+                        let w: [$weights; ROWS] =
+                            std::array::from_fn(|j| $widened(rows_in[j].add(step * BLOCK)));
                         // Opaque to the optimizer, which would otherwise hold all the
                         // broadcasts in registers and spill the sums to make room.
                         let scale = std::hint::black_box(&scale);
@@ -291,12 +388,7 @@ mod kernels {
                         // elements to this thread alone.
                         unsafe {
                             let y = out.at(token * rows + row);
-                            let mut sum = $total(sum);
-                            if OFFSETS {
-                                let offsets = &offsets[row_blocks[j]..][..blocks];
-                                let sums = &tokens_in.x.sums[token * blocks..][..blocks];
-                                sum += crate::model::cpu::math::dot(offsets, sums);
-                            }
+                            let sum = $total(sum);
                             *y = if accumulate { *y + sum } else { sum };
                         }
                     }
@@ -308,13 +400,12 @@ mod kernels {
     pub mod avx2 {
         use std::arch::x86_64::*;
 
-        use super::super::{BLOCK, Shape, TILE_TOKENS_MAX, Tile, Tokens};
+        use super::super::{BLOCK, Shape, TILE_TOKENS_MAX, Tile, TileWeight, Tokens};
+        use crate::model::cpu::math::horizontal_sum;
         use crate::model::cpu::threads::SharedOutput;
 
-        use crate::model::cpu::math::{horizontal_sum, unpack_nibbles};
-
-        /// Rows × tokens of a tile of each `Format`.
-        pub const TILES: [(usize, usize); 3] = [(2, 4), (2, 4), (2, 4)];
+        /// Rows × tokens of a tile.
+        pub const TILE: (usize, usize) = (2, 4);
 
         tile_kernel!(
             "avx2,fma",
@@ -326,25 +417,20 @@ mod kernels {
             horizontal_sum
         );
 
-        /// Block `b` of a row as two vectors of sixteen 16-bit values (nibbles less `zero`).
+        /// 32 bytes at `at` as two vectors of sixteen 16-bit values.
         ///
         /// # Safety
-        /// Block `b` must lie inside the row at `row`.
+        /// 32 bytes must lie at `at`.
         #[inline]
         #[target_feature(enable = "avx2,fma")]
-        unsafe fn widened<const NIBBLES: bool>(row: *const u8, b: usize, zero: u8) -> [__m256i; 2] {
+        unsafe fn widened(at: *const i8) -> [__m256i; 2] {
             // SAFETY: as the caller guarantees.
             unsafe {
-                if NIBBLES {
-                    let zero = _mm256_set1_epi16(i16::from(zero));
-                    unpack_nibbles(_mm_loadu_si128(row.add(b * BLOCK / 2).cast()), zero)
-                } else {
-                    let bytes = row.add(b * BLOCK).cast::<__m128i>();
-                    [
-                        _mm256_cvtepi8_epi16(_mm_loadu_si128(bytes)),
-                        _mm256_cvtepi8_epi16(_mm_loadu_si128(bytes.add(1))),
-                    ]
-                }
+                let bytes = at.cast::<__m128i>();
+                [
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(bytes)),
+                    _mm256_cvtepi8_epi16(_mm_loadu_si128(bytes.add(1))),
+                ]
             }
         }
 
@@ -382,14 +468,12 @@ mod kernels {
     pub mod avx512 {
         use std::arch::x86_64::*;
 
-        use super::super::{BLOCK, Shape, TILE_TOKENS_MAX, Tile, Tokens};
+        use super::super::{BLOCK, Shape, TILE_TOKENS_MAX, Tile, TileWeight, Tokens};
         use crate::model::cpu::threads::SharedOutput;
 
-        /// Rows × tokens of a tile of each `Format`. Nibbles take more tokens to share the
-        /// unpacking of each row's block (3 × 4 tiles of bytes ran prompts 25% faster than
-        /// 3 × 6, whose sums no longer all fit in registers; 2 × 8 tiles of nibbles 10%
-        /// faster than 3 × 4).
-        pub const TILES: [(usize, usize); 3] = [(3, 4), (2, 8), (3, 4)];
+        /// Rows × tokens of a tile: 3 × 4 ran prompts 25% faster than 3 × 6, whose sums no
+        /// longer all fit in registers, and faster than 4 × 4 and 2 × 8.
+        pub const TILE: (usize, usize) = (3, 4);
 
         tile_kernel!(
             "avx2,fma,avx512f,avx512bw",
@@ -401,29 +485,15 @@ mod kernels {
             total
         );
 
-        /// Block `b` of a row as one vector of thirty-two 16-bit values (nibbles less `zero`).
+        /// 32 bytes at `at` as one vector of thirty-two 16-bit values.
         ///
         /// # Safety
-        /// Block `b` must lie inside the row at `row`.
+        /// 32 bytes must lie at `at`.
         #[inline]
         #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
-        unsafe fn widened<const NIBBLES: bool>(row: *const u8, b: usize, zero: u8) -> __m512i {
+        unsafe fn widened(at: *const i8) -> __m512i {
             // SAFETY: as the caller guarantees.
-            unsafe {
-                if NIBBLES {
-                    // ggml's Q4 layout: byte j holds value j low and value j + 16 high. Each
-                    // byte widens twice, once shifted by four.
-                    let packed =
-                        _mm256_broadcastsi128_si256(_mm_loadu_si128(row.add(b * BLOCK / 2).cast()));
-                    let shifts =
-                        _mm512_inserti64x4::<1>(_mm512_setzero_si512(), _mm256_set1_epi16(4));
-                    let both = _mm512_srlv_epi16(_mm512_cvtepu8_epi16(packed), shifts);
-                    let zero = _mm512_set1_epi16(i16::from(zero));
-                    _mm512_sub_epi16(_mm512_and_si512(both, _mm512_set1_epi16(0x0F)), zero)
-                } else {
-                    _mm512_cvtepi8_epi16(_mm256_loadu_si256(row.add(b * BLOCK).cast()))
-                }
-            }
+            unsafe { _mm512_cvtepi8_epi16(_mm256_loadu_si256(at.cast())) }
         }
 
         /// As AVX2's `products`: the first 16 values' pairs land in the low eight lanes,
@@ -459,27 +529,6 @@ mod kernels {
     }
 }
 
-/// How the weights a tile reads are stored, in the order of the kernels' `TILES`.
-#[derive(Clone, Copy)]
-enum Format {
-    /// Bytes in blocks of 32.
-    Bytes,
-    /// Nibbles in blocks of 32.
-    Nibbles,
-    /// Bytes in blocks of 16.
-    Halves,
-}
-
-impl Format {
-    fn of(weight: Weights<'_>) -> Self {
-        match (weight.values, weight.halves) {
-            (Ints::Nibbles { .. }, _) => Self::Nibbles,
-            (Ints::Bytes(_), false) => Self::Bytes,
-            (Ints::Bytes(_), true) => Self::Halves,
-        }
-    }
-}
-
 /// Which compilation of the tile kernel runs.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
@@ -499,20 +548,21 @@ impl Kernel {
         }
     }
 
-    /// Rows and tokens of one tile of `weight`.
-    fn tile(self, weight: Weights<'_>) -> (usize, usize) {
-        let tiles = match self {
-            Self::Avx2 => kernels::avx2::TILES,
-            Self::Avx512 => kernels::avx512::TILES,
-        };
-        tiles[Format::of(weight) as usize]
+    /// Rows and tokens of one tile.
+    fn tile(self) -> (usize, usize) {
+        match self {
+            Self::Avx2 => kernels::avx2::TILE,
+            Self::Avx512 => kernels::avx512::TILE,
+        }
     }
 
     /// # Safety
     /// As the kernels' `tile`, with the CPU features of this kernel.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn tile_at(
         self,
         weight: Weights<'_>,
+        tile_weight: TileWeight<'_>,
         tokens: Tokens<'_>,
         shape: Shape,
         at: Tile,
@@ -520,40 +570,25 @@ impl Kernel {
         accumulate: bool,
     ) {
         use kernels::{avx2, avx512};
-        let (values, zero) = match weight.values {
-            Ints::Bytes(w) => (w.as_ptr().cast::<u8>(), 0),
-            Ints::Nibbles { values, zero } => (values.as_ptr(), zero),
-        };
-        let (scales, offsets) = (weight.scales, weight.offsets.unwrap_or_default());
         macro_rules! run {
-            ($kernel:ident, $format:expr, $offsets:literal) => {
-                $kernel::tile::<
-                    { matches!($format, Format::Nibbles) },
-                    { matches!($format, Format::Halves) },
-                    $offsets,
-                    { $kernel::TILES[$format as usize].0 },
-                    { $kernel::TILES[$format as usize].1 },
-                >(
-                    values, zero, scales, offsets, tokens, shape, at, out, accumulate,
+            ($kernel:ident, $halves:literal) => {
+                $kernel::tile::<$halves, { $kernel::TILE.0 }, { $kernel::TILE.1 }>(
+                    tile_weight,
+                    tokens,
+                    shape,
+                    at,
+                    out,
+                    accumulate,
                 )
             };
-            ($kernel:ident, $format:expr) => {
-                match weight.offsets.is_some() {
-                    true => run!($kernel, $format, true),
-                    false => run!($kernel, $format, false),
-                }
-            };
         }
-        let format = Format::of(weight);
         // SAFETY: as the caller guarantees.
         unsafe {
-            match (self, format) {
-                (Self::Avx2, Format::Bytes) => run!(avx2, Format::Bytes),
-                (Self::Avx2, Format::Nibbles) => run!(avx2, Format::Nibbles),
-                (Self::Avx2, Format::Halves) => run!(avx2, Format::Halves),
-                (Self::Avx512, Format::Bytes) => run!(avx512, Format::Bytes),
-                (Self::Avx512, Format::Nibbles) => run!(avx512, Format::Nibbles),
-                (Self::Avx512, Format::Halves) => run!(avx512, Format::Halves),
+            match (self, weight.halves) {
+                (Self::Avx2, false) => run!(avx2, false),
+                (Self::Avx2, true) => run!(avx2, true),
+                (Self::Avx512, false) => run!(avx512, false),
+                (Self::Avx512, true) => run!(avx512, true),
             }
         }
     }
