@@ -14,9 +14,11 @@ use super::threads::{SharedOutput, split_ranges};
 use super::weights::WeightRows;
 
 mod bf16_pairs;
+mod f32_tiles;
 mod integer_tiles;
 
-pub use bf16_pairs::{product as bf16_matmul, split_product as bf16_split_matmul};
+pub use bf16_pairs::product as bf16_matmul;
+pub use f32_tiles::product as f32_tiles_matmul;
 pub use integer_tiles::product as integer_matmul;
 
 /// Weight rows per block. Each block packs the whole prompt again, so narrow blocks spend

@@ -8,12 +8,6 @@
 //! A product of two bf16 values is exact in f32, so the sums differ from the f32 path's only
 //! in the order of the additions, and in that the instruction reads subnormal inputs
 //! (below 1e-38) as zero.
-//!
-//! f32 activations against bf16 weights (the default precision, on a bf16 checkpoint) take
-//! the same kernel through [`split_product`]: each activation is the sum of two bf16 values,
-//! which hold 16 of its 24 bits, as precise as the integer types' 16-bit activations. Twice
-//! the instructions of a bf16 prompt, and still no widening: BF16 prompts of SmolLM2-135M
-//! ran at ~300 tok/s on the f32 path.
 
 use std::ops::Range;
 
@@ -83,47 +77,6 @@ pub fn product(
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (weight, out, accumulate);
-    true
-}
-
-/// [`product`] for f32 activations: each token's row is split into `hi = bf16(x)` and
-/// `lo = bf16(x - hi)`, which multiply the weight in one pass as two neighbouring tokens, and
-/// their sums are added. `x - (hi + lo)` is at most 2⁻¹⁷ of `x`.
-///
-/// # Panics
-/// As [`product`].
-pub fn split_product(
-    weight: &[bf16],
-    x: &[f32],
-    tokens: usize,
-    out: &mut [f32],
-    accumulate: bool,
-) -> bool {
-    let cols = x.len() / tokens.max(1);
-    if tokens == 0 || cols == 0 || !cols.is_multiple_of(LANES) || !supported() {
-        return false;
-    }
-    let rows = weight.len() / cols;
-    assert!(
-        out.len() == tokens * rows,
-        "bf16 matmul: out does not fit [tokens, rows]"
-    );
-    let mut halves = vec![bf16::ZERO; 2 * x.len()];
-    #[cfg(target_arch = "x86_64")]
-    for (x, halves) in x.chunks_exact(cols).zip(halves.chunks_exact_mut(2 * cols)) {
-        let (hi, lo) = halves.split_at_mut(cols);
-        // SAFETY: `supported()` checked the CPU's features; the three rows hold `cols` values,
-        // a multiple of 16.
-        unsafe { avx512::split(x, hi, lo) };
-    }
-    let mut both = vec![0.0; 2 * tokens * rows];
-    product(weight, &halves, 2 * tokens, &mut both, false);
-    for (out, both) in out.chunks_exact_mut(rows).zip(both.chunks_exact(2 * rows)) {
-        let (hi, lo) = both.split_at(rows);
-        for ((y, hi), lo) in out.iter_mut().zip(hi).zip(lo) {
-            *y = if accumulate { *y + hi + lo } else { hi + lo };
-        }
-    }
     true
 }
 
@@ -206,29 +159,6 @@ mod avx512 {
         }
     }
 
-    /// `hi = bf16(x)` and `lo = bf16(x - hi)`, rounded to nearest.
-    ///
-    /// # Safety
-    /// The CPU must have AVX512F and AVX512-BF16; the three slices must hold the same
-    /// multiple of 16 values.
-    #[target_feature(enable = "avx512f,avx512bf16")]
-    pub unsafe fn split(x: &[f32], hi: &mut [bf16], lo: &mut [bf16]) {
-        for ((x, hi), lo) in x
-            .chunks_exact(16)
-            .zip(hi.chunks_exact_mut(16))
-            .zip(lo.chunks_exact_mut(16))
-        {
-            // SAFETY: sixteen values lie at each, as many as one vector of bf16 holds.
-            unsafe {
-                let x = _mm512_loadu_ps(x.as_ptr());
-                let high = _mm512_cvtneps_pbh(x);
-                let low = _mm512_cvtneps_pbh(_mm512_sub_ps(x, _mm512_cvtpbh_ps(high)));
-                hi.as_mut_ptr().cast::<__m256bh>().write_unaligned(high);
-                lo.as_mut_ptr().cast::<__m256bh>().write_unaligned(low);
-            }
-        }
-    }
-
     /// 32 bf16 values from `at`, as the instruction's operand type.
     ///
     /// # Safety
@@ -245,7 +175,7 @@ mod avx512 {
 mod tests {
     use half::bf16;
 
-    use super::{LANES, product, split_product, supported};
+    use super::{LANES, product, supported};
     use crate::model::cpu::test_values as values;
 
     /// Shapes whose tokens and rows leave partial tiles, and columns of one and of many
@@ -290,50 +220,6 @@ mod tests {
                         let got = f64::from(out[t * rows + r]);
                         assert!(
                             (got - want).abs() < 1e-4 * (1.0 + want.abs()),
-                            "{tokens}x{rows}x{cols} ({t}, {r}): {got} vs {want}"
-                        );
-                    }
-                }
-            }
-        }
-    }
-
-    /// f32 activations split in two bf16 halves: within f32's own rounding of a product
-    /// of these sizes (2⁻¹⁷ of each activation, summed), where widening them to bf16 alone
-    /// would be off by 2⁻⁹.
-    #[test]
-    fn split_products_keep_the_precision_of_f32_activations() {
-        for (tokens, rows, cols) in [(1, 1, 32), (5, 7, 64), (3, 6, 576), (13, 100, 96)] {
-            let weight: Vec<bf16> = values(rows * cols, 1)
-                .iter()
-                .map(|&w| bf16::from_f32(w))
-                .collect();
-            let x: Vec<f32> = values(tokens * cols, 2).iter().map(|v| v * 4.0).collect();
-            let base = values(tokens * rows, 3);
-            for accumulate in [false, true] {
-                let mut out = if accumulate {
-                    base.clone()
-                } else {
-                    vec![f32::NAN; tokens * rows]
-                };
-                let ran = split_product(&weight, &x, tokens, &mut out, accumulate);
-                assert_eq!(ran, supported(), "runs wherever the CPU has AVX512-BF16");
-                if !ran {
-                    continue;
-                }
-                for t in 0..tokens {
-                    for r in 0..rows {
-                        let terms = (0..cols).map(|c| {
-                            f64::from(x[t * cols + c]) * f64::from(weight[r * cols + c].to_f32())
-                        });
-                        let magnitude: f64 = terms.clone().map(f64::abs).sum();
-                        let mut want: f64 = terms.sum();
-                        if accumulate {
-                            want += f64::from(base[t * rows + r]);
-                        }
-                        let got = f64::from(out[t * rows + r]);
-                        assert!(
-                            (got - want).abs() < 2e-5 * (1.0 + magnitude),
                             "{tokens}x{rows}x{cols} ({t}, {r}): {got} vs {want}"
                         );
                     }
