@@ -123,6 +123,46 @@ struct Shape {
     cols: usize,
 }
 
+impl Shape {
+    /// The shape of `X Wᵀ` from the lengths of `x`, the weight's values and `out`
+    /// (`[tokens, rows]`); `None` for an empty product or when `cols` is not a multiple of
+    /// `lanes`, which the tile kernels need.
+    ///
+    /// # Panics
+    /// When the lengths do not fit those shapes: the callers take them from tensor shapes.
+    fn of(tokens: usize, x: usize, weight: usize, out: usize, lanes: usize) -> Option<Self> {
+        let cols = x / tokens.max(1);
+        if tokens == 0 || cols == 0 || !cols.is_multiple_of(lanes) {
+            return None;
+        }
+        let rows = weight / cols;
+        assert!(
+            tokens * cols == x && rows * cols == weight && out == tokens * rows,
+            "matmul: x, weight and out do not fit [tokens, cols], [rows, cols], [tokens, rows]"
+        );
+        Some(Self { tokens, rows, cols })
+    }
+}
+
+/// Runs `tile_row(first_row)` for each tile of `tile_rows` weight rows, every thread taking
+/// whole ranges of at least `min_tiles` of them: the thread owns those rows' outputs for
+/// every token.
+fn for_each_row_tile(
+    rows: usize,
+    tile_rows: usize,
+    min_tiles: usize,
+    tile_row: &(impl Fn(usize) + Sync),
+) {
+    split_ranges(rows.div_ceil(tile_rows), min_tiles, &|tiles: Range<
+        usize,
+    >| {
+        let rows_of_range = tiles.start * tile_rows..(tiles.end * tile_rows).min(rows);
+        for first_row in rows_of_range.step_by(tile_rows) {
+            tile_row(first_row);
+        }
+    });
+}
+
 thread_local! {
     /// Each thread's f32 copy of the weight block it multiplies, when weights are stored
     /// in another type.

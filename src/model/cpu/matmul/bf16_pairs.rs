@@ -9,12 +9,10 @@
 //! in the order of the additions, and in that the instruction reads subnormal inputs
 //! (below 1e-38) as zero.
 
-use std::ops::Range;
-
 use half::bf16;
 
-use super::Shape;
-use crate::model::cpu::threads::{SharedOutput, split_ranges};
+use super::{Shape, for_each_row_tile};
+use crate::model::cpu::threads::SharedOutput;
 
 /// Tokens of one tile.
 const TILE_TOKENS: usize = 4;
@@ -42,38 +40,24 @@ pub fn product(
     out: &mut [f32],
     accumulate: bool,
 ) -> bool {
-    let cols = x.len() / tokens.max(1);
-    if tokens == 0 || cols == 0 || !cols.is_multiple_of(LANES) || !supported() {
+    let Some(shape) = Shape::of(tokens, x.len(), weight.len(), out.len(), LANES) else {
+        return false;
+    };
+    if !supported() {
         return false;
     }
-    let rows = weight.len() / cols;
-    assert!(
-        tokens * cols == x.len() && rows * cols == weight.len() && out.len() == tokens * rows,
-        "bf16 matmul: x, weight and out do not fit [tokens, cols], [rows, cols], [tokens, rows]"
-    );
     #[cfg(target_arch = "x86_64")]
     {
-        let shape = Shape { tokens, rows, cols };
         let out = SharedOutput::new(out);
-        split_ranges(
-            rows.div_ceil(TILE_ROWS),
-            MIN_TILES_PER_RANGE,
-            &|tiles: Range<usize>| {
-                let rows_of_range = tiles.start * TILE_ROWS..(tiles.end * TILE_ROWS).min(rows);
-                for first_row in rows_of_range.step_by(TILE_ROWS) {
-                    // The tile's weight rows stay in the L1 cache while every token passes.
-                    for first_token in (0..tokens).step_by(TILE_TOKENS) {
-                        // SAFETY: `supported()` checked the CPU's features. The tile reads
-                        // rows of `x` and `weight` below `tokens` and `rows` (checked above
-                        // to fit), and writes elements of `out` in the columns of this
-                        // range's rows, which no other range touches.
-                        unsafe {
-                            avx512::tile(weight, x, shape, first_token, first_row, &out, accumulate)
-                        };
-                    }
-                }
-            },
-        );
+        for_each_row_tile(shape.rows, TILE_ROWS, MIN_TILES_PER_RANGE, &|first_row| {
+            // The tile's weight rows stay in the L1 cache while every token passes.
+            for first_token in (0..tokens).step_by(TILE_TOKENS) {
+                // SAFETY: `supported()` checked the CPU's features. The tile reads rows of
+                // `x` and `weight` below `tokens` and `rows` (checked to fit), and writes
+                // elements of `out` in the columns of this thread's rows.
+                unsafe { avx512::tile(weight, x, shape, first_token, first_row, &out, accumulate) };
+            }
+        });
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (weight, out, accumulate);
