@@ -70,7 +70,9 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                         if is_streaming {
                             // No spinner: it redraws the window every frame, and those frames
                             // took a core from generation. Each new token redraws the text.
-                            let doing = if state.preparing_gpu() {
+                            let doing = if state.stopping() {
+                                "stopping once the step under way ends\u{2026}"
+                            } else if state.preparing_gpu() {
                                 "preparing the GPU: the first reply compiles its kernels\u{2026}"
                             } else {
                                 "writing\u{2026}"

@@ -68,6 +68,8 @@ struct ActiveGeneration {
     /// How much of the reply's text (bytes) and tokens its file holds.
     saved_text: usize,
     saved_tokens: usize,
+    /// Stop was pressed; the engine stops once the step under way returns.
+    stop_pressed: bool,
 }
 
 pub struct AppState {
@@ -210,6 +212,14 @@ impl AppState {
         self.server.status()
     }
 
+    /// Stop was pressed and the reply has not ended yet: the engine checks between tokens,
+    /// and a step can take seconds (the GPU's first, which compiles its kernels).
+    pub fn stopping(&self) -> bool {
+        self.generation
+            .as_ref()
+            .is_some_and(|generation| generation.stop_pressed)
+    }
+
     /// The first reply on the GPU backend has no token yet: its kernels are compiling, which
     /// takes tens of seconds on a software renderer. The window says so instead of "writing".
     pub fn preparing_gpu(&self) -> bool {
@@ -284,6 +294,9 @@ impl AppState {
             }
             UiCommand::StopGeneration => {
                 self.engine.stop();
+                if let Some(generation) = &mut self.generation {
+                    generation.stop_pressed = true;
+                }
                 true
             }
             UiCommand::ExportMarkdown => self.export_current(ExportFormat::Markdown),
@@ -608,6 +621,7 @@ impl AppState {
             last_save: Instant::now(),
             saved_text: 0,
             saved_tokens: 0,
+            stop_pressed: false,
         });
         self.live = None;
         self.save_current();

@@ -166,9 +166,14 @@ fn stop_sets_the_stopper_and_a_stopped_reply_keeps_its_text() {
     }]);
     assert!(!f.engine.is_cancelled(request.id));
 
+    assert!(!f.state.stopping());
     assert!(f.state.apply(UiCommand::StopGeneration));
     assert!(f.engine.is_cancelled(request.id));
     assert!(f.state.is_generating(), "until the engine says it stopped");
+    assert!(
+        f.state.stopping(),
+        "the window says Stop was heard meanwhile"
+    );
     f.play([Event::Finished {
         request: request.id,
         reason: FinishReason::Stopped,
@@ -177,6 +182,7 @@ fn stop_sets_the_stopper_and_a_stopped_reply_keeps_its_text() {
     }]);
 
     assert!(!f.state.is_generating());
+    assert!(!f.state.stopping());
     let reply = f.last_message();
     assert_eq!(reply.content, "Once");
     let record = reply.generation.as_ref().unwrap();
