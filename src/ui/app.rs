@@ -7,7 +7,7 @@ use strum::IntoEnumIterator;
 use std::path::PathBuf;
 
 use super::commands::{Action, Menu, UiCommand};
-use super::file_dialog::{Dialog, Pick};
+use super::file_dialog::{Answer, Dialog, Pick};
 use super::state::ExportFormat;
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
@@ -235,13 +235,19 @@ fn files_given(ctx: &egui::Context, view: &mut ViewState) -> Vec<Action> {
         .take(1)
         .map(Action::UseModelFolder)
         .collect();
-    if let Some(answer) = view.dialog.as_ref().and_then(Dialog::answer) {
-        let pick = view.dialog.take().map(|dialog| dialog.pick().clone());
-        if let (Some(path), Some(pick)) = (answer, pick) {
-            actions.push(match pick {
-                Pick::GgufFile | Pick::ModelFolder => Action::UseModelFolder(path),
-                Pick::Export { format, .. } => Action::ExportTo(format, path),
-            });
+    if let Some(answer) = view.dialog.as_ref().and_then(Dialog::answer)
+        && let Some(pick) = view.dialog.take().map(|dialog| dialog.pick().clone())
+    {
+        let for_export = matches!(pick, Pick::Export { .. });
+        match (answer, pick) {
+            (Answer::Chosen(path), Pick::GgufFile | Pick::ModelFolder) => {
+                actions.push(Action::UseModelFolder(path));
+            }
+            (Answer::Chosen(path), Pick::Export { format, .. }) => {
+                actions.push(Action::ExportTo(format, path));
+            }
+            (Answer::NotShown, _) => actions.push(Action::NoFileDialog { for_export }),
+            (Answer::Cancelled, _) => {}
         }
     }
     actions

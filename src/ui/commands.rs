@@ -189,6 +189,10 @@ pub enum Action {
     DismissNotice(usize),
     /// Writes the current conversation to a file the user chose.
     ExportTo(ExportFormat, PathBuf),
+    /// The desktop showed no file dialog (to open a model, or to save an export).
+    NoFileDialog {
+        for_export: bool,
+    },
     /// Keeps the window's size and the unsent message for the next start (on closing).
     RememberWindow {
         size: Option<[f32; 2]>,

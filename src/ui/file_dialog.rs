@@ -3,6 +3,7 @@
 //! meanwhile.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
@@ -24,6 +25,31 @@ pub enum Pick {
 pub struct Dialog {
     pick: Pick,
     answer: Receiver<Option<PathBuf>>,
+    opened: Instant,
+}
+
+/// How a dialog closed.
+#[derive(Debug, PartialEq)]
+pub enum Answer {
+    Chosen(PathBuf),
+    Cancelled,
+    /// No dialog was shown: without an XDG desktop portal (a bare X session, some tiling
+    /// window managers) rfd answers "cancelled" at once.
+    NotShown,
+}
+
+/// A dialog that comes back empty sooner than this was never on screen: no one cancels one
+/// that fast.
+const SHOWN_AT_LEAST: Duration = Duration::from_millis(400);
+
+impl Answer {
+    fn of(path: Option<PathBuf>, open_for: Duration) -> Self {
+        match path {
+            Some(path) => Self::Chosen(path),
+            None if open_for < SHOWN_AT_LEAST => Self::NotShown,
+            None => Self::Cancelled,
+        }
+    }
 }
 
 impl Dialog {
@@ -68,6 +94,7 @@ impl Dialog {
         Some(Self {
             pick,
             answer: answered,
+            opened: Instant::now(),
         })
     }
 
@@ -75,13 +102,35 @@ impl Dialog {
         &self.pick
     }
 
-    /// `Some` once the dialog closed: the path chosen, or `None` when it was cancelled (or
-    /// the desktop has no dialog to show).
-    pub fn answer(&self) -> Option<Option<PathBuf>> {
-        match self.answer.try_recv() {
-            Ok(path) => Some(path),
-            Err(TryRecvError::Empty) => None,
-            Err(TryRecvError::Disconnected) => Some(None),
-        }
+    /// `Some` once the dialog closed.
+    pub fn answer(&self) -> Option<Answer> {
+        let path = match self.answer.try_recv() {
+            Ok(path) => path,
+            Err(TryRecvError::Empty) => return None,
+            Err(TryRecvError::Disconnected) => None,
+        };
+        Some(Answer::of(path, self.opened.elapsed()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use super::Answer;
+
+    #[test]
+    fn an_empty_answer_at_once_means_no_dialog_was_shown() {
+        let path = PathBuf::from("/models/m.gguf");
+        assert_eq!(
+            Answer::of(Some(path.clone()), Duration::from_millis(5)),
+            Answer::Chosen(path)
+        );
+        assert_eq!(
+            Answer::of(None, Duration::from_millis(20)),
+            Answer::NotShown
+        );
+        assert_eq!(Answer::of(None, Duration::from_secs(3)), Answer::Cancelled);
     }
 }

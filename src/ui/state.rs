@@ -270,6 +270,10 @@ impl AppState {
             Action::DismissError(index) => remove(&mut self.errors, index),
             Action::DismissNotice(index) => remove(&mut self.notices, index),
             Action::ExportTo(format, path) => self.export_to(format, path),
+            Action::NoFileDialog { for_export } => {
+                self.notify(no_file_dialog_advice(for_export));
+                true
+            }
             Action::RememberWindow { size, draft } => self.change_settings(|settings| {
                 settings.window_size = size.or(settings.window_size);
                 settings.draft = draft;
@@ -1134,6 +1138,18 @@ fn error_advice(error: &EngineError) -> String {
         }
     };
     format!("{error}. {hint}")
+}
+
+/// What to do when the desktop shows no file dialog.
+fn no_file_dialog_advice(for_export: bool) -> &'static str {
+    if for_export {
+        "No save dialog appeared: this desktop has no XDG desktop portal. Chat \u{203a} Export \
+         as Markdown (or JSON) saves into smolchat's exports folder instead."
+    } else {
+        "No file dialog appeared: this desktop has no XDG desktop portal. Type the model's \
+         path into Settings \u{203a} Model \u{203a} Current model and press Load, or drop the \
+         file or folder on the window."
+    }
 }
 
 #[cfg(test)]

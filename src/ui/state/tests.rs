@@ -870,3 +870,14 @@ fn a_conversation_saves_where_the_user_chose() {
         &format!("Exported to {}", chosen.display())
     );
 }
+
+#[test]
+fn a_desktop_without_a_file_dialog_gets_told_what_to_do_instead() {
+    let mut f = Fixture::ready();
+    assert!(f.state.apply(Action::NoFileDialog { for_export: false }));
+    assert!(f.state.apply(Action::NoFileDialog { for_export: true }));
+    let notices = f.state.notices();
+    assert_eq!(notices.len(), 2, "{notices:?}");
+    assert!(notices[0].contains("Current model") && notices[0].contains("drop"));
+    assert!(notices[1].contains("exports folder"));
+}
