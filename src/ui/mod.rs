@@ -6,6 +6,7 @@ pub mod commands;
 mod conversation_list;
 mod file_dialog;
 mod first_run;
+mod fonts;
 mod input;
 mod local_server;
 #[cfg(test)]
