@@ -13,12 +13,10 @@ use std::ops::Range;
 use super::threads::{SharedOutput, split_ranges};
 use super::weights::WeightRows;
 
-mod bf16_pairs;
-mod f32_tiles;
+mod float_tiles;
 mod integer_tiles;
 
-pub use bf16_pairs::product as bf16_matmul;
-pub use f32_tiles::product as f32_tiles_matmul;
+pub use float_tiles::{bf16_product as bf16_matmul, product as float_matmul};
 pub use integer_tiles::product as integer_matmul;
 
 /// Weight rows per block. Each block packs the whole prompt again, so narrow blocks spend

@@ -1,7 +1,7 @@
 //! Projections `x Wᵀ` on the CPU: one activation row (every projection of a decode step)
 //! streams the weight through [`matvec`]; several rows (a prompt) go to [`bf16_matmul`] when
 //! both are bf16, to [`integer_matmul`] when the weight is integers in blocks of 32 or 16, to
-//! [`f32_tiles_matmul`] for float weights on AVX-512, and to [`matmul`] (gemm) otherwise.
+//! [`float_matmul`] for float weights on AVX-512, and to [`matmul`] (gemm) otherwise.
 //!
 //! Any other case (the GPU, quantization schemes the kernels do not read, a strided view)
 //! returns `None` and the caller uses Burn's matmul.
@@ -10,7 +10,7 @@ use burn::tensor::Tensor;
 use half::bf16;
 
 use super::host::{HostFloat, HostTensor, with_host_float};
-use super::matmul::{bf16_matmul, f32_tiles_matmul, integer_matmul, matmul};
+use super::matmul::{bf16_matmul, float_matmul, integer_matmul, matmul};
 use super::matvec::matvec;
 use super::weights::{Weight, WeightRows};
 
@@ -41,7 +41,7 @@ pub fn project(weight: &Weight, x: &Tensor<2>, residual: Option<&Tensor<2>>) -> 
             let x = widened::<E>(&x)?;
             let done = match weight {
                 WeightRows::Integers { .. } => integer_matmul(weight, &x, tokens, &mut y, accumulate),
-                _ => f32_tiles_matmul(weight, &x, tokens, &mut y, accumulate),
+                _ => float_matmul(weight, &x, tokens, &mut y, accumulate),
             };
             if !done {
                 matmul(weight, &x, tokens, &mut y, accumulate);
