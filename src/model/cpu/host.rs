@@ -35,6 +35,13 @@ pub trait HostFloat: burn::tensor::Element + bytemuck::Pod + Send + Sync {
     /// `src` must point to 8 readable elements, and the CPU must support AVX2 and F16C.
     #[cfg(target_arch = "x86_64")]
     unsafe fn load8(src: *const Self) -> std::arch::x86_64::__m256;
+
+    /// Widens the 16 elements at `src` into one AVX-512 register.
+    ///
+    /// # Safety
+    /// `src` must point to 16 readable elements, and the CPU must support AVX512F.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(src: *const Self) -> std::arch::x86_64::__m512;
 }
 
 impl HostFloat for f32 {
@@ -61,6 +68,14 @@ impl HostFloat for f32 {
     unsafe fn load8(src: *const f32) -> std::arch::x86_64::__m256 {
         // SAFETY: the caller guarantees 8 readable elements and AVX.
         unsafe { std::arch::x86_64::_mm256_loadu_ps(src) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load16(src: *const f32) -> std::arch::x86_64::__m512 {
+        // SAFETY: the caller guarantees 16 readable elements.
+        unsafe { std::arch::x86_64::_mm512_loadu_ps(src) }
     }
 }
 
@@ -91,6 +106,15 @@ impl HostFloat for f16 {
         use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps};
         // SAFETY: the caller guarantees 8 readable elements and F16C.
         unsafe { _mm256_cvtph_ps(_mm_loadu_si128(src.cast::<__m128i>())) }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load16(src: *const f16) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::{_mm256_loadu_si256, _mm512_cvtph_ps};
+        // SAFETY: the caller guarantees 16 readable elements.
+        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(src.cast())) }
     }
 }
 
@@ -124,6 +148,21 @@ impl HostFloat for bf16 {
         unsafe {
             let bits = _mm256_cvtepu16_epi32(_mm_loadu_si128(src.cast::<__m128i>()));
             _mm256_castsi256_ps(_mm256_slli_epi32::<16>(bits))
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn load16(src: *const bf16) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::{
+            _mm256_loadu_si256, _mm512_castsi512_ps, _mm512_cvtepu16_epi32, _mm512_slli_epi32,
+        };
+        // As `load8`: a 16-bit shift.
+        // SAFETY: the caller guarantees 16 readable elements.
+        unsafe {
+            let bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(src.cast()));
+            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(bits))
         }
     }
 }

@@ -16,6 +16,7 @@
 use half::{bf16, f16};
 
 use super::{Shape, for_each_row_tile};
+use crate::model::cpu::host::HostFloat;
 use crate::model::cpu::threads::SharedOutput;
 use crate::model::cpu::weights::WeightRows;
 
@@ -189,7 +190,7 @@ macro_rules! tile_loop {
     }};
 }
 
-impl<E: Widen> Operands for Widened<E> {
+impl<E: HostFloat> Operands for Widened<E> {
     type Weight = E;
     type Activation = f32;
     const LANES: usize = 16;
@@ -278,59 +279,6 @@ unsafe fn bf16_pairs(at: *const bf16) -> std::arch::x86_64::__m512bh {
     // SAFETY: as the caller guarantees; both types are 64-byte vectors.
     unsafe { std::mem::transmute::<__m512i, __m512bh>(_mm512_loadu_si512(at.cast())) }
 }
-
-/// A weight element type the tiles widen to f32, sixteen at a time.
-pub trait Widen: Copy + Sync {
-    /// Sixteen values from `at`, widened exactly.
-    ///
-    /// # Safety
-    /// The CPU must have AVX512F; sixteen values must lie at `at`.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn load16(at: *const Self) -> std::arch::x86_64::__m512;
-}
-
-#[cfg(target_arch = "x86_64")]
-impl Widen for f32 {
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn load16(at: *const Self) -> std::arch::x86_64::__m512 {
-        // SAFETY: as the caller guarantees.
-        unsafe { std::arch::x86_64::_mm512_loadu_ps(at) }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-impl Widen for f16 {
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn load16(at: *const Self) -> std::arch::x86_64::__m512 {
-        use std::arch::x86_64::*;
-        // SAFETY: as the caller guarantees.
-        unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(at.cast())) }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-impl Widen for bf16 {
-    /// A bf16 value is the high half of its f32.
-    #[inline]
-    #[target_feature(enable = "avx512f")]
-    unsafe fn load16(at: *const Self) -> std::arch::x86_64::__m512 {
-        use std::arch::x86_64::*;
-        // SAFETY: as the caller guarantees.
-        unsafe {
-            let halves = _mm512_cvtepu16_epi32(_mm256_loadu_si256(at.cast()));
-            _mm512_castsi512_ps(_mm512_slli_epi32::<16>(halves))
-        }
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-impl Widen for f32 {}
-#[cfg(not(target_arch = "x86_64"))]
-impl Widen for f16 {}
-#[cfg(not(target_arch = "x86_64"))]
-impl Widen for bf16 {}
 
 #[cfg(test)]
 mod tests {
