@@ -43,15 +43,28 @@ pub fn matmul(weight: WeightRows<'_>, x: &[f32], tokens: usize, out: &mut [f32],
         // which lie inside it: element (t, j) is `t · rows + block.start + j` with t < tokens
         // and j < block.len(). `x` and `panel` are read inside their lengths, checked above.
         unsafe {
-            times_transposed(
-                [tokens, block.len(), cols],
+            gemm::gemm(
+                tokens,
+                block.len(),
+                cols,
                 out.at(block.start),
-                rows,
+                1,
+                rows as isize,
                 accumulate,
-                x,
-                panel,
-            )
-        };
+                x.as_ptr(),
+                1,
+                cols as isize,
+                panel.as_ptr(),
+                cols as isize,
+                1,
+                1.0,
+                1.0,
+                false,
+                false,
+                false,
+                gemm::Parallelism::None,
+            );
+        }
     };
     split_ranges(rows, MIN_ROWS_PER_BLOCK, &|block| {
         let start = block.start * cols;
@@ -70,47 +83,6 @@ pub fn matmul(weight: WeightRows<'_>, x: &[f32], tokens: usize, out: &mut [f32],
             }),
         }
     });
-}
-
-/// `dst (+)= A Bᵀ` on the calling thread, for `A`: `[m, k]` and `B`: `[n, k]` row-major and
-/// `dst`: `[m, n]` with rows `dst_stride` apart.
-///
-/// # Safety
-/// `dst` must address `m` rows of `n` writable elements, `dst_stride` apart, that no other
-/// thread touches meanwhile; `a` and `b` must hold `m · k` and `n · k` values.
-unsafe fn times_transposed(
-    [m, n, k]: [usize; 3],
-    dst: *mut f32,
-    dst_stride: usize,
-    accumulate: bool,
-    a: &[f32],
-    b: &[f32],
-) {
-    // SAFETY: as the caller guarantees; `a` is read at (i, kk) = i · k + kk and `b` at
-    // (kk, j) = j · k + kk, inside their lengths.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst,
-            1,
-            dst_stride as isize,
-            accumulate,
-            a.as_ptr(),
-            1,
-            k as isize,
-            b.as_ptr(),
-            k as isize,
-            1,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
-    }
 }
 
 /// The sizes of a product: `x` is `[tokens, cols]`, the weight `[rows, cols]`.
