@@ -106,23 +106,18 @@ fn multiply(
     out: &mut [f32],
     accumulate: bool,
 ) -> bool {
-    let cols = x.len() / tokens.max(1);
-    if tokens == 0 || !cols.is_multiple_of(BLOCK) {
+    let Some(shape) = Shape::of(tokens, x.len(), weight.values.len(), out.len(), BLOCK) else {
         return false;
-    }
-    let rows = weight.values.len() / cols;
+    };
+    let Shape { rows, cols, .. } = shape;
     let block = if weight.halves { HALF_BLOCK } else { BLOCK };
     let blocks = cols / block;
     assert!(
-        tokens * cols == x.len()
-            && rows * cols == weight.values.len()
-            && out.len() == tokens * rows
-            && weight.scales.len() == rows * blocks
+        weight.scales.len() == rows * blocks
             && weight
                 .offsets
                 .is_none_or(|offsets| offsets.len() == rows * blocks),
-        "integer matmul: x, weight, scales and out do not fit [tokens, cols], [rows, cols], \
-         [rows, cols / block], [tokens, rows]"
+        "integer matmul: scales and offsets do not fit [rows, cols / block]"
     );
     let rounded = BlockInts::of(x, block);
     let by_block = TokenBlocks::of(&rounded, tokens, weight.offsets.is_some());
@@ -130,7 +125,6 @@ fn multiply(
         x: &rounded,
         by_block: &by_block,
     };
-    let shape = Shape { tokens, rows, cols };
     let shared = SharedOutput::new(out);
     let (tile_rows, tile_tokens) = kernel.tile();
     split_ranges(
@@ -172,7 +166,7 @@ fn multiply(
                         // columns of this range's rows, which no other range touches.
                         unsafe {
                             kernel.tile_at(
-                                weight,
+                                weight.halves,
                                 tile_weight,
                                 tokens_in,
                                 shape,
@@ -561,7 +555,7 @@ impl Kernel {
     #[allow(clippy::too_many_arguments)]
     unsafe fn tile_at(
         self,
-        weight: Weights<'_>,
+        halves: bool,
         tile_weight: TileWeight<'_>,
         tokens: Tokens<'_>,
         shape: Shape,
@@ -584,7 +578,7 @@ impl Kernel {
         }
         // SAFETY: as the caller guarantees.
         unsafe {
-            match (self, weight.halves) {
+            match (self, halves) {
                 (Self::Avx2, false) => run!(avx2, false),
                 (Self::Avx2, true) => run!(avx2, true),
                 (Self::Avx512, false) => run!(avx512, false),
