@@ -10,6 +10,8 @@
 //! for BLAS. Splitting the weight's rows over every core and streaming each row once
 //! through a wide dot product is what reaches the memory bandwidth.
 
+use std::borrow::Cow;
+
 use super::host::HostFloat;
 use super::math::dot;
 use super::threads::{SharedOutput, split_rows};
@@ -86,11 +88,13 @@ fn quantized(
             }
         }
     };
-    let sums: Vec<f32> = match offsets {
-        Some(_) => x.chunks_exact(block).map(|x| x.iter().sum()).collect(),
-        None => Vec::new(),
-    };
     let integer = has_integer_kernel(weight, block).then(|| BlockInts::of(x, block));
+    // The rounding forms the block sums too; the portable kernel reads `x` as it is.
+    let sums: Cow<'_, [f32]> = match (offsets, &integer) {
+        (None, _) => Cow::Borrowed(&[]),
+        (Some(_), Some(rounded)) => Cow::Borrowed(&rounded.sums),
+        (Some(_), None) => Cow::Owned(x.chunks_exact(block).map(|x| x.iter().sum()).collect()),
+    };
     split_rows(out, 1, MIN_ROWS_PER_PART, &|first, out: &mut [f32]| {
         let weight = weight.rows(first, out.len(), cols);
         let scales = &scales[block_range(first, out.len())];

@@ -39,11 +39,10 @@ pub fn project(weight: &Weight, x: &Tensor<2>, residual: Option<&Tensor<2>>) -> 
             matvec(weight, &widened::<E>(&x)?, &mut y);
         } else if !bf16_product(weight, &x, tokens, &mut y, accumulate) {
             let x = widened::<E>(&x)?;
-            let done = match weight {
-                WeightRows::Integers { .. } => integer_matmul(weight, &x, tokens, &mut y, accumulate),
-                _ => float_matmul(weight, &x, tokens, &mut y, accumulate),
-            };
-            if !done {
+            // Each tile kernel declines the other's weights.
+            if !integer_matmul(weight, &x, tokens, &mut y, accumulate)
+                && !float_matmul(weight, &x, tokens, &mut y, accumulate)
+            {
                 matmul(weight, &x, tokens, &mut y, accumulate);
             }
         }
