@@ -5,6 +5,7 @@ use clap::Args;
 use crate::backend::BackendKind;
 use crate::generation::{GenerationError, GenerationSession, LoadedModel, ModelOptions, Step};
 use crate::model::Precision;
+use crate::stats::dispatches::LaunchCounts;
 use crate::stats::memory;
 use crate::stats::summary::Summary;
 use crate::text::SamplingParams;
@@ -28,6 +29,10 @@ pub struct BenchArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
+    /// After the timed runs, decode once more counting the GPU's kernel launches and the
+    /// reads back from the device, per decoded token and by kernel.
+    #[arg(long)]
+    profile_dispatches: bool,
 }
 
 #[derive(Debug, serde::Serialize)]
@@ -53,6 +58,20 @@ struct BenchReport {
     peak_rss_generate_mb: Option<f64>,
     /// What the GPU's allocator held after the runs; absent on the CPU.
     device_memory_mb: Option<f64>,
+    /// With `--profile-dispatches`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dispatches: Option<DispatchProfile>,
+}
+
+/// What one decode step asks of the device, averaged over a run's decode steps.
+#[derive(Debug, serde::Serialize)]
+struct DispatchProfile {
+    /// Kernel launches (compute dispatches).
+    per_token: f64,
+    /// Reads of results back to the host.
+    reads_per_token: f64,
+    /// Launches per token by kernel name, most first.
+    by_kernel: Vec<(String, f64)>,
 }
 
 /// One run: a fresh cache, a prompt prefilled in one pass, then greedy decoding of exactly
@@ -82,6 +101,42 @@ fn run_once(
         prefill: stats.prefill_time,
         first_token: stats.time_to_first_token,
         decode: stats.decode_time,
+    })
+}
+
+/// Counts launches over the decode steps of one more run: the prompt's own launches are left
+/// out, since a decode step is what a chat waits on for every token.
+fn profile_dispatches(
+    loaded: &LoadedModel,
+    prompt: &[u32],
+    generated: usize,
+) -> Result<DispatchProfile, GenerationError> {
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let mut cache = loaded.model.new_cache();
+    let mut session = GenerationSession::start(loaded, &mut cache, prompt, &greedy, generated)?
+        .ignoring_stop_tokens();
+    let reads_before = session.stats().device_reads;
+    let (counts, observing) = LaunchCounts::observe();
+    let mut steps = 0usize;
+    while let Step::Token(_) = session.step()? {
+        steps += 1;
+    }
+    drop(observing);
+    // Each step samples a token and runs it through the model.
+    let forwards = steps.max(1) as f64;
+    let mut by_kernel: Vec<(String, f64)> = counts
+        .by_kernel()
+        .into_iter()
+        .map(|(kernel, count)| (kernel, count as f64 / forwards))
+        .collect();
+    by_kernel.sort_by(|a, b| b.1.total_cmp(&a.1));
+    Ok(DispatchProfile {
+        per_token: counts.total() as f64 / forwards,
+        reads_per_token: (session.stats().device_reads - reads_before) as f64 / forwards,
+        by_kernel,
     })
 }
 
@@ -126,6 +181,11 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         times.push(run_once(&loaded, &prompt, args.gen_tokens).map_err(|err| err.to_string())?);
     }
     let peak_rss_generate_mb = memory::peak_resident_bytes().map(memory::mib);
+    let dispatches = if args.profile_dispatches {
+        Some(profile_dispatches(&loaded, &prompt, args.gen_tokens).map_err(|err| err.to_string())?)
+    } else {
+        None
+    };
 
     let summary = |f: &dyn Fn(&RunTimes) -> f64| {
         Summary::of(&times.iter().map(f).collect::<Vec<_>>()).ok_or("no runs measured")
@@ -149,6 +209,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         peak_rss_load_mb,
         peak_rss_generate_mb,
         device_memory_mb: device.device_memory_bytes().map(memory::mib),
+        dispatches,
     };
     if args.json {
         println!(
@@ -183,5 +244,14 @@ fn print_table(r: &BenchReport) {
     println!("peak RSS generating    {:>10}", mb(r.peak_rss_generate_mb));
     if r.device_memory_mb.is_some() {
         println!("GPU memory             {:>10}", mb(r.device_memory_mb));
+    }
+    if let Some(profile) = &r.dispatches {
+        println!(
+            "per decoded token: {:.1} kernel launches, {:.1} reads from the device",
+            profile.per_token, profile.reads_per_token
+        );
+        for (kernel, count) in &profile.by_kernel {
+            println!("  {count:>8.1}  {kernel}");
+        }
     }
 }

@@ -121,6 +121,7 @@ impl<'a> GenerationSession<'a> {
             context_used: cache.len(),
             context_limit: limit,
             kv_cache_bytes: cache.bytes(),
+            device_reads: 1,
             ..GenerationStats::default()
         };
         Ok(Self {
@@ -219,6 +220,7 @@ impl<'a> GenerationSession<'a> {
             .model
             .forward(&[sampled.id], self.cache, Logits::Last)?;
         self.logits = logits_to_vec(logits)?;
+        self.stats.device_reads += 1;
         self.stats.context_used = self.cache.len();
         self.stats.kv_cache_bytes = self.cache.bytes();
         Ok(Step::Token(event))

@@ -22,6 +22,9 @@ pub struct GenerationStats {
     pub context_used: usize,
     pub context_limit: usize,
     pub kv_cache_bytes: usize,
+    /// Times results were read back from the device. On a GPU each read waits until the
+    /// queue has run dry, so a step should need one.
+    pub device_reads: usize,
 }
 
 impl GenerationStats {
