@@ -5,9 +5,11 @@ use burn::tensor::activation::softmax;
 use super::checkpoint::{LayerRole, TensorRole};
 use super::cpu::{self, HeadLayout};
 use super::error::{ModelError, Result};
+use super::gpu;
 use super::kv_cache::{DeviceLayer, KvCache, LayerCache};
 use super::linear::Linear;
 use super::loader::Loader;
+use super::rms_norm::RmsNorm;
 use super::rope::RotaryEmbedding;
 
 /// Grouped-query self-attention: `num_heads` query heads share `num_kv_heads` key/value heads
@@ -42,21 +44,21 @@ impl Attention {
         })
     }
 
-    /// `residual + attention(x)` for `x`: `[tokens, hidden]` at positions `cache.len()..`;
+    /// `x + attention(norm(x))` for `x`: `[tokens, hidden]` at positions `cache.len()..`;
     /// `mask`: additive causal mask `[1, group · tokens, cached + tokens]` for a device cache,
     /// `None` for a single token (it sees everything) or a host cache (the CPU kernel masks
     /// by position).
     pub fn add_to(
         &self,
-        residual: Tensor<2>,
         x: Tensor<2>,
+        norm: &RmsNorm,
         rope: &RotaryEmbedding,
         cache: &mut KvCache,
         mask: Option<&Tensor<3>>,
     ) -> Result<Tensor<2>> {
         let [tokens, _] = x.dims();
         let start = cache.len();
-        let qkv = self.qkv.forward(x);
+        let qkv = self.qkv.forward_normed(x.clone(), norm);
         let context = match cache.layer(self.layer, tokens) {
             LayerCache::Host(rows) => {
                 let (cos, signed_sin) = rope.tables();
@@ -68,9 +70,20 @@ impl Attention {
                     },
                 )?
             }
+            LayerCache::Device(slot) if gpu::runs_decode_step(&qkv) => {
+                slot.write_with(|keys, values| {
+                    gpu::decode_attention(
+                        &qkv,
+                        rope.tables(),
+                        (keys, values),
+                        start,
+                        self.num_heads,
+                    )
+                })
+            }
             LayerCache::Device(slot) => self.attend_on_device(qkv, slot, start, rope, mask),
         };
-        Ok(self.output.add_to(residual, context))
+        Ok(self.output.add_to(x, context))
     }
 
     fn layout(&self) -> HeadLayout {

@@ -205,36 +205,52 @@ pub(crate) struct DeviceLayer<'a> {
 impl DeviceLayer<'_> {
     /// Writes the keys and values of the new positions and returns views of all cached
     /// positions of the layer. `keys`, `values`: `[kv_heads, tokens, head_dim]`.
-    pub(crate) fn append(self, keys: Tensor<3>, values: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
-        let layers = self.layers;
+    pub(crate) fn append(mut self, keys: Tensor<3>, values: Tensor<3>) -> (Tensor<3>, Tensor<3>) {
+        let (kv_heads, head_dim) = (self.layers.kv_heads, self.layers.head_dim);
+        let mut entry = self.take_grown();
+        let slot = [0..kv_heads, self.positions.clone(), 0..head_dim];
+        entry.keys = entry.keys.slice_assign(slot.clone(), keys);
+        entry.values = entry.values.slice_assign(slot, values);
+        let filled = [0..kv_heads, 0..self.positions.end, 0..head_dim];
+        let filled = (
+            entry.keys.clone().slice(filled.clone()),
+            entry.values.clone().slice(filled),
+        );
+        self.layers.layers[self.layer] = Some(entry);
+        filled
+    }
+
+    /// Hands the whole key and value buffers `[kv_heads, capacity, head_dim]` to `write`,
+    /// which writes the new positions (in place, as the cache holds the only reference) and
+    /// hands them back.
+    pub(crate) fn write_with<R>(
+        mut self,
+        write: impl FnOnce(Tensor<3>, Tensor<3>) -> (R, Tensor<3>, Tensor<3>),
+    ) -> R {
+        let entry = self.take_grown();
+        let (result, keys, values) = write(entry.keys, entry.values);
+        self.layers.layers[self.layer] = Some(LayerTensors { keys, values });
+        result
+    }
+
+    /// The layer's buffers, taken out of the cache and grown to `capacity` positions.
+    fn take_grown(&mut self) -> LayerTensors {
+        let layers = &mut *self.layers;
         let (kv_heads, head_dim) = (layers.kv_heads, layers.head_dim);
         let (device, dtype) = (&layers.device, layers.dtype);
         let zeros = |len: usize| Tensor::zeros([kv_heads, len, head_dim], (device, dtype));
-        let entry = layers.layers[self.layer].get_or_insert_with(|| LayerTensors {
-            keys: zeros(0),
-            values: zeros(0),
-        });
+        let mut entry = layers.layers[self.layer]
+            .take()
+            .unwrap_or_else(|| LayerTensors {
+                keys: zeros(0),
+                values: zeros(0),
+            });
         let allocated = entry.keys.dims()[1];
         if self.capacity > allocated {
             let extra = self.capacity - allocated;
-            entry
-                .keys
-                .inplace(|old| Tensor::cat(vec![old, zeros(extra)], 1));
-            entry
-                .values
-                .inplace(|old| Tensor::cat(vec![old, zeros(extra)], 1));
+            entry.keys = Tensor::cat(vec![entry.keys, zeros(extra)], 1);
+            entry.values = Tensor::cat(vec![entry.values, zeros(extra)], 1);
         }
-        let slot = [0..kv_heads, self.positions.clone(), 0..head_dim];
         entry
-            .keys
-            .inplace(|cache| cache.slice_assign(slot.clone(), keys));
-        entry
-            .values
-            .inplace(|cache| cache.slice_assign(slot, values));
-        let filled = [0..kv_heads, 0..self.positions.end, 0..head_dim];
-        (
-            entry.keys.clone().slice(filled.clone()),
-            entry.values.clone().slice(filled),
-        )
     }
 }

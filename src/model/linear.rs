@@ -5,6 +5,8 @@ use burn::tensor::quantization::QuantScheme;
 use burn::tensor::{DType, Tensor};
 
 use super::cpu;
+use super::gpu;
+use super::rms_norm::RmsNorm;
 
 /// A bias-free projection `y = x Wᵀ` with `W` kept in Hugging Face's `[out, in]` layout.
 ///
@@ -57,6 +59,39 @@ impl Linear {
         self.product(x, Some(residual))
     }
 
+    /// `norm(x) Wᵀ`: on a GPU, for one token, in one launch with the norm.
+    pub fn forward_normed(&self, x: Tensor<2>, norm: &RmsNorm) -> Tensor<2> {
+        let gamma = norm.weight();
+        let input = gpu::Input::Normed {
+            x: &x,
+            gamma: &gamma,
+            eps: norm.eps(),
+        };
+        if let Some(y) = self.on_gpu(input, None) {
+            return y;
+        }
+        self.forward(norm.forward(x))
+    }
+
+    /// `residual + gated(x) Wᵀ`, where `x` is `[gate | up]` and `gated` is SwiGLU's
+    /// `silu(gate) ⊙ up`: on a GPU, for one token, in one launch with the gate.
+    pub fn add_gated_to(
+        &self,
+        residual: Tensor<2>,
+        x: Tensor<2>,
+        gated: impl FnOnce(Tensor<2>) -> Tensor<2>,
+    ) -> Tensor<2> {
+        if let Some(y) = self.on_gpu(gpu::Input::Gated(&x), Some(&residual)) {
+            return y;
+        }
+        self.add_to(residual, gated(x))
+    }
+
+    fn on_gpu(&self, input: gpu::Input<'_>, residual: Option<&Tensor<2>>) -> Option<Tensor<2>> {
+        let weight = self.weight.as_ref()?.val();
+        gpu::project(&weight, input, residual)
+    }
+
     /// `x Wᵀ` (plus `residual`): the CPU kernels where they apply, else Burn's matmul, kept
     /// 2-D (a batched 3-D matmul against a transposed view is an order of magnitude slower on
     /// the CPU backends).
@@ -66,6 +101,9 @@ impl Linear {
             .as_ref()
             .and_then(|w| cpu::project(w, &x, residual.as_ref()))
         {
+            return y;
+        }
+        if let Some(y) = self.on_gpu(gpu::Input::Plain(&x), residual.as_ref()) {
             return y;
         }
         // Float weights may be held narrower than the activations (see `Loader::storage_dtype`).

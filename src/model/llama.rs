@@ -49,10 +49,10 @@ impl DecoderLayer {
     ) -> Result<Tensor<2>> {
         // x + attention(norm(x)), then x + mlp(norm(x)); each sum is formed inside the
         // block's output projection, in the same pass as the product.
-        let x =
-            self.attention
-                .add_to(x.clone(), self.attention_norm.forward(x), rope, cache, mask)?;
-        Ok(self.mlp.add_to(x.clone(), self.mlp_norm.forward(x)))
+        let x = self
+            .attention
+            .add_to(x, &self.attention_norm, rope, cache, mask)?;
+        Ok(self.mlp.add_to(x, &self.mlp_norm))
     }
 }
 
@@ -233,7 +233,7 @@ impl Llama {
         if logits == Logits::Last {
             hidden = hidden.narrow(0, count - 1, 1);
         }
-        let logits = self.lm_head.forward(self.norm.forward(hidden));
+        let logits = self.lm_head.forward_normed(hidden, &self.norm);
         Ok(logits.cast(DType::F32))
     }
 
@@ -311,7 +311,8 @@ fn check_no_extra_layers(config: &LlamaConfig, checkpoint: &dyn Checkpoint) -> R
 /// Reads logits back from the device as one flat row-major `Vec<f32>`.
 pub fn logits_to_vec(logits: Tensor<2>) -> Result<Vec<f32>> {
     logits
-        .into_data()
+        .try_into_data()
+        .map_err(|err| ModelError::Backend(format!("reading logits back: {err:?}")))?
         .try_into_vec::<f32>()
         .map_err(|err| ModelError::Backend(format!("reading logits back: {err:?}")))
 }

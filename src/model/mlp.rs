@@ -7,6 +7,7 @@ use super::cpu;
 use super::error::Result;
 use super::linear::Linear;
 use super::loader::Loader;
+use super::rms_norm::RmsNorm;
 
 /// The SwiGLU feed-forward block: `down(silu(gate(x)) ⊙ up(x))`.
 ///
@@ -28,14 +29,15 @@ impl Mlp {
         })
     }
 
-    /// `residual + mlp(x)` for `x`: `[tokens, hidden]`.
-    pub fn add_to(&self, residual: Tensor<2>, x: Tensor<2>) -> Tensor<2> {
-        let gate_up = self.gate_up.forward(x);
-        let gated = cpu::swiglu(&gate_up).unwrap_or_else(|| {
-            let gate = gate_up.clone().narrow(1, 0, self.intermediate);
-            let up = gate_up.narrow(1, self.intermediate, self.intermediate);
-            silu(gate) * up
-        });
-        self.down.add_to(residual, gated)
+    /// `x + mlp(norm(x))` for `x`: `[tokens, hidden]`.
+    pub fn add_to(&self, x: Tensor<2>, norm: &RmsNorm) -> Tensor<2> {
+        let gate_up = self.gate_up.forward_normed(x.clone(), norm);
+        self.down.add_gated_to(x, gate_up, |gate_up| {
+            cpu::swiglu(&gate_up).unwrap_or_else(|| {
+                let gate = gate_up.clone().narrow(1, 0, self.intermediate);
+                let up = gate_up.narrow(1, self.intermediate, self.intermediate);
+                silu(gate) * up
+            })
+        })
     }
 }

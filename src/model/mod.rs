@@ -6,6 +6,7 @@ mod config;
 mod cpu;
 mod embedding;
 mod error;
+mod gpu;
 mod kv_cache;
 mod linear;
 mod llama;

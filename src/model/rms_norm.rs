@@ -22,6 +22,15 @@ impl RmsNorm {
         })
     }
 
+    /// The per-channel scale `[hidden]`.
+    pub fn weight(&self) -> Tensor<1> {
+        self.weight.val()
+    }
+
+    pub fn eps(&self) -> f64 {
+        self.eps
+    }
+
     /// `x`: `[tokens, hidden]`.
     pub fn forward(&self, x: Tensor<2>) -> Tensor<2> {
         if let Some(y) = cpu::rms_norm(&x, &self.weight.val(), self.eps) {

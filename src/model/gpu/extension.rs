@@ -1,0 +1,171 @@
+//! The GPU kernels as operations of Burn's CubeCL backend, through Burn's backend-extension
+//! API: with fusion on, each is queued in the fusion stream like Burn's own operations and
+//! launched when the stream runs, so no call here waits for the device.
+
+use burn::backend::cubecl::dtype_to_storage_type;
+use burn::backend::fusion::custom::TensorSpec;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{Backend, backend_extension};
+use burn::tensor::Shape;
+use burn_cubecl::CubeBackend;
+use burn_cubecl::kernel::into_contiguous;
+use burn_cubecl::ops::numeric::empty_device_dtype;
+use burn_cubecl::tensor::CubeTensor;
+use cubecl::prelude::*;
+
+use super::attention::decode_attention_kernel;
+use super::matvec::{MAX_STAGED, Prologue, ROWS_PER_STEP, WIDTH, matvec_kernel};
+
+/// Workgroups per projection at most: enough to fill a large GPU, few enough that each one's
+/// prologue (the norm's sum of squares, the staged input) serves several steps of rows.
+const MAX_WORKGROUPS: usize = 64;
+
+#[backend_extension(Cube, Fusion)]
+pub trait DecodeKernels: Backend {
+    /// `[1, rows]` = `[residual +] weight · prologue(input)`; `gamma` and `residual` are read
+    /// only when the prologue and `add_residual` say so (pass any tensor otherwise).
+    #[fusion(dtype = input, shape = Shape::new([1, weight[0]]))]
+    #[allow(clippy::too_many_arguments)]
+    fn matvec(
+        weight: FloatTensor<Self>,
+        input: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        eps: f32,
+        prologue: Prologue,
+        add_residual: bool,
+    ) -> FloatTensor<Self>;
+
+    /// One token's attention output `[1, heads · head_dim]`, and the key and value caches
+    /// with the token's key and value written at `position`.
+    #[fusion(meta = attention_outputs)]
+    #[allow(clippy::too_many_arguments)]
+    fn decode_attention(
+        qkv: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        signed_sin: FloatTensor<Self>,
+        keys: FloatTensor<Self>,
+        values: FloatTensor<Self>,
+        position: usize,
+        heads: usize,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+}
+
+fn attention_outputs(
+    qkv: &TensorSpec,
+    _cos: &TensorSpec,
+    _signed_sin: &TensorSpec,
+    keys: &TensorSpec,
+    values: &TensorSpec,
+    _position: &usize,
+    heads: &usize,
+) -> (TensorSpec, TensorSpec, TensorSpec) {
+    let head_dim = keys.shape[2];
+    (
+        TensorSpec::new(Shape::new([1, heads * head_dim]), qkv.dtype),
+        keys.clone(),
+        values.clone(),
+    )
+}
+
+impl DecodeKernels for CubeBackend {
+    fn matvec(
+        weight: CubeTensor,
+        input: CubeTensor,
+        gamma: CubeTensor,
+        residual: CubeTensor,
+        eps: f32,
+        prologue: Prologue,
+        add_residual: bool,
+    ) -> CubeTensor {
+        let (rows, cols) = (weight.meta.shape()[0], weight.meta.shape()[1]);
+        let dtype = input.dtype;
+        let output = empty_device_dtype(
+            input.client.clone(),
+            input.device.clone(),
+            Shape::new([1, rows]),
+            dtype,
+        );
+        // Four values per load where the rows allow it.
+        let vector_size = if cols.is_multiple_of(4) { 4 } else { 1 };
+        let workgroups = rows.div_ceil(ROWS_PER_STEP).clamp(1, MAX_WORKGROUPS) as u32;
+        // SAFETY: every index the kernel reads or writes is below the lengths checked by
+        // `gpu::project` (`rows · cols` weights, `cols` or `2 · cols` inputs, `rows` outputs).
+        unsafe {
+            matvec_kernel::launch_unchecked(
+                &output.client,
+                CubeCount::Static(workgroups, 1, 1),
+                CubeDim::new_1d(WIDTH as u32),
+                vector_size,
+                into_contiguous(weight).into_buffer_arg(),
+                into_contiguous(input).into_buffer_arg(),
+                into_contiguous(gamma).into_buffer_arg(),
+                into_contiguous(residual).into_buffer_arg(),
+                output.clone().into_buffer_arg(),
+                rows,
+                cols,
+                eps,
+                prologue,
+                add_residual,
+                if cols <= MAX_STAGED {
+                    cols / vector_size
+                } else {
+                    0
+                },
+                dtype_to_storage_type(dtype),
+            );
+        }
+        output
+    }
+
+    fn decode_attention(
+        qkv: CubeTensor,
+        cos: CubeTensor,
+        signed_sin: CubeTensor,
+        keys: CubeTensor,
+        values: CubeTensor,
+        position: usize,
+        heads: usize,
+    ) -> (CubeTensor, CubeTensor, CubeTensor) {
+        let shape = keys.meta.shape();
+        let (kv_heads, capacity, head_dim) = (shape[0], shape[1], shape[2]);
+        let dtype = qkv.dtype;
+        let output = empty_device_dtype(
+            qkv.client.clone(),
+            qkv.device.clone(),
+            Shape::new([1, heads * head_dim]),
+            dtype,
+        );
+        // Written in place when the cache holds the only reference to its buffers, as it
+        // does between steps.
+        let writable = |cache: CubeTensor| {
+            let cache = into_contiguous(cache);
+            if cache.can_mut() { cache } else { cache.copy() }
+        };
+        let (keys, values) = (writable(keys), writable(values));
+        // SAFETY: `gpu::decode_attention` checked the shapes: `qkv` holds `heads + 2 ·
+        // kv_heads` heads, the tables reach `position`, and the caches hold `capacity >
+        // position` positions of `kv_heads` heads.
+        unsafe {
+            decode_attention_kernel::launch_unchecked(
+                &output.client,
+                CubeCount::Static(heads as u32, 1, 1),
+                CubeDim::new_1d(head_dim as u32),
+                into_contiguous(qkv).into_buffer_arg(),
+                into_contiguous(cos).into_buffer_arg(),
+                into_contiguous(signed_sin).into_buffer_arg(),
+                keys.clone().into_buffer_arg(),
+                values.clone().into_buffer_arg(),
+                output.clone().into_buffer_arg(),
+                position,
+                capacity,
+                1.0 / (head_dim as f32).sqrt(),
+                heads,
+                kv_heads,
+                head_dim,
+                dtype_to_storage_type(dtype),
+            );
+        }
+        (output, keys, values)
+    }
+}

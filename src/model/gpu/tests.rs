@@ -1,0 +1,142 @@
+//! Each kernel against Burn's composition of the same math, on the GPU (lavapipe where there
+//! is no card).
+
+use burn::tensor::activation::{silu, softmax};
+use burn::tensor::{DType, Device, Tensor, TensorData};
+
+use super::{Input, decode_attention, project};
+use crate::backend::{BackendKind, ComputeDevice};
+use crate::model::rope::RotaryEmbedding;
+
+fn gpu() -> Device {
+    let opened = ComputeDevice::open(BackendKind::Gpu);
+    assert_eq!(
+        opened.backend,
+        BackendKind::Gpu,
+        "these tests need a GPU or lavapipe: {:?}",
+        opened.fallback
+    );
+    opened.device
+}
+
+fn values(len: usize, seed: u32) -> Vec<f32> {
+    (0..len as u32)
+        .map(|i| {
+            let h = (i ^ seed).wrapping_mul(2_654_435_761) >> 8;
+            h as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+fn tensor<const D: usize>(shape: [usize; D], seed: u32, device: &Device) -> Tensor<D> {
+    let len = shape.iter().product();
+    Tensor::from_data(TensorData::new(values(len, seed), shape), device)
+}
+
+/// Within float32 rounding of sums of a few thousand terms, taken in another order.
+fn assert_close<const D: usize>(actual: Tensor<D>, expected: Tensor<D>, what: &str) {
+    assert_eq!(actual.dims(), expected.dims(), "{what}: shape");
+    let actual = actual
+        .into_data()
+        .try_into_vec::<f32>()
+        .expect("f32 values");
+    let expected = expected
+        .into_data()
+        .try_into_vec::<f32>()
+        .expect("f32 values");
+    let worst = actual
+        .iter()
+        .zip(&expected)
+        .map(|(a, e)| (a - e).abs() / e.abs().max(1.0))
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-4, "{what}: off by {worst}");
+}
+
+#[test]
+fn projections_match_burns_composition() {
+    let device = gpu();
+    // Rows past one workgroup's share and columns not a multiple of its width; inputs too long
+    // to keep in shared memory, read in vectors of four and one by one.
+    for (rows, cols) in [(70, 100), (9, 4104), (5, 4102)] {
+        let what = |name: &str| format!("{name}, {rows}×{cols}");
+        let weight = tensor([rows, cols], 1, &device);
+        let x = tensor([1, cols], 2, &device);
+        let residual = tensor([1, rows], 3, &device);
+        let product = |x: Tensor<2>| x.matmul(weight.clone().transpose());
+
+        let plain = project(&weight, Input::Plain(&x), Some(&residual)).expect("runs on the GPU");
+        let expected = residual.clone() + product(x.clone());
+        assert_close(plain, expected, &what("plain + residual"));
+
+        let gamma = tensor([cols], 4, &device);
+        let eps = 1e-5;
+        let input = Input::Normed {
+            x: &x,
+            gamma: &gamma,
+            eps,
+        };
+        let normed = project(&weight, input, None).expect("runs on the GPU");
+        let inv_rms = x.clone().square().mean_dim(1).add_scalar(eps).sqrt().recip();
+        let expected = product(x.clone() * inv_rms * gamma.unsqueeze::<2>());
+        assert_close(normed, expected, &what("RMSNorm"));
+
+        let gate_up = tensor([1, 2 * cols], 5, &device);
+        let gated = project(&weight, Input::Gated(&gate_up), None).expect("runs on the GPU");
+        let gate = gate_up.clone().narrow(1, 0, cols);
+        let up = gate_up.narrow(1, cols, cols);
+        assert_close(gated, product(silu(gate) * up), &what("SwiGLU"));
+    }
+}
+
+#[test]
+fn prompts_are_left_to_burn() {
+    let device = gpu();
+    let weight = tensor([8, 4], 1, &device);
+    let x = tensor([2, 4], 2, &device);
+    assert!(project(&weight, Input::Plain(&x), None).is_none());
+}
+
+#[test]
+fn attention_matches_burns_composition_and_writes_the_cache() {
+    let device = gpu();
+    let (heads, kv_heads, head_dim) = (4, 2, 8);
+    let group = heads / kv_heads;
+    // Past one chunk of scores, into a cache with room to spare.
+    let (position, capacity) = (300, 320);
+    let rope = RotaryEmbedding::new(head_dim, 512, 10_000.0, None, &device, DType::F32);
+    let qkv = tensor([1, (heads + 2 * kv_heads) * head_dim], 1, &device);
+    let keys = tensor([kv_heads, capacity, head_dim], 2, &device);
+    let values = tensor([kv_heads, capacity, head_dim], 3, &device);
+
+    let (context, new_keys, new_values) = decode_attention(
+        &qkv,
+        rope.tables(),
+        (keys.clone(), values.clone()),
+        position,
+        heads,
+    );
+
+    let split = |offset: usize, count: usize| {
+        qkv.clone()
+            .narrow(1, offset * head_dim, count * head_dim)
+            .reshape([count, 1, head_dim])
+    };
+    let q = rope.forward(split(0, heads), position);
+    let k = rope.forward(split(heads, kv_heads), position);
+    let v = split(heads + kv_heads, kv_heads);
+    let slot = [0..kv_heads, position..position + 1, 0..head_dim];
+    let keys = keys.slice_assign(slot.clone(), k);
+    let values = values.slice_assign(slot, v);
+    assert_close(new_keys.clone(), keys.clone(), "keys written");
+    assert_close(new_values, values.clone(), "values written");
+
+    let seen = [0..kv_heads, 0..position + 1, 0..head_dim];
+    let scores = q
+        .reshape([kv_heads, group, head_dim])
+        .div_scalar((head_dim as f64).sqrt())
+        .matmul(keys.slice(seen.clone()).swap_dims(1, 2));
+    let expected = softmax(scores, 2)
+        .matmul(values.slice(seen))
+        .reshape([1, heads * head_dim]);
+    assert_close(context, expected, "attention");
+}
