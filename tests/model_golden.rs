@@ -164,3 +164,63 @@ fn naive_reference_matches_transformers() {
         );
     }
 }
+
+/// Greedy decoding through the app's generation loop on the GPU, once reading every step's
+/// logits back and once choosing each token on the device: the same tokens, with the same
+/// probabilities, as transformers' greedy ids.
+#[test]
+fn greedy_tokens_chosen_on_the_gpu_equal_those_chosen_from_read_logits() {
+    use smolchat::generation::{GenerationSession, LoadedModel, ModelOptions, Step};
+    use smolchat::text::SamplingParams;
+
+    let golden = Golden::load();
+    let prompt = golden.ids("prompt_ids");
+    let expected = golden.ids("greedy_ids");
+    let options = ModelOptions {
+        backend: BackendKind::Gpu,
+        ..ModelOptions::default()
+    };
+    let loaded = LoadedModel::load(&tiny_model_dir(), options).expect("tiny fixture loads");
+    assert_eq!(
+        loaded.device.backend,
+        BackendKind::Gpu,
+        "{:?}",
+        loaded.device.fallback
+    );
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let run = |on_device: bool| {
+        let mut cache = loaded.model.new_cache();
+        let session =
+            GenerationSession::start(&loaded, &mut cache, &prompt, &greedy, expected.len())
+                .expect("prefill")
+                .ignoring_stop_tokens();
+        let mut session = if on_device {
+            session.without_alternatives()
+        } else {
+            session
+        };
+        let mut tokens = Vec::new();
+        while let Step::Token(token) = session.step().expect("step") {
+            tokens.push((token.id, token.probability));
+        }
+        assert_eq!(
+            session.stats().device_reads,
+            tokens.len() + 1,
+            "one read per step"
+        );
+        tokens
+    };
+    let (read, chosen) = (run(false), run(true));
+    let ids: Vec<u32> = chosen.iter().map(|&(id, _)| id).collect();
+    assert_eq!(ids, expected, "greedy ids chosen on the device");
+    for (step, (&(read_id, read_p), &(id, p))) in read.iter().zip(&chosen).enumerate() {
+        assert_eq!(read_id, id, "step {step}");
+        assert!(
+            (read_p - p).abs() < 1e-4,
+            "step {step}: probability {p} vs {read_p}"
+        );
+    }
+}

@@ -94,7 +94,8 @@ fn run_once(
     };
     let mut cache = loaded.model.new_cache();
     let mut session = GenerationSession::start(loaded, &mut cache, prompt, &greedy, generated)?
-        .ignoring_stop_tokens();
+        .ignoring_stop_tokens()
+        .without_alternatives();
     while let Step::Token(_) = session.step()? {}
     let stats = session.stats();
     Ok(RunTimes {
@@ -117,7 +118,8 @@ fn profile_dispatches(
     };
     let mut cache = loaded.model.new_cache();
     let mut session = GenerationSession::start(loaded, &mut cache, prompt, &greedy, generated)?
-        .ignoring_stop_tokens();
+        .ignoring_stop_tokens()
+        .without_alternatives();
     let reads_before = session.stats().device_reads;
     let (counts, observing) = LaunchCounts::observe();
     let mut steps = 0usize;

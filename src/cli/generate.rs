@@ -129,7 +129,8 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
     let mut session =
         GenerationSession::start(&loaded, &mut cache, &prompt, &params, args.max_tokens)
             .map_err(|err| err.to_string())?
-            .with_logprobs(args.logprobs);
+            .with_logprobs(args.logprobs)
+            .without_alternatives();
     let mut text = String::new();
     let mut token_ids = Vec::new();
     let mut tokens = Vec::new();

@@ -346,7 +346,10 @@ impl Worker {
             request.max_new_tokens.unwrap_or(usize::MAX),
         );
         let mut session = match session {
-            Ok(session) => session.with_logprobs(request.logprobs),
+            Ok(session) if request.alternatives => session.with_logprobs(request.logprobs),
+            Ok(session) => session
+                .with_logprobs(request.logprobs)
+                .without_alternatives(),
             Err(err) => {
                 send(fail(EngineError::from_generation(err)));
                 return;

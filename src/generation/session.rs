@@ -3,8 +3,9 @@ use std::time::Instant;
 use super::error::GenerationError;
 use super::loaded_model::LoadedModel;
 use super::stats::GenerationStats;
-use crate::model::{KvCache, Logits, logits_to_vec};
-use crate::text::{Sampler, SamplingParams, StreamDecoder, log_softmax_top};
+use crate::backend::BackendKind;
+use crate::model::{GREEDY_TOKEN_VOCAB_LIMIT, KvCache, Logits, greedy_token, logits_to_vec};
+use crate::text::{SampledToken, Sampler, SamplingParams, StreamDecoder, log_softmax_top};
 
 /// Why a generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -61,6 +62,16 @@ pub enum Step {
     },
 }
 
+/// What the last model step says about the next token.
+enum Prediction {
+    /// The whole row of logits, read back: what sampling, alternatives and log-probabilities
+    /// need.
+    Logits(Vec<f32>),
+    /// Greedy decoding's choice, made on the GPU, and its probability: all that crosses back
+    /// when nothing asks for more.
+    Chosen { id: u32, probability: f32 },
+}
+
 /// A generation in progress: the prompt is prefilled, then each [`step`](Self::step) samples
 /// one token and runs it through the model.
 ///
@@ -72,8 +83,10 @@ pub struct GenerationSession<'a> {
     cache: &'a mut KvCache,
     sampler: Sampler,
     decoder: StreamDecoder<'a>,
-    /// Logits for the position after the last cached token.
-    logits: Vec<f32>,
+    /// What the model predicts after the last cached token.
+    next: Prediction,
+    /// False when nothing reads [`TokenEvent::alternatives`].
+    alternatives: bool,
     max_new_tokens: usize,
     /// How many top tokens to report log-probabilities for; `None` computes none.
     logprobs: Option<usize>,
@@ -129,7 +142,8 @@ impl<'a> GenerationSession<'a> {
             sampler: Sampler::new(params.clone())?,
             decoder: StreamDecoder::new(&loaded.tokenizer, true),
             cache,
-            logits,
+            next: Prediction::Logits(logits),
+            alternatives: true,
             max_new_tokens,
             logprobs: None,
             ends_at_stop_token: true,
@@ -154,6 +168,14 @@ impl<'a> GenerationSession<'a> {
         self
     }
 
+    /// Leaves [`TokenEvent::alternatives`] empty. Greedy decoding on a GPU then chooses each
+    /// token on the device and reads back only its id and probability, unless log-probabilities
+    /// are asked for.
+    pub fn without_alternatives(mut self) -> Self {
+        self.alternatives = false;
+        self
+    }
+
     pub fn stats(&self) -> &GenerationStats {
         &self.stats
     }
@@ -172,7 +194,14 @@ impl<'a> GenerationSession<'a> {
         if self.cache.len() >= self.cache.max_len() {
             return Ok(self.finish(FinishReason::ContextFull));
         }
-        let sampled = self.sampler.sample(&self.logits, self.cache.tokens())?;
+        let sampled = match &self.next {
+            Prediction::Logits(logits) => self.sampler.sample(logits, self.cache.tokens())?,
+            &Prediction::Chosen { id, probability } => SampledToken {
+                id,
+                probability,
+                alternatives: Vec::new(),
+            },
+        };
         let now = Instant::now();
         match self.first_token_at {
             None => {
@@ -192,13 +221,21 @@ impl<'a> GenerationSession<'a> {
                 .decode(&[id], false)
                 .unwrap_or_default()
         };
-        let alternatives = sampled
-            .alternatives
-            .iter()
-            .map(|&(id, probability)| (id, piece(id), probability))
-            .collect();
-        let logprobs = self.logprobs.map(|top| {
-            let (logprob, top) = log_softmax_top(&self.logits, sampled.id, top);
+        let alternatives = if self.alternatives {
+            sampled
+                .alternatives
+                .iter()
+                .map(|&(id, probability)| (id, piece(id), probability))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let logits = match &self.next {
+            Prediction::Logits(logits) => Some(logits),
+            Prediction::Chosen { .. } => None,
+        };
+        let logprobs = self.logprobs.zip(logits).map(|(top, logits)| {
+            let (logprob, top) = log_softmax_top(logits, sampled.id, top);
             TokenLogprobs {
                 text: piece(sampled.id),
                 logprob,
@@ -219,11 +256,27 @@ impl<'a> GenerationSession<'a> {
             .loaded
             .model
             .forward(&[sampled.id], self.cache, Logits::Last)?;
-        self.logits = logits_to_vec(logits)?;
+        self.next = if self.chooses_on_device() {
+            let (id, probability) = greedy_token(logits)?;
+            Prediction::Chosen { id, probability }
+        } else {
+            Prediction::Logits(logits_to_vec(logits)?)
+        };
         self.stats.device_reads += 1;
         self.stats.context_used = self.cache.len();
         self.stats.kv_cache_bytes = self.cache.bytes();
         Ok(Step::Token(event))
+    }
+
+    /// Whether the next token can be chosen where the logits are, reading back only the choice:
+    /// worth it on a GPU (the CPU backends' logits are already in memory), and enough only for
+    /// plain greedy decoding with nothing else read from the distribution.
+    fn chooses_on_device(&self) -> bool {
+        self.loaded.device.backend == BackendKind::Gpu
+            && self.sampler.params().is_plain_greedy()
+            && !self.alternatives
+            && self.logprobs.is_none()
+            && self.loaded.model.config().vocab_size <= GREEDY_TOKEN_VOCAB_LIMIT
     }
 
     /// Ends the generation early (Stop pressed), flushing held-back text.

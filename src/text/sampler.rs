@@ -37,6 +37,14 @@ pub struct SamplingParams {
     pub seed: u64,
 }
 
+impl SamplingParams {
+    /// The likeliest token every time, from the model's logits as they are: the choice needs
+    /// nothing but their argmax.
+    pub fn is_plain_greedy(&self) -> bool {
+        self.temperature == 0.0 && self.repetition_penalty == 1.0
+    }
+}
+
 impl Default for SamplingParams {
     fn default() -> Self {
         Self {

@@ -76,7 +76,13 @@ fn projections_match_burns_composition() {
             eps,
         };
         let normed = project(&weight, input, None).expect("runs on the GPU");
-        let inv_rms = x.clone().square().mean_dim(1).add_scalar(eps).sqrt().recip();
+        let inv_rms = x
+            .clone()
+            .square()
+            .mean_dim(1)
+            .add_scalar(eps)
+            .sqrt()
+            .recip();
         let expected = product(x.clone() * inv_rms * gamma.unsqueeze::<2>());
         assert_close(normed, expected, &what("RMSNorm"));
 
