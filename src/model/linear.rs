@@ -61,14 +61,16 @@ impl Linear {
 
     /// `norm(x) Wᵀ`: on a GPU, for one token, in one launch with the norm.
     pub fn forward_normed(&self, x: Tensor<2>, norm: &RmsNorm) -> Tensor<2> {
-        let gamma = norm.weight();
-        let input = gpu::Input::Normed {
-            x: &x,
-            gamma: &gamma,
-            eps: norm.eps(),
-        };
-        if let Some(y) = self.on_gpu(input, None) {
-            return y;
+        if self.may_run_on_gpu() {
+            let gamma = norm.weight();
+            let input = gpu::Input::Normed {
+                x: &x,
+                gamma: &gamma,
+                eps: norm.eps(),
+            };
+            if let Some(y) = self.on_gpu(input, None) {
+                return y;
+            }
         }
         self.forward(norm.forward(x))
     }
@@ -81,10 +83,18 @@ impl Linear {
         x: Tensor<2>,
         gated: impl FnOnce(Tensor<2>) -> Tensor<2>,
     ) -> Tensor<2> {
-        if let Some(y) = self.on_gpu(gpu::Input::Gated(&x), Some(&residual)) {
+        if self.may_run_on_gpu()
+            && let Some(y) = self.on_gpu(gpu::Input::Gated(&x), Some(&residual))
+        {
             return y;
         }
         self.add_to(residual, gated(x))
+    }
+
+    /// Only weights the CPU kernels do not hold can be on a GPU; asking spares the CPU's
+    /// decode steps the GPU kernels' checks.
+    fn may_run_on_gpu(&self) -> bool {
+        self.kernel_weight.is_none()
     }
 
     fn on_gpu(&self, input: gpu::Input<'_>, residual: Option<&Tensor<2>>) -> Option<Tensor<2>> {
@@ -103,7 +113,9 @@ impl Linear {
         {
             return y;
         }
-        if let Some(y) = self.on_gpu(gpu::Input::Plain(&x), residual.as_ref()) {
+        if self.may_run_on_gpu()
+            && let Some(y) = self.on_gpu(gpu::Input::Plain(&x), residual.as_ref())
+        {
             return y;
         }
         // Float weights may be held narrower than the activations (see `Loader::storage_dtype`).

@@ -4,10 +4,10 @@
 //! Burn runs the same math as three to five launches (norm reductions, elementwise scaling,
 //! matmul, residual add). For one token each of them is a few microseconds of arithmetic
 //! behind a launch's fixed cost, so folding them into the product's own pass is what makes
-//! decode fast on a GPU. Each workgroup owns whole rows: it reduces the row's dot product
-//! across its threads in shared memory, and, for the norm, first the input's sum of squares,
-//! which every workgroup recomputes (a few hundred values) rather than wait for another
-//! launch to do it once.
+//! decode fast on a GPU. Each workgroup first applies the prologue to the whole input (for
+//! the norm, after summing its squares), which every workgroup repeats rather than wait for
+//! another launch to do it once, then computes rows, eight threads to a row, each row's
+//! sum reduced in shared memory.
 
 use cubecl::prelude::*;
 
@@ -20,9 +20,9 @@ const ROW_THREADS: usize = 8;
 /// Rows a workgroup computes at once.
 pub const ROWS_PER_STEP: usize = WIDTH / ROW_THREADS;
 /// The longest input the workgroup keeps in shared memory after the prologue, so that each
-/// row reads it from there instead of normalizing or gating every value again: 16 KB of f32,
-/// the least shared memory Vulkan and WebGPU promise.
-pub const MAX_STAGED: usize = 4096;
+/// row reads it from there instead of normalizing or gating every value again: 12 KB of
+/// f32, which with the row sums stays within the 16 KB every Vulkan and WebGPU device has.
+pub const MAX_STAGED: usize = 3072;
 
 /// What the projection applies to its input first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
