@@ -252,6 +252,48 @@ fn bench_reports_speed_memory_and_load_time_as_json() {
     );
 }
 
+/// A decode step on the GPU is five launches per layer (the norm with q/k/v, attention, the
+/// output projection, the norm with gate/up, the gate with down) and a few around them, and
+/// greedy decoding reads back one choice per step. Burn's own operations took about twenty
+/// launches per layer.
+#[test]
+fn bench_profiles_the_gpus_launches_per_decoded_token() {
+    let model = tiny_model_dir();
+    let output = smolchat(&[
+        "bench",
+        "--model",
+        model.to_str().expect("utf-8 path"),
+        "--prompt-tokens",
+        "8",
+        "--gen-tokens",
+        "4",
+        "--runs",
+        "1",
+        "--backend",
+        "gpu",
+        "--profile-dispatches",
+        "--json",
+    ]);
+    let report = json_stdout(&output);
+    assert_eq!(report["backend"], "gpu", "{}", stderr(&output));
+    let profile = &report["dispatches"];
+    let layers = 2.0;
+    let launches = profile["per_token"].as_f64().expect("launches per token");
+    assert!(
+        (5.0 * layers..=5.0 * layers + 8.0).contains(&launches),
+        "{launches} launches per token: {profile}"
+    );
+    assert_eq!(profile["reads_per_token"].as_f64(), Some(1.0), "{profile}");
+    let by_kernel = profile["by_kernel"].as_array().expect("kernels");
+    let count = |name: &str| {
+        by_kernel
+            .iter()
+            .find(|entry| entry[0] == name)
+            .and_then(|entry| entry[1].as_f64())
+    };
+    assert_eq!(count("DecodeAttentionKernel"), Some(layers), "{profile}");
+}
+
 #[test]
 fn random_checkpoint_writes_a_loadable_model_folder() {
     let out = tempfile::tempdir().expect("temp dir");
