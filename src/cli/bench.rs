@@ -4,7 +4,7 @@ use clap::Args;
 
 use crate::backend::BackendKind;
 use crate::generation::{GenerationError, GenerationSession, LoadedModel, ModelOptions, Step};
-use crate::model::Precision;
+use crate::model::{KvCache, Precision};
 use crate::stats::dispatches::LaunchCounts;
 use crate::stats::memory;
 use crate::stats::summary::Summary;
@@ -88,14 +88,8 @@ fn run_once(
     prompt: &[u32],
     generated: usize,
 ) -> Result<RunTimes, GenerationError> {
-    let greedy = SamplingParams {
-        temperature: 0.0,
-        ..SamplingParams::default()
-    };
     let mut cache = loaded.model.new_cache();
-    let mut session = GenerationSession::start(loaded, &mut cache, prompt, &greedy, generated)?
-        .ignoring_stop_tokens()
-        .without_alternatives();
+    let mut session = benchmark_session(loaded, &mut cache, prompt, generated)?;
     while let Step::Token(_) = session.step()? {}
     let stats = session.stats();
     Ok(RunTimes {
@@ -105,6 +99,25 @@ fn run_once(
     })
 }
 
+/// A fresh cache's generation of exactly `generated` greedy tokens, nothing but their ids
+/// asked for.
+fn benchmark_session<'a>(
+    loaded: &'a LoadedModel,
+    cache: &'a mut KvCache,
+    prompt: &[u32],
+    generated: usize,
+) -> Result<GenerationSession<'a>, GenerationError> {
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    Ok(
+        GenerationSession::start(loaded, cache, prompt, &greedy, generated)?
+            .ignoring_stop_tokens()
+            .without_alternatives(),
+    )
+}
+
 /// Counts launches over the decode steps of one more run: the prompt's own launches are left
 /// out, since a decode step is what a chat waits on for every token.
 fn profile_dispatches(
@@ -112,14 +125,8 @@ fn profile_dispatches(
     prompt: &[u32],
     generated: usize,
 ) -> Result<DispatchProfile, GenerationError> {
-    let greedy = SamplingParams {
-        temperature: 0.0,
-        ..SamplingParams::default()
-    };
     let mut cache = loaded.model.new_cache();
-    let mut session = GenerationSession::start(loaded, &mut cache, prompt, &greedy, generated)?
-        .ignoring_stop_tokens()
-        .without_alternatives();
+    let mut session = benchmark_session(loaded, &mut cache, prompt, generated)?;
     let reads_before = session.stats().device_reads;
     let (counts, observing) = LaunchCounts::observe();
     let mut steps = 0usize;

@@ -30,7 +30,7 @@ pub use weights::{IntegerValues, IntegerWeights, Weight};
 
 /// Deterministic values in [-1, 1) that differ for every index: the kernels' test inputs.
 #[cfg(test)]
-fn test_values(len: usize, seed: u32) -> Vec<f32> {
+pub(super) fn test_values(len: usize, seed: u32) -> Vec<f32> {
     (0..len as u32)
         .map(|i| {
             let h = (i ^ seed).wrapping_mul(2_654_435_761) >> 8;

@@ -6,6 +6,7 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 
 use super::{Input, decode_attention, project};
 use crate::backend::{BackendKind, ComputeDevice};
+use crate::model::cpu::test_values;
 use crate::model::rope::RotaryEmbedding;
 
 fn gpu() -> Device {
@@ -19,18 +20,9 @@ fn gpu() -> Device {
     opened.device
 }
 
-fn values(len: usize, seed: u32) -> Vec<f32> {
-    (0..len as u32)
-        .map(|i| {
-            let h = (i ^ seed).wrapping_mul(2_654_435_761) >> 8;
-            h as f32 / (1u32 << 23) as f32 - 1.0
-        })
-        .collect()
-}
-
 fn tensor<const D: usize>(shape: [usize; D], seed: u32, device: &Device) -> Tensor<D> {
     let len = shape.iter().product();
-    Tensor::from_data(TensorData::new(values(len, seed), shape), device)
+    Tensor::from_data(TensorData::new(test_values(len, seed), shape), device)
 }
 
 /// Within float32 rounding of sums of a few thousand terms, taken in another order.
