@@ -16,9 +16,13 @@ use cubecl::prelude::*;
 use super::attention::decode_attention_kernel;
 use super::matvec::{MAX_STAGED, Prologue, ROWS_PER_STEP, WIDTH, matvec_kernel};
 
-/// Workgroups per projection at most: enough to fill a large GPU, few enough that each one's
-/// prologue (the norm's sum of squares, the staged input) serves several steps of rows.
-const MAX_WORKGROUPS: usize = 64;
+/// Workgroups per projection at most on a software renderer (lavapipe), where the CPU's cores
+/// stand in for a GPU's: few, so that each one's prologue (the norm's sum of squares, the
+/// staged input) serves several steps of rows. With one workgroup per step the LM head took
+/// 40 ms there instead of 35. A GPU gets one workgroup per step (up to the 65535 one launch
+/// axis allows), the parallelism its memory needs: untested, as no GPU was lent.
+const SOFTWARE_RENDERER_WORKGROUPS: usize = 64;
+const MAX_WORKGROUPS: usize = 65_535;
 
 #[backend_extension(Cube, Fusion)]
 pub trait DecodeKernels: Backend {
@@ -88,7 +92,13 @@ impl DecodeKernels for CubeBackend {
         );
         // Four values per load where the rows allow it.
         let vector_size = if cols.is_multiple_of(4) { 4 } else { 1 };
-        let workgroups = rows.div_ceil(ROWS_PER_STEP).clamp(1, MAX_WORKGROUPS) as u32;
+        let software_renderer = input.client.properties().identity.physical.is_none();
+        let budget = if software_renderer {
+            SOFTWARE_RENDERER_WORKGROUPS
+        } else {
+            MAX_WORKGROUPS
+        };
+        let workgroups = rows.div_ceil(ROWS_PER_STEP).clamp(1, budget) as u32;
         // SAFETY: every index the kernel reads or writes is below the lengths checked by
         // `gpu::project` (`rows · cols` weights, `cols` or `2 · cols` inputs, `rows` outputs).
         unsafe {
