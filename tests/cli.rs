@@ -253,9 +253,9 @@ fn bench_reports_speed_memory_and_load_time_as_json() {
 }
 
 /// A decode step on the GPU is five launches per layer (the norm with q/k/v, attention, the
-/// output projection, the norm with gate/up, the gate with down) and a few around them, and
-/// greedy decoding reads back one choice per step. Burn's own operations took about twenty
-/// launches per layer.
+/// output projection, the norm with gate/up, the gate with down) and ten at most around them
+/// (the embedding, the likeliest tokens and the row's weight), and each step reads back only
+/// those. Burn's own operations took about twenty launches per layer.
 #[test]
 fn bench_profiles_the_gpus_launches_per_decoded_token() {
     let model = tiny_model_dir();
@@ -280,7 +280,7 @@ fn bench_profiles_the_gpus_launches_per_decoded_token() {
     let layers = 2.0;
     let launches = profile["per_token"].as_f64().expect("launches per token");
     assert!(
-        (5.0 * layers..=5.0 * layers + 8.0).contains(&launches),
+        (5.0 * layers..=5.0 * layers + 10.0).contains(&launches),
         "{launches} launches per token: {profile}"
     );
     assert_eq!(profile["reads_per_token"].as_f64(), Some(1.0), "{profile}");

@@ -165,11 +165,12 @@ fn naive_reference_matches_transformers() {
     }
 }
 
-/// Greedy decoding through the app's generation loop on the GPU, once reading every step's
-/// logits back and once choosing each token on the device: the same tokens, with the same
-/// probabilities, as transformers' greedy ids.
+/// Generation through the app's loop on the GPU, once reading every step's logits back (as
+/// log-probabilities need) and once only the likeliest tokens: the same tokens with the same
+/// probabilities and alternatives, greedy (transformers' ids) and sampled, in one read per
+/// step where the likeliest tokens decide.
 #[test]
-fn greedy_tokens_chosen_on_the_gpu_equal_those_chosen_from_read_logits() {
+fn tokens_chosen_from_the_likeliest_on_the_gpu_equal_those_from_the_whole_row() {
     use smolchat::generation::{GenerationSession, LoadedModel, ModelOptions, Step};
     use smolchat::text::SamplingParams;
 
@@ -187,40 +188,45 @@ fn greedy_tokens_chosen_on_the_gpu_equal_those_chosen_from_read_logits() {
         "{:?}",
         loaded.device.fallback
     );
+    let run = |params: &SamplingParams, whole_row: bool| {
+        let mut cache = loaded.model.new_cache();
+        let mut session =
+            GenerationSession::start(&loaded, &mut cache, &prompt, params, expected.len())
+                .expect("prefill")
+                .ignoring_stop_tokens()
+                .with_logprobs(whole_row.then_some(1));
+        let mut tokens = Vec::new();
+        while let Step::Token(token) = session.step().expect("step") {
+            let alternatives: Vec<u32> = token.alternatives.iter().map(|a| a.0).collect();
+            tokens.push((token.id, token.probability, alternatives));
+        }
+        (tokens, session.stats().device_reads)
+    };
     let greedy = SamplingParams {
         temperature: 0.0,
         ..SamplingParams::default()
     };
-    let run = |on_device: bool| {
-        let mut cache = loaded.model.new_cache();
-        let session =
-            GenerationSession::start(&loaded, &mut cache, &prompt, &greedy, expected.len())
-                .expect("prefill")
-                .ignoring_stop_tokens();
-        let mut session = if on_device {
-            session.without_alternatives()
-        } else {
-            session
-        };
-        let mut tokens = Vec::new();
-        while let Step::Token(token) = session.step().expect("step") {
-            tokens.push((token.id, token.probability));
-        }
-        assert_eq!(
-            session.stats().device_reads,
-            tokens.len() + 1,
-            "one read per step"
-        );
-        tokens
+    let sampled = SamplingParams {
+        seed: 3,
+        ..SamplingParams::default()
     };
-    let (read, chosen) = (run(false), run(true));
-    let ids: Vec<u32> = chosen.iter().map(|&(id, _)| id).collect();
-    assert_eq!(ids, expected, "greedy ids chosen on the device");
-    for (step, (&(read_id, read_p), &(id, p))) in read.iter().zip(&chosen).enumerate() {
-        assert_eq!(read_id, id, "step {step}");
-        assert!(
-            (read_p - p).abs() < 1e-4,
-            "step {step}: probability {p} vs {read_p}"
-        );
+    for (what, params) in [("greedy", &greedy), ("sampled", &sampled)] {
+        let (whole, _) = run(params, true);
+        let (top, reads) = run(params, false);
+        if what == "greedy" {
+            let ids: Vec<u32> = top.iter().map(|t| t.0).collect();
+            assert_eq!(ids, expected, "greedy ids from the likeliest tokens");
+            assert_eq!(reads, top.len() + 1, "one read per step");
+        }
+        assert_eq!(whole.len(), top.len());
+        for (step, (w, t)) in whole.iter().zip(&top).enumerate() {
+            assert_eq!((w.0, &w.2), (t.0, &t.2), "{what} step {step}");
+            assert!(
+                (w.1 - t.1).abs() < 1e-4,
+                "{what} step {step}: {} vs {}",
+                t.1,
+                w.1
+            );
+        }
     }
 }

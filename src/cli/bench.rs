@@ -99,8 +99,7 @@ fn run_once(
     })
 }
 
-/// A fresh cache's generation of exactly `generated` greedy tokens, nothing but their ids
-/// asked for.
+/// A fresh cache's generation of exactly `generated` greedy tokens.
 fn benchmark_session<'a>(
     loaded: &'a LoadedModel,
     cache: &'a mut KvCache,
@@ -111,11 +110,7 @@ fn benchmark_session<'a>(
         temperature: 0.0,
         ..SamplingParams::default()
     };
-    Ok(
-        GenerationSession::start(loaded, cache, prompt, &greedy, generated)?
-            .ignoring_stop_tokens()
-            .without_alternatives(),
-    )
+    Ok(GenerationSession::start(loaded, cache, prompt, &greedy, generated)?.ignoring_stop_tokens())
 }
 
 /// Counts launches over the decode steps of one more run: the prompt's own launches are left

@@ -129,8 +129,7 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
     let mut session =
         GenerationSession::start(&loaded, &mut cache, &prompt, &params, args.max_tokens)
             .map_err(|err| err.to_string())?
-            .with_logprobs(args.logprobs)
-            .without_alternatives();
+            .with_logprobs(args.logprobs);
     let mut text = String::new();
     let mut token_ids = Vec::new();
     let mut tokens = Vec::new();

@@ -62,13 +62,10 @@ pub struct GenerateRequest {
     /// Report each token's log-probability and this many alternatives' (see
     /// [`crate::generation::TokenLogprobs`]); `None` computes nothing.
     pub logprobs: Option<usize>,
-    /// Whether each token carries its likeliest alternatives: the window's token view shows
-    /// them, the API never does (see [`crate::generation::GenerationSession::without_alternatives`]).
-    pub alternatives: bool,
 }
 
 impl GenerateRequest {
-    /// A chat reply with the window's settings: alternatives, no log-probabilities.
+    /// A chat reply with the window's settings and no log-probabilities.
     pub fn chat(
         messages: Vec<ChatMessage>,
         sampling: SamplingParams,
@@ -81,7 +78,6 @@ impl GenerateRequest {
             max_new_tokens: Some(max_new_tokens),
             overflow,
             logprobs: None,
-            alternatives: true,
         }
     }
 }

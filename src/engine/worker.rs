@@ -346,10 +346,7 @@ impl Worker {
             request.max_new_tokens.unwrap_or(usize::MAX),
         );
         let mut session = match session {
-            Ok(session) if request.alternatives => session.with_logprobs(request.logprobs),
-            Ok(session) => session
-                .with_logprobs(request.logprobs)
-                .without_alternatives(),
+            Ok(session) => session.with_logprobs(request.logprobs),
             Err(err) => {
                 send(fail(EngineError::from_generation(err)));
                 return;

@@ -4,8 +4,10 @@ use super::error::GenerationError;
 use super::loaded_model::LoadedModel;
 use super::stats::GenerationStats;
 use crate::backend::BackendKind;
-use crate::model::{GREEDY_TOKEN_VOCAB_LIMIT, KvCache, Logits, greedy_token, logits_to_vec};
-use crate::text::{SampledToken, Sampler, SamplingParams, StreamDecoder, log_softmax_top};
+use burn::tensor::Tensor;
+
+use crate::model::{KvCache, Logits, logits_to_vec, top_entries};
+use crate::text::{Sampler, SamplingParams, StreamDecoder, TopLogits, log_softmax_top};
 
 /// Why a generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -63,14 +65,22 @@ pub enum Step {
 }
 
 /// What the last model step says about the next token.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "one per session, replaced each step: boxing would allocate per token"
+)]
 enum Prediction {
-    /// The whole row of logits, read back: what sampling, alternatives and log-probabilities
-    /// need.
+    /// The whole row of logits, read back: what log-probabilities and a repetition penalty
+    /// need, and what the CPU backends hold anyway.
     Logits(Vec<f32>),
-    /// Greedy decoding's choice, made on the GPU, and its probability: all that crosses back
-    /// when nothing asks for more.
-    Chosen { id: u32, probability: f32 },
+    /// On a GPU, the likeliest tokens and the weight of all of them, read back instead of the
+    /// vocabulary; the row stays on the device for the rare step they cannot decide.
+    Top { top: TopLogits, row: Tensor<2> },
 }
+
+/// How many of the likeliest tokens a GPU step reads back: enough for the usual nucleus, a
+/// fraction of the vocabulary's bytes.
+const TOP_TOKENS_READ: usize = 64;
 
 /// A generation in progress: the prompt is prefilled, then each [`step`](Self::step) samples
 /// one token and runs it through the model.
@@ -85,8 +95,6 @@ pub struct GenerationSession<'a> {
     decoder: StreamDecoder<'a>,
     /// What the model predicts after the last cached token.
     next: Prediction,
-    /// False when nothing reads [`TokenEvent::alternatives`].
-    alternatives: bool,
     max_new_tokens: usize,
     /// How many top tokens to report log-probabilities for; `None` computes none.
     logprobs: Option<usize>,
@@ -143,7 +151,6 @@ impl<'a> GenerationSession<'a> {
             decoder: StreamDecoder::new(&loaded.tokenizer, true),
             cache,
             next: Prediction::Logits(logits),
-            alternatives: true,
             max_new_tokens,
             logprobs: None,
             ends_at_stop_token: true,
@@ -168,14 +175,6 @@ impl<'a> GenerationSession<'a> {
         self
     }
 
-    /// Leaves [`TokenEvent::alternatives`] empty. Greedy decoding on a GPU then chooses each
-    /// token on the device and reads back only its id and probability, unless log-probabilities
-    /// are asked for.
-    pub fn without_alternatives(mut self) -> Self {
-        self.alternatives = false;
-        self
-    }
-
     pub fn stats(&self) -> &GenerationStats {
         &self.stats
     }
@@ -194,13 +193,20 @@ impl<'a> GenerationSession<'a> {
         if self.cache.len() >= self.cache.max_len() {
             return Ok(self.finish(FinishReason::ContextFull));
         }
-        let sampled = match &self.next {
-            Prediction::Logits(logits) => self.sampler.sample(logits, self.cache.tokens())?,
-            &Prediction::Chosen { id, probability } => SampledToken {
-                id,
-                probability,
-                alternatives: Vec::new(),
-            },
+        let decided = match &self.next {
+            Prediction::Logits(_) => None,
+            Prediction::Top { top, .. } => self.sampler.sample_top(top)?,
+        };
+        let sampled = match (decided, &self.next) {
+            (Some(sampled), _) => sampled,
+            (None, Prediction::Logits(logits)) => {
+                self.sampler.sample(logits, self.cache.tokens())?
+            }
+            (None, Prediction::Top { row, .. }) => {
+                let logits = logits_to_vec(row.clone())?;
+                self.stats.device_reads += 1;
+                self.sampler.sample(&logits, self.cache.tokens())?
+            }
         };
         let now = Instant::now();
         match self.first_token_at {
@@ -221,18 +227,15 @@ impl<'a> GenerationSession<'a> {
                 .decode(&[id], false)
                 .unwrap_or_default()
         };
-        let alternatives = if self.alternatives {
-            sampled
-                .alternatives
-                .iter()
-                .map(|&(id, probability)| (id, piece(id), probability))
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let alternatives = sampled
+            .alternatives
+            .iter()
+            .map(|&(id, probability)| (id, piece(id), probability))
+            .collect();
+        // A session asked for log-probabilities reads every row whole.
         let logits = match &self.next {
             Prediction::Logits(logits) => Some(logits),
-            Prediction::Chosen { .. } => None,
+            Prediction::Top { .. } => None,
         };
         let logprobs = self.logprobs.zip(logits).map(|(top, logits)| {
             let (logprob, top) = log_softmax_top(logits, sampled.id, top);
@@ -256,11 +259,9 @@ impl<'a> GenerationSession<'a> {
             .loaded
             .model
             .forward(&[sampled.id], self.cache, Logits::Last)?;
-        self.next = if self.chooses_on_device() {
-            let (id, probability) = greedy_token(logits)?;
-            Prediction::Chosen { id, probability }
-        } else {
-            Prediction::Logits(logits_to_vec(logits)?)
+        self.next = match self.read_top(&logits)? {
+            Some(top) => Prediction::Top { top, row: logits },
+            None => Prediction::Logits(logits_to_vec(logits)?),
         };
         self.stats.device_reads += 1;
         self.stats.context_used = self.cache.len();
@@ -268,15 +269,37 @@ impl<'a> GenerationSession<'a> {
         Ok(Step::Token(event))
     }
 
-    /// Whether the next token can be chosen where the logits are, reading back only the choice:
-    /// worth it on a GPU (the CPU backends' logits are already in memory), and enough only for
-    /// plain greedy decoding with nothing else read from the distribution.
-    fn chooses_on_device(&self) -> bool {
-        self.loaded.device.backend == BackendKind::Gpu
-            && self.sampler.params().is_plain_greedy()
-            && !self.alternatives
-            && self.logprobs.is_none()
-            && self.loaded.model.config().vocab_size <= GREEDY_TOKEN_VOCAB_LIMIT
+    /// On a GPU, the likeliest tokens of `row` (`[1, vocab]`) and the weight of all of them
+    /// at the sampler's temperature, found on the device and read back in one piece. `None`
+    /// where the whole row is read instead: on the CPU backends (it is in memory already), and
+    /// when log-probabilities or a repetition penalty need all of it.
+    fn read_top(&self, row: &Tensor<2>) -> Result<Option<TopLogits>, GenerationError> {
+        if self.loaded.device.backend != BackendKind::Gpu
+            || self.logprobs.is_some()
+            || self.sampler.params().repetition_penalty != 1.0
+        {
+            return Ok(None);
+        }
+        let [_, vocab_size] = row.dims();
+        let count = TOP_TOKENS_READ.min(vocab_size);
+        let Some(top) = top_entries(row, count) else {
+            return Ok(None);
+        };
+        let temperature = match self.sampler.params().temperature {
+            t if t > 0.0 => f64::from(t),
+            _ => 1.0,
+        };
+        let max = top.clone().narrow(1, 0, 1);
+        let total = (row.clone() - max).div_scalar(temperature).exp().sum_dim(1);
+        let read = logits_to_vec(Tensor::cat(vec![top, total], 1))?;
+        let (logits, rest) = read.split_at(count);
+        let (ids, total) = rest.split_at(count);
+        Ok(Some(TopLogits {
+            ids: ids.iter().map(|&id| id as u32).collect(),
+            logits: logits.to_vec(),
+            total_weight: total.first().map_or(f64::NAN, |&t| f64::from(t)),
+            vocab_size,
+        }))
     }
 
     /// Ends the generation early (Stop pressed), flushing held-back text.

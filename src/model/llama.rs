@@ -308,26 +308,6 @@ fn check_no_extra_layers(config: &LlamaConfig, checkpoint: &dyn Checkpoint) -> R
     Ok(())
 }
 
-/// The largest vocabulary [`greedy_token`] reads ids of exactly.
-pub const GREEDY_TOKEN_VOCAB_LIMIT: usize = 1 << 24;
-
-/// The likeliest token of a row of logits `[1, vocab]` and its softmax probability, worked
-/// out where the logits are: on a GPU, two numbers cross back instead of the vocabulary.
-/// The id crosses as an f32, exact for vocabularies below 2²⁴ ([`GREEDY_TOKEN_VOCAB_LIMIT`]).
-pub fn greedy_token(logits: Tensor<2>) -> Result<(u32, f32)> {
-    let max = logits.clone().max_dim(1);
-    let id = logits.clone().argmax(1).float();
-    let probability = (logits - max).exp().sum_dim(1).recip();
-    let chosen = Tensor::cat(vec![id, probability], 1);
-    let values = logits_to_vec(chosen)?;
-    match values[..] {
-        [id, probability] if id >= 0.0 => Ok((id as u32, probability)),
-        _ => Err(ModelError::Backend(format!(
-            "the greedy choice came back as {values:?}"
-        ))),
-    }
-}
-
 /// Reads logits back from the device as one flat row-major `Vec<f32>`.
 pub fn logits_to_vec(logits: Tensor<2>) -> Result<Vec<f32>> {
     logits

@@ -21,6 +21,7 @@ mod weight_arena;
 pub use config::LlamaConfig;
 pub use cpu::{IntegerValues, IntegerWeights};
 pub use error::{ModelError, Result};
+pub use gpu::top_entries;
 pub use kv_cache::KvCache;
-pub use llama::{GREEDY_TOKEN_VOCAB_LIMIT, Llama, Logits, greedy_token, logits_to_vec};
+pub use llama::{Llama, Logits, logits_to_vec};
 pub use precision::Precision;

@@ -19,7 +19,9 @@ pub use chat_template::{ChatMessage, ChatTemplate, Role, TemplateSource};
 pub use context_window::{ContextWindow, FittedPrompt, OverflowPolicy};
 pub use detokenizer::StreamDecoder;
 pub use error::TextError;
-pub use sampler::{SampledToken, Sampler, SamplingError, SamplingParams, log_softmax_top};
+pub use sampler::{
+    SampledToken, Sampler, SamplingError, SamplingParams, TopLogits, log_softmax_top,
+};
 pub use sampling_defaults::SamplingDefaults;
 pub use stop::StopTokens;
 pub use stop_strings::{Released, StopStrings};

@@ -37,14 +37,6 @@ pub struct SamplingParams {
     pub seed: u64,
 }
 
-impl SamplingParams {
-    /// The likeliest token every time, from the model's logits as they are: the choice needs
-    /// nothing but their argmax.
-    pub fn is_plain_greedy(&self) -> bool {
-        self.temperature == 0.0 && self.repetition_penalty == 1.0
-    }
-}
-
 impl Default for SamplingParams {
     fn default() -> Self {
         Self {
@@ -140,6 +132,112 @@ impl Sampler {
             return greedy(&logits);
         }
         let distribution = filtered_distribution(&logits, &self.params)?;
+        Ok(self.draw(distribution))
+    }
+
+    /// Chooses the next token as [`Sampler::sample`] would from the whole row of logits, from
+    /// only its likeliest tokens and the weight of all of them (what a GPU reads back instead
+    /// of the vocabulary). `None` when those cannot decide: tokens beyond them could be kept
+    /// (top-k past them, or a nucleus or min-p pool reaching past them), a repetition penalty
+    /// (it changes logits that were not read), or values [`Sampler::sample`] rejects. Then
+    /// nothing is drawn, so the caller can read all the logits and sample as usual.
+    pub fn sample_top(&mut self, top: &TopLogits) -> Result<Option<SampledToken>, SamplingError> {
+        let read = top.ids.len();
+        if self.params.repetition_penalty != 1.0
+            || read == 0
+            || top.logits.len() != read
+            || top.logits.iter().any(|l| l.is_nan() || *l == f32::INFINITY)
+            || !(top.total_weight.is_finite() && top.total_weight > 0.0)
+        {
+            return Ok(None);
+        }
+        let mut ranked: Vec<(u32, f32)> = top
+            .ids
+            .iter()
+            .copied()
+            .zip(top.logits.iter().copied())
+            .collect();
+        ranked.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let max = f64::from(ranked[0].1);
+        if max == f64::NEG_INFINITY {
+            return Ok(None);
+        }
+        let greedy = self.params.temperature == 0.0;
+        let temperature = if greedy {
+            1.0
+        } else {
+            f64::from(self.params.temperature)
+        };
+        let ids: Vec<u32> = ranked.iter().map(|&(id, _)| id).collect();
+        let weights: Vec<f64> = ranked
+            .iter()
+            .map(|&(_, logit)| portable_exp((f64::from(logit) - max) / temperature))
+            .collect();
+        if greedy {
+            let best = ids.len().min(ALTERNATIVES);
+            let distribution = Distribution {
+                ids: ids[..best].to_vec(),
+                weights: weights[..best].to_vec(),
+                total: top.total_weight,
+            };
+            return Ok(Some(distribution.token(0)));
+        }
+
+        // As `filtered_distribution`, on the read tokens. Every unread token ranks below
+        // every read one, so each filter keeps a prefix of `ids`.
+        let everything_read = read >= top.vocab_size;
+        let drawable = weights.iter().take_while(|&&w| w > 0.0).count();
+        let top_k = self.params.top_k;
+        let (pool, pool_total, mut covered) = if top_k > 0 && top_k < top.vocab_size {
+            if top_k > read {
+                return Ok(None);
+            }
+            let pool = top_k.min(drawable);
+            (pool, weights[..pool].iter().sum(), true)
+        } else {
+            // An unread token's weight is at most the last read one's: none is drawable once a
+            // read one underflowed.
+            (
+                drawable,
+                top.total_weight,
+                everything_read || drawable < read,
+            )
+        };
+        let mut kept = pool;
+        if self.params.min_p > 0.0 {
+            let min_weight = f64::from(self.params.min_p);
+            kept = weights[..pool]
+                .iter()
+                .take_while(|&&w| w >= min_weight)
+                .count();
+            // A read token below min-p puts every unread one below it too.
+            covered |= kept < pool;
+        }
+        let mut reached = None;
+        if self.params.top_p < 1.0 {
+            let target = f64::from(self.params.top_p) * pool_total;
+            let mut cumulative = 0.0;
+            reached = weights[..kept].iter().position(|&w| {
+                cumulative += w;
+                cumulative >= target
+            });
+        }
+        let kept = match reached {
+            Some(end) => end + 1,
+            None if covered => kept,
+            None => return Ok(None),
+        };
+        if kept == 0 {
+            return Err(SamplingError::NoCandidates);
+        }
+        Ok(Some(self.draw(Distribution::new_ranked(
+            ids[..kept].to_vec(),
+            weights[..kept].to_vec(),
+        ))))
+    }
+
+    /// Draws from `distribution` with the sampler's generator.
+    fn draw(&mut self, distribution: Distribution) -> SampledToken {
         let threshold = self.rng.random::<f64>() * distribution.total;
         let mut cumulative = 0.0;
         let mut chosen = distribution.ids.len() - 1;
@@ -150,8 +248,19 @@ impl Sampler {
                 break;
             }
         }
-        Ok(distribution.token(chosen))
+        distribution.token(chosen)
     }
+}
+
+/// The likeliest tokens of a row of logits, in any order, and the weight of the whole row:
+/// `Σ exp((logit - max) / T)` over the vocabulary, `T` the sampler's temperature (1 when
+/// greedy), so that the likeliest token weighs 1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopLogits {
+    pub ids: Vec<u32>,
+    pub logits: Vec<f32>,
+    pub total_weight: f64,
+    pub vocab_size: usize,
 }
 
 /// The log-probability of `chosen` and of the `top` likeliest tokens (best first, ties to the
@@ -189,6 +298,11 @@ struct Distribution {
 impl Distribution {
     fn new(ids: Vec<u32>, all_weights: &[f64]) -> Self {
         let weights: Vec<f64> = ids.iter().map(|&id| all_weights[id as usize]).collect();
+        Self::new_ranked(ids, weights)
+    }
+
+    /// `weights[i]` is `ids[i]`'s.
+    fn new_ranked(ids: Vec<u32>, weights: Vec<f64>) -> Self {
         let total = weights.iter().sum();
         Self {
             ids,
@@ -420,6 +534,102 @@ mod tests {
             min_p,
             repetition_penalty: 1.0,
             seed: 7,
+        }
+    }
+
+    /// The `count` likeliest of `logits` as a GPU reads them back, shuffled, with the whole
+    /// row's weight at the sampler's temperature.
+    fn top_of(logits: &[f32], count: usize, params: &SamplingParams) -> TopLogits {
+        let all: Vec<u32> = (0..logits.len() as u32).collect();
+        let mut ids = top_ranked(&all, logits, count);
+        ids.reverse();
+        let temperature = if params.temperature == 0.0 {
+            1.0
+        } else {
+            f64::from(params.temperature)
+        };
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        TopLogits {
+            logits: ids.iter().map(|&id| logits[id as usize]).collect(),
+            ids,
+            total_weight: logits
+                .iter()
+                .map(|&l| ((f64::from(l) - f64::from(max)) / temperature).exp())
+                .sum(),
+            vocab_size: logits.len(),
+        }
+    }
+
+    /// Every filter setting on two shapes of distribution: where the likeliest tokens decide,
+    /// they choose what the whole row chooses (same generator, same draw, same alternatives);
+    /// where they cannot, they say so without drawing.
+    #[test]
+    fn the_likeliest_tokens_choose_as_the_whole_row_or_decline() {
+        let peaked: Vec<f32> = (0..1000).map(|i| -(i as f32) * 0.5).collect();
+        let flat: Vec<f32> = (0..1000)
+            .map(|i| ((i * 7919) % 1000) as f32 * 1e-3)
+            .collect();
+        let (mut decided, mut declined) = (0, 0);
+        for logits in [&peaked, &flat] {
+            for (temperature, top_k, top_p, min_p) in [
+                (0.0, 0, 1.0, 0.0),
+                (0.7, 0, 0.9, 0.05),
+                (1.0, 40, 1.0, 0.0),
+                (1.0, 200, 1.0, 0.0),
+                (1.0, 0, 1.0, 0.0),
+                (1.3, 0, 0.95, 0.0),
+                (0.8, 0, 1.0, 0.1),
+            ] {
+                let params = SamplingParams {
+                    temperature,
+                    top_k,
+                    top_p,
+                    min_p,
+                    repetition_penalty: 1.0,
+                    seed: 7,
+                };
+                let mut whole = Sampler::new(params.clone()).expect("valid");
+                let mut top = Sampler::new(params.clone()).expect("valid");
+                for _ in 0..20 {
+                    let expected = whole.sample(logits, &[]).expect("samples");
+                    let Some(token) = top
+                        .sample_top(&top_of(logits, 64, &params))
+                        .expect("samples")
+                    else {
+                        declined += 1;
+                        break;
+                    };
+                    decided += 1;
+                    assert_eq!(token.id, expected.id, "{params:?}");
+                    assert!((token.probability - expected.probability).abs() < 1e-5);
+                    let ids =
+                        |t: &SampledToken| t.alternatives.iter().map(|a| a.0).collect::<Vec<_>>();
+                    assert_eq!(ids(&token), ids(&expected), "{params:?}");
+                }
+            }
+        }
+        assert!(
+            decided > 100 && declined > 0,
+            "{decided} decided, {declined} declined"
+        );
+    }
+
+    #[test]
+    fn a_repetition_penalty_or_a_top_k_past_the_read_tokens_declines() {
+        let logits: Vec<f32> = (0..300).map(|i| -(i as f32) * 0.01).collect();
+        for params in [
+            SamplingParams {
+                repetition_penalty: 1.1,
+                ..SamplingParams::default()
+            },
+            SamplingParams {
+                top_k: 100,
+                ..SamplingParams::default()
+            },
+        ] {
+            let top = top_of(&logits, 64, &params);
+            let mut sampler = Sampler::new(params).expect("valid");
+            assert_eq!(sampler.sample_top(&top).expect("no error"), None);
         }
     }
 

@@ -15,6 +15,7 @@ use cubecl::prelude::*;
 
 use super::attention::decode_attention_kernel;
 use super::matvec::{MAX_STAGED, Prologue, ROWS_PER_STEP, WIDTH, matvec_kernel};
+use super::top::{LISTS, merge_top_kernel, partial_top_kernel};
 
 /// Workgroups per projection at most on a software renderer (lavapipe), where the CPU's cores
 /// stand in for a GPU's: few, so that each one's prologue (the norm's sum of squares, the
@@ -53,6 +54,16 @@ pub trait DecodeKernels: Backend {
         position: usize,
         heads: usize,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+
+    /// The `count` largest entries of an f32 row `[1, len]` and their ids (as f32), best first,
+    /// in the first `count` places of two `[LISTS · count]` tensors (the rest is scratch).
+    #[fusion(meta = top_outputs)]
+    fn top_entries(row: FloatTensor<Self>, count: usize) -> (FloatTensor<Self>, FloatTensor<Self>);
+}
+
+fn top_outputs(row: &TensorSpec, count: &usize) -> (TensorSpec, TensorSpec) {
+    let spec = TensorSpec::new(Shape::new([LISTS * count]), row.dtype);
+    (spec.clone(), spec)
 }
 
 fn attention_outputs(
@@ -177,5 +188,42 @@ impl DecodeKernels for CubeBackend {
             );
         }
         (output, keys, values)
+    }
+
+    fn top_entries(row: CubeTensor, count: usize) -> (CubeTensor, CubeTensor) {
+        let len = row.meta.shape().num_elements();
+        let scratch = || {
+            empty_device_dtype(
+                row.client.clone(),
+                row.device.clone(),
+                Shape::new([LISTS * count]),
+                row.dtype,
+            )
+        };
+        let (values, ids) = (scratch(), scratch());
+        // SAFETY: `gpu::top_entries` checked that the row is f32 and `count` at least one; the
+        // first launch writes `LISTS · count` entries and reads `len`, the second reads and
+        // writes those entries.
+        unsafe {
+            partial_top_kernel::launch_unchecked(
+                &row.client,
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_1d(LISTS as u32),
+                into_contiguous(row.clone()).into_buffer_arg(),
+                values.clone().into_buffer_arg(),
+                ids.clone().into_buffer_arg(),
+                len,
+                count,
+            );
+            merge_top_kernel::launch_unchecked(
+                &row.client,
+                CubeCount::Static(1, 1, 1),
+                CubeDim::new_1d(1),
+                values.clone().into_buffer_arg(),
+                ids.clone().into_buffer_arg(),
+                count,
+            );
+        }
+        (values, ids)
     }
 }

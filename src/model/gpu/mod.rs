@@ -12,6 +12,7 @@
 mod attention;
 mod extension;
 mod matvec;
+mod top;
 
 use burn::backend::{Dispatch, DispatchDevice};
 use burn::tensor::{DType, Tensor};
@@ -116,6 +117,25 @@ pub fn decode_attention(
         Tensor::from_dispatch(keys),
         Tensor::from_dispatch(values),
     )
+}
+
+/// The `count` largest logits of `row` (`[1, len]`, f32, on a GPU) and their ids, best first
+/// (ties: the lower id), as one `[1, 2 · count]` tensor: values, then ids as f32 (exact below
+/// 2²⁴). `None` off the GPU or for another shape or type.
+pub fn top_entries(row: &Tensor<2>, count: usize) -> Option<Tensor<2>> {
+    let [rows, len] = row.dims();
+    let applies = rows == 1
+        && (1..=len).contains(&count)
+        && len < 1 << 24
+        && row.dtype() == DType::F32
+        && matches!(row.device().as_dispatch(), DispatchDevice::Cube(_));
+    if !applies {
+        return None;
+    }
+    let (values, ids) =
+        <Dispatch as DecodeKernels>::top_entries(row.clone().into_dispatch(), count);
+    let best = |entries| Tensor::<1>::from_dispatch(entries).narrow(0, 0, count);
+    Some(Tensor::cat(vec![best(values), best(ids)], 0).reshape([1, 2 * count]))
 }
 
 #[cfg(test)]
