@@ -193,20 +193,16 @@ impl<'a> GenerationSession<'a> {
         if self.cache.len() >= self.cache.max_len() {
             return Ok(self.finish(FinishReason::ContextFull));
         }
-        let decided = match &self.next {
-            Prediction::Logits(_) => None,
-            Prediction::Top { top, .. } => self.sampler.sample_top(top)?,
-        };
-        let sampled = match (decided, &self.next) {
-            (Some(sampled), _) => sampled,
-            (None, Prediction::Logits(logits)) => {
-                self.sampler.sample(logits, self.cache.tokens())?
-            }
-            (None, Prediction::Top { row, .. }) => {
-                let logits = logits_to_vec(row.clone())?;
-                self.stats.device_reads += 1;
-                self.sampler.sample(&logits, self.cache.tokens())?
-            }
+        let sampled = match &self.next {
+            Prediction::Logits(logits) => self.sampler.sample(logits, self.cache.tokens())?,
+            Prediction::Top { top, row } => match self.sampler.sample_top(top)? {
+                Some(sampled) => sampled,
+                None => {
+                    let logits = logits_to_vec(row.clone())?;
+                    self.stats.device_reads += 1;
+                    self.sampler.sample(&logits, self.cache.tokens())?
+                }
+            },
         };
         let now = Instant::now();
         match self.first_token_at {

@@ -8,6 +8,8 @@
 //! projection, and the residual adds inside the projections that end each block. The model's
 //! modules ask them first for one token on a GPU and use Burn's composition of the same math
 //! otherwise (prompts, the CPU backends, quantized weights); the tests compare the two.
+//! A last kernel finds a row's likeliest logits, so that a step reads back those instead of
+//! the vocabulary.
 
 mod attention;
 mod extension;
@@ -36,9 +38,12 @@ pub enum Input<'a> {
 
 /// Whether `x` is one token's activations on a GPU, in a float type the kernels compute in.
 pub fn runs_decode_step(x: &Tensor<2>) -> bool {
-    x.dims()[0] == 1
-        && matches!(x.device().as_dispatch(), DispatchDevice::Cube(_))
-        && matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16)
+    x.dims()[0] == 1 && on_gpu(x) && matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16)
+}
+
+/// Whether `x` lives on a CubeCL device, where these kernels run.
+fn on_gpu(x: &Tensor<2>) -> bool {
+    matches!(x.device().as_dispatch(), DispatchDevice::Cube(_))
 }
 
 /// `[residual +] weight · input` in one launch, or `None` where it does not apply: not one
@@ -128,7 +133,7 @@ pub fn top_entries(row: &Tensor<2>, count: usize) -> Option<Tensor<2>> {
         && (1..=len).contains(&count)
         && len < 1 << 24
         && row.dtype() == DType::F32
-        && matches!(row.device().as_dispatch(), DispatchDevice::Cube(_));
+        && on_gpu(row);
     if !applies {
         return None;
     }
