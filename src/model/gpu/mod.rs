@@ -126,11 +126,11 @@ pub fn decode_attention(
 
 /// The `count` largest logits of `row` (`[1, len]`, f32, on a GPU) and their ids, best first
 /// (ties: the lower id), as one `[1, 2 · count]` tensor: values, then ids as f32 (exact below
-/// 2²⁴). `None` off the GPU or for another shape or type.
+/// 2²⁴). `None` off the GPU, for another shape or type, or for more than 256 entries.
 pub fn top_entries(row: &Tensor<2>, count: usize) -> Option<Tensor<2>> {
     let [rows, len] = row.dims();
     let applies = rows == 1
-        && (1..=len).contains(&count)
+        && (1..=len.min(top::THREADS)).contains(&count)
         && len < 1 << 24
         && row.dtype() == DType::F32
         && on_gpu(row);
@@ -139,7 +139,7 @@ pub fn top_entries(row: &Tensor<2>, count: usize) -> Option<Tensor<2>> {
     }
     let (values, ids) =
         <Dispatch as DecodeKernels>::top_entries(row.clone().into_dispatch(), count);
-    let best = |entries| Tensor::<1>::from_dispatch(entries).narrow(0, 0, count);
+    let best = |entries| Tensor::<1>::from_dispatch(entries);
     Some(Tensor::cat(vec![best(values), best(ids)], 0).reshape([1, 2 * count]))
 }
 

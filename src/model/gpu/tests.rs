@@ -142,23 +142,25 @@ fn attention_matches_burns_composition_and_writes_the_cache() {
 #[test]
 fn top_entries_are_the_largest_best_first() {
     let device = gpu();
-    let len = 49_152;
-    // Ties among the largest values, which the lower id wins.
-    let row: Vec<f32> = test_values(len, 9)
-        .into_iter()
-        .map(|v| (v * 64.0).round())
-        .collect();
-    let count = 64;
-    let top = super::top_entries(
-        &Tensor::from_data(TensorData::new(row.clone(), [1, len]), &device),
-        count,
-    )
-    .expect("runs on the GPU");
-    let read = top.into_data().try_into_vec::<f32>().expect("f32 values");
-    let mut expected: Vec<usize> = (0..len).collect();
-    expected.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
-    let ids: Vec<usize> = read[count..].iter().map(|&id| id as usize).collect();
-    assert_eq!(ids, expected[..count], "ids");
-    let values: Vec<f32> = expected[..count].iter().map(|&id| row[id]).collect();
-    assert_eq!(read[..count], values[..], "values");
+    // The vocabulary's width (two launches), one span (one launch), a ragged last span, and
+    // the largest count.
+    for (len, count) in [(49_152, 64), (500, 64), (3001, 7), (2000, 256), (64, 64)] {
+        // Ties among the largest values, which the lower id wins.
+        let row: Vec<f32> = test_values(len, 9)
+            .into_iter()
+            .map(|v| (v * 64.0).round())
+            .collect();
+        let top = super::top_entries(
+            &Tensor::from_data(TensorData::new(row.clone(), [1, len]), &device),
+            count,
+        )
+        .expect("runs on the GPU");
+        let read = top.into_data().try_into_vec::<f32>().expect("f32 values");
+        let mut expected: Vec<usize> = (0..len).collect();
+        expected.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        let ids: Vec<usize> = read[count..].iter().map(|&id| id as usize).collect();
+        assert_eq!(ids, expected[..count], "ids of {count} in {len}");
+        let values: Vec<f32> = expected[..count].iter().map(|&id| row[id]).collect();
+        assert_eq!(read[..count], values[..], "values of {count} in {len}");
+    }
 }
