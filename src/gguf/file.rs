@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
+use memmap2::{Mmap, UncheckedAdvice};
 
 use super::error::{GgufError, GgufErrorKind};
 use super::metadata::{FromMetadata, Metadata, MetadataArray, MetadataValue, type_id, type_name};
@@ -242,6 +242,27 @@ impl GgufFile {
             data,
             path: &self.path,
         })
+    }
+
+    /// Hands the mapped pages of a tensor that has been converted back to the kernel, so that
+    /// resident memory while loading stays near one copy of the weights instead of growing by
+    /// the whole file (a Q4_0 SmolLM2-135M peaked at 245 MB, 92 MB of it the mapped file).
+    pub fn release(&self, info: &TensorInfo) {
+        let Storage::Mapped(map) = &self.bytes else {
+            return;
+        };
+        let page = 4096;
+        let start = (self.header.data_offset + info.offset) as usize;
+        let first = start.div_ceil(page) * page;
+        let last = (start + info.n_bytes as usize) / page * page;
+        if last > first {
+            // SAFETY: the mapping is a read-only private file mapping; dropping its pages only
+            // means a later read faults them in again from the file, and no slice into this
+            // range outlives the conversion that just finished.
+            let _ = unsafe {
+                map.unchecked_advise_range(UncheckedAdvice::DontNeed, first, last - first)
+            };
+        }
     }
 
     /// An error about this file.

@@ -107,6 +107,7 @@ impl GgufCheckpoint {
                     *slot = from_f32(value);
                 }
             }
+            self.file.release(info);
         }
         Ok(())
     }
@@ -246,6 +247,7 @@ impl Checkpoint for GgufCheckpoint {
                     offsets.extend(repeated(&row_offsets, own_block / block));
                 }
             }
+            self.file.release(info);
         }
         Ok(Some(IntegerWeights {
             dims: [rows, cols],
