@@ -360,7 +360,7 @@ pub fn run(paths: Paths) -> Result<(), String> {
         "smolchat",
         options,
         Box::new(move |cc| {
-            cc.egui_ctx.set_fonts(super::fonts::with_system_symbols());
+            cc.egui_ctx.set_fonts(super::fonts::with_system_fallbacks());
             let ctx = cc.egui_ctx.clone();
             let interval = match renders_in_software(cc.gl.as_deref()) {
                 true => SOFTWARE_FRAME_INTERVAL,

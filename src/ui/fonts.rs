@@ -1,36 +1,66 @@
-//! The window's fonts: egui's own (with its emoji), then, as the last resort, a font the
-//! system already has for the symbols small models write that egui's fonts lack (arrows
-//! such as →, maths, box drawing). Bundling one would add a megabyte to the binary for what
-//! almost every desktop ships.
+//! The window's fonts: egui's own (with its emoji), then, as last resorts, fonts the system
+//! already has for what egui's fonts lack: symbols small models write (arrows such as →,
+//! maths, box drawing), the emoji added since Unicode 8 (🤔, 🤗, 🤖, 🧠: egui's emoji font
+//! stops before them, and this model uses them often), and whatever is left. Bundling them
+//! would add megabytes to the binary for what most desktops ship. Colour emoji fonts are no
+//! use here: egui draws outlines only.
 
 use std::sync::Arc;
 
 use egui::{FontData, FontDefinitions, FontFamily};
 
-/// Fonts with wide symbol coverage, where the common systems keep them; the first found is
-/// used.
-const SYMBOL_FONTS: &[&str] = &[
-    // Debian, Ubuntu
-    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-    // Arch
-    "/usr/share/fonts/TTF/DejaVuSans.ttf",
-    // Fedora
-    "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
-    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    // macOS
-    "/System/Library/Fonts/Supplemental/Arial Unicode.ttf",
-    // Windows: Segoe UI Symbol
-    "C:\\Windows\\Fonts\\seguisym.ttf",
+/// For each kind of fallback, fonts where the common systems keep them; the first found of
+/// each kind is used, in this order.
+const FALLBACK_FONTS: &[(&str, &[&str])] = &[
+    (
+        "system symbols",
+        &[
+            // Debian, Ubuntu
+            "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+            // Arch
+            "/usr/share/fonts/TTF/DejaVuSans.ttf",
+            // Fedora
+            "/usr/share/fonts/dejavu-sans-fonts/DejaVuSans.ttf",
+            "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+            // macOS
+            "/System/Library/Fonts/Supplemental/Arial Unicode.ttf",
+            // Windows: Segoe UI Symbol
+            "C:\\Windows\\Fonts\\seguisym.ttf",
+        ],
+    ),
+    (
+        "system emoji",
+        &[
+            // Debian, Ubuntu (fonts-symbola): emoji to Unicode 9, in outline
+            "/usr/share/fonts/truetype/ancient-scripts/Symbola_hint.ttf",
+            // Arch, Fedora
+            "/usr/share/fonts/TTF/Symbola.ttf",
+            "/usr/share/fonts/gdouros-symbola/Symbola.ttf",
+            // Windows: Segoe UI Emoji, whose base glyphs are outlines beside its colour layers
+            // (untested here)
+            "C:\\Windows\\Fonts\\seguiemj.ttf",
+        ],
+    ),
+    (
+        "system unicode",
+        &[
+            // Debian, Ubuntu (fonts-unifont): every emoji to Unicode 15, as pixel outlines
+            "/usr/share/fonts/opentype/unifont/unifont_upper.otf",
+            // Arch, Fedora
+            "/usr/share/fonts/unifont/unifont_upper.otf",
+            "/usr/share/fonts/unifont/unifont_upper.ttf",
+        ],
+    ),
 ];
 
-/// egui's fonts, and the first of [`SYMBOL_FONTS`] this system has after them.
-pub fn with_system_symbols() -> FontDefinitions {
+/// egui's fonts, and after them the first of each kind of [`FALLBACK_FONTS`] this system has.
+pub fn with_system_fallbacks() -> FontDefinitions {
     let mut fonts = FontDefinitions::default();
-    if let Some(bytes) = SYMBOL_FONTS
-        .iter()
-        .find_map(|path| std::fs::read(path).ok())
-    {
-        let name = "system symbols".to_owned();
+    for (name, paths) in FALLBACK_FONTS {
+        let Some(bytes) = paths.iter().find_map(|path| std::fs::read(path).ok()) else {
+            continue;
+        };
+        let name = (*name).to_owned();
         fonts
             .font_data
             .insert(name.clone(), Arc::new(FontData::from_owned(bytes)));
@@ -43,13 +73,13 @@ pub fn with_system_symbols() -> FontDefinitions {
 
 #[cfg(test)]
 mod tests {
-    use super::with_system_symbols;
+    use super::with_system_fallbacks;
 
     /// Arrows and symbols egui's fonts lack, from the system's font (CI installs DejaVu).
     #[test]
     fn arrows_and_symbols_have_glyphs_from_the_system_font() {
         let ctx = egui::Context::default();
-        ctx.set_fonts(with_system_symbols());
+        ctx.set_fonts(with_system_fallbacks());
         let mut output = ctx.run_ui(Default::default(), |_| {});
         output.textures_delta.clear();
         for family in [
@@ -62,5 +92,21 @@ mod tests {
                 .collect();
             assert!(missing.is_empty(), "{family:?} draws as boxes: {missing:?}");
         }
+    }
+
+    /// Emoji from Unicode 8 on, which egui's emoji font lacks, from the system's emoji and
+    /// Unicode fonts (CI installs Symbola and Unifont).
+    #[test]
+    fn newer_emoji_have_glyphs_from_the_system_fonts() {
+        let ctx = egui::Context::default();
+        ctx.set_fonts(with_system_fallbacks());
+        let mut output = ctx.run_ui(Default::default(), |_| {});
+        output.textures_delta.clear();
+        let font = egui::FontId::proportional(14.0);
+        let missing: Vec<char> = "🤔🤗🤩🧠🤣🤖🤓🙂🤯🥳🥰🥺🫶🪄"
+            .chars()
+            .filter(|&c| !ctx.fonts_mut(|fonts| fonts.has_glyph(&font, c)))
+            .collect();
+        assert!(missing.is_empty(), "drawn as boxes: {missing:?}");
     }
 }
