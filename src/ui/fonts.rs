@@ -75,22 +75,26 @@ pub fn with_system_fallbacks() -> FontDefinitions {
 mod tests {
     use super::with_system_fallbacks;
 
-    /// Arrows and symbols egui's fonts lack, from the system's font (CI installs DejaVu).
-    #[test]
-    fn arrows_and_symbols_have_glyphs_from_the_system_font() {
+    /// The characters of `text` that `font` draws as boxes with the fallbacks installed.
+    fn missing(text: &str, font: &egui::FontId) -> Vec<char> {
         let ctx = egui::Context::default();
         ctx.set_fonts(with_system_fallbacks());
         let mut output = ctx.run_ui(Default::default(), |_| {});
         output.textures_delta.clear();
-        for family in [
+        text.chars()
+            .filter(|&c| !ctx.fonts_mut(|fonts| fonts.has_glyph(font, c)))
+            .collect()
+    }
+
+    /// Arrows and symbols egui's fonts lack, from the system's font (CI installs DejaVu).
+    #[test]
+    fn arrows_and_symbols_have_glyphs_from_the_system_font() {
+        for font in [
             egui::FontId::proportional(14.0),
             egui::FontId::monospace(14.0),
         ] {
-            let missing: Vec<char> = "→←↑↓⇒≤≥≠∞√∑±×÷°€£✓✗┌─┐"
-                .chars()
-                .filter(|&c| !ctx.fonts_mut(|fonts| fonts.has_glyph(&family, c)))
-                .collect();
-            assert!(missing.is_empty(), "{family:?} draws as boxes: {missing:?}");
+            let missing = missing("→←↑↓⇒≤≥≠∞√∑±×÷°€£✓✗┌─┐", &font);
+            assert!(missing.is_empty(), "{font:?} draws as boxes: {missing:?}");
         }
     }
 
@@ -98,15 +102,10 @@ mod tests {
     /// Unicode fonts (CI installs Symbola and Unifont).
     #[test]
     fn newer_emoji_have_glyphs_from_the_system_fonts() {
-        let ctx = egui::Context::default();
-        ctx.set_fonts(with_system_fallbacks());
-        let mut output = ctx.run_ui(Default::default(), |_| {});
-        output.textures_delta.clear();
-        let font = egui::FontId::proportional(14.0);
-        let missing: Vec<char> = "🤔🤗🤩🧠🤣🤖🤓🙂🤯🥳🥰🥺🫶🪄"
-            .chars()
-            .filter(|&c| !ctx.fonts_mut(|fonts| fonts.has_glyph(&font, c)))
-            .collect();
+        let missing = missing(
+            "🤔🤗🤩🧠🤣🤖🤓🙂🤯🥳🥰🥺🫶🪄",
+            &egui::FontId::proportional(14.0),
+        );
         assert!(missing.is_empty(), "drawn as boxes: {missing:?}");
     }
 }
