@@ -281,10 +281,7 @@ impl<'a> GenerationSession<'a> {
         let Some(top) = top_entries(row, count) else {
             return Ok(None);
         };
-        let temperature = match self.sampler.params().temperature {
-            t if t > 0.0 => f64::from(t),
-            _ => 1.0,
-        };
+        let temperature = self.sampler.params().weight_temperature();
         let max = top.clone().narrow(1, 0, 1);
         let total = (row.clone() - max).div_scalar(temperature).exp().sum_dim(1);
         let read = logits_to_vec(Tensor::cat(vec![top, total], 1))?;

@@ -37,6 +37,19 @@ pub struct SamplingParams {
     pub seed: u64,
 }
 
+impl SamplingParams {
+    /// The temperature token weights are taken at: the sampler's, or 1 when greedy, whose
+    /// reported probabilities are the model's own softmax. A GPU's read of the row's total
+    /// weight and [`Sampler::sample_top`]'s weights of the read tokens must agree on it.
+    pub fn weight_temperature(&self) -> f64 {
+        if self.temperature == 0.0 {
+            1.0
+        } else {
+            f64::from(self.temperature)
+        }
+    }
+}
+
 impl Default for SamplingParams {
     fn default() -> Self {
         Self {
@@ -163,11 +176,7 @@ impl Sampler {
             return Ok(None);
         }
         let greedy = self.params.temperature == 0.0;
-        let temperature = if greedy {
-            1.0
-        } else {
-            f64::from(self.params.temperature)
-        };
+        let temperature = self.params.weight_temperature();
         let ids: Vec<u32> = ranked.iter().map(|&(id, _)| id).collect();
         let weights: Vec<f64> = ranked
             .iter()
@@ -543,11 +552,7 @@ mod tests {
         let all: Vec<u32> = (0..logits.len() as u32).collect();
         let mut ids = top_ranked(&all, logits, count);
         ids.reverse();
-        let temperature = if params.temperature == 0.0 {
-            1.0
-        } else {
-            f64::from(params.temperature)
-        };
+        let temperature = params.weight_temperature();
         let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         TopLogits {
             logits: ids.iter().map(|&id| logits[id as usize]).collect(),
