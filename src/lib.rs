@@ -7,6 +7,7 @@ pub mod engine;
 pub mod generation;
 pub mod gguf;
 pub mod hub;
+pub mod mapped_file;
 pub mod model;
 pub mod model_source;
 pub mod server;

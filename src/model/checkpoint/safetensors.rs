@@ -8,9 +8,10 @@ use ::safetensors::SafeTensors;
 use ::safetensors::tensor::{Dtype, Metadata, TensorInfo};
 use burn::tensor::{Bytes, DType, TensorData};
 use half::{bf16, f16};
-use memmap2::{Mmap, UncheckedAdvice};
+use memmap2::Mmap;
 
 use super::{Checkpoint, TensorRole};
+use crate::mapped_file::release_pages;
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
 
@@ -293,22 +294,11 @@ impl Shard {
         &self.mmap[self.data_start + start..self.data_start + end]
     }
 
-    /// Hands the pages of a converted tensor back to the kernel so that resident memory while
-    /// loading stays near one copy of the weights instead of growing by the whole file.
+    /// Hands the mapped pages of a converted tensor back to the kernel (see
+    /// [`release_pages`]).
     fn release(&self, info: &TensorInfo) {
         let (start, end) = info.data_offsets;
-        let page = 4096;
-        let first = (self.data_start + start).div_ceil(page) * page;
-        let last = (self.data_start + end) / page * page;
-        if last > first {
-            // SAFETY: the mapping is a read-only private file mapping; dropping its pages only
-            // means a later read faults them in again from the file, and no slice into this
-            // range outlives the conversion that just finished.
-            let _ = unsafe {
-                self.mmap
-                    .unchecked_advise_range(UncheckedAdvice::DontNeed, first, last - first)
-            };
-        }
+        release_pages(&self.mmap, self.data_start + start..self.data_start + end);
     }
 }
 
