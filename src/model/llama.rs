@@ -194,19 +194,6 @@ impl Llama {
         cache: &mut KvCache,
         logits: Logits,
     ) -> Result<Tensor<2>> {
-        // The CPU backends spread each operation over rayon's pool. Called from outside the
-        // pool, each of a step's ~150 operations waits for sleeping workers to wake (tens of
-        // µs each, a fifth of a decode step); on a pool thread it starts at once and the
-        // other workers join in.
-        rayon::scope(|_| self.forward_in_pool(tokens, cache, logits))
-    }
-
-    fn forward_in_pool(
-        &self,
-        tokens: &[u32],
-        cache: &mut KvCache,
-        logits: Logits,
-    ) -> Result<Tensor<2>> {
         let count = tokens.len();
         if count == 0 {
             return Err(ModelError::EmptyInput);

@@ -13,6 +13,7 @@ mod host;
 mod math;
 mod matmul;
 mod matvec;
+mod pool;
 mod projection;
 mod quantize;
 mod rms_norm;

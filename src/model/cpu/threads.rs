@@ -1,9 +1,9 @@
 //! Splitting a kernel's output rows over the CPU's cores.
 //!
-//! The rows are split over a [`micropool`] pool, not rayon's. A decode step is ~150 kernels,
+//! The rows are split over our own [`Pool`], not rayon's. A decode step is ~150 kernels,
 //! each 5–200 µs long, with a few µs between them; rayon's idle workers go to sleep within a
-//! few µs and each kernel then waits for one to wake. micropool's workers keep spinning for a
-//! set time after their last job, and the calling thread works on its share instead of
+//! few µs and each kernel then waits for one to wake. The pool's helpers keep watching for a
+//! few ms after their last job, and the calling thread works on its share instead of
 //! waiting. In a bf16 decode step on two cores this cut the time spent in matrix-vector
 //! products from 11.6 to 9.3 ms (23 to 29 GB/s).
 
@@ -11,33 +11,23 @@ use std::ops::Range;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
-use micropool::{ThreadPool, ThreadPoolBuilder};
-
-/// How long an idle worker spins before it sleeps, in spin-loop iterations (a few ms): longer
-/// than the gaps between one step's kernels and between tokens, short enough that the core
-/// is released soon after generation ends.
-const IDLE_SPIN: usize = 200_000;
+use super::pool::Pool;
 
 /// The helper threads, one fewer than the threads the CPU backends use (rayon's count, so
 /// `RAYON_NUM_THREADS` sets both), since the calling thread does a share of each kernel.
-/// `None` for a single thread.
-fn pool() -> Option<&'static ThreadPool> {
-    static POOL: OnceLock<Option<ThreadPool>> = OnceLock::new();
+/// `None` for a single thread, or where the system would not start another.
+fn pool() -> Option<&'static Pool> {
+    static POOL: OnceLock<Option<Pool>> = OnceLock::new();
     POOL.get_or_init(|| {
         let helpers = rayon::current_num_threads().saturating_sub(1);
-        (helpers > 0).then(|| {
-            ThreadPoolBuilder::default()
-                .num_threads(helpers)
-                .idle_spin_cycles(IDLE_SPIN)
-                .build()
-        })
+        (helpers > 0).then(|| Pool::new(helpers).ok()).flatten()
     })
     .as_ref()
 }
 
 /// The threads that run each kernel: the pool's helpers and the calling thread.
 pub fn thread_count() -> usize {
-    pool().map_or(1, |pool| pool.num_threads() + 1)
+    pool().map_or(1, Pool::threads)
 }
 
 /// Runs `part(first_row, rows)` over contiguous ranges of the rows of `out` (`row_len`
@@ -123,7 +113,7 @@ pub fn split_ranges(len: usize, min_len: usize, part: &(impl Fn(Range<usize>) + 
             }
         }
     };
-    run_on_every_thread(pool, threads, &work);
+    pool.run(&work);
 }
 
 /// Ranges per thread: enough for the last one to be short, few enough that claiming them
@@ -179,18 +169,6 @@ impl Share {
         let start = self.indices.start + index * self.range_len;
         Some(start..(start + self.range_len).min(self.indices.end))
     }
-}
-
-/// Runs `work` on `threads` threads at once: this one and the pool's helpers.
-fn run_on_every_thread(pool: &ThreadPool, threads: usize, work: &(impl Fn() + Sync)) {
-    if threads <= 1 {
-        return work();
-    }
-    let left = threads / 2;
-    pool.join(
-        || run_on_every_thread(pool, left, work),
-        || run_on_every_thread(pool, threads - left, work),
-    );
 }
 
 #[cfg(test)]
