@@ -24,10 +24,16 @@ use std::time::{Duration, Instant};
 /// between two kernels, so that an uncontended step never enters the scheduler.
 const SPIN: Duration = Duration::from_micros(20);
 
-/// How long an idle helper keeps watching for work (spinning, then yielding) before it
-/// sleeps: longer than the gap between two tokens, short enough that the core is released
-/// soon after a reply ends.
-const WATCH: Duration = Duration::from_millis(5);
+/// How long the caller waits for a helper's piece of work before it sleeps: far longer
+/// than a piece takes (a sixteenth of a kernel, at most ~15 µs), so the helper has lost its
+/// core. Yielding only hands the core to a thread queued on it; an idle core is what makes
+/// the scheduler move the helper over.
+const PATIENCE: Duration = Duration::from_micros(200);
+
+/// How long an idle helper keeps watching for work before it sleeps: longer than the gap
+/// between two tokens (sampling, ~150 µs), short enough that a caller that lost its core
+/// soon gets this one, and that the core is released soon after a reply ends.
+const WATCH: Duration = Duration::from_millis(1);
 
 /// A job as the helpers see it: a pointer to the caller's `&dyn Fn()`, valid while the job
 /// is open or a helper that joined it has not finished.
@@ -47,9 +53,18 @@ struct Shared {
     state: AtomicU64,
     job: AtomicPtr<()>,
     panicked: AtomicBool,
+    /// Helpers asleep for want of work.
+    work: Bell,
+    /// The caller asleep for want of helpers that finish.
+    finished: Bell,
+}
+
+/// Where threads that have waited long enough sleep until another rings.
+#[derive(Default)]
+struct Bell {
     sleepers: AtomicUsize,
-    sleep: Mutex<()>,
-    wake: Condvar,
+    lock: Mutex<()>,
+    ring: Condvar,
 }
 
 /// Set once the caller has finished its own run of the job: helpers may no longer join.
@@ -64,9 +79,8 @@ impl Pool {
             state: AtomicU64::new(CLOSED),
             job: AtomicPtr::new(std::ptr::null_mut()),
             panicked: AtomicBool::new(false),
-            sleepers: AtomicUsize::new(0),
-            sleep: Mutex::new(()),
-            wake: Condvar::new(),
+            work: Bell::default(),
+            finished: Bell::default(),
         });
         for index in 0..helpers {
             let shared = Arc::clone(&shared);
@@ -104,23 +118,22 @@ impl Pool {
             .job
             .store((&raw const job_ref).cast_mut().cast(), Ordering::Relaxed);
         let number = (shared.state.load(Ordering::Relaxed) & !(NUMBER - 1)).wrapping_add(NUMBER);
-        // SeqCst, with the load of `sleepers` below, so that a helper going to sleep either
-        // sees this job or is counted and woken (see `Shared::sleep_until_work`).
         shared.state.store(number, Ordering::SeqCst);
-        if shared.sleepers.load(Ordering::SeqCst) > 0 {
-            let _sleep = shared
-                .sleep
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            shared.wake.notify_all();
-        }
+        shared.work.ring();
         // Helpers that joined read `job_ref` until they finish, so wait for them even when
         // the job panics here.
         struct Close<'a>(&'a Shared);
         impl Drop for Close<'_> {
             fn drop(&mut self) {
-                self.0.state.fetch_or(CLOSED, Ordering::AcqRel);
-                wait(|| self.0.state.load(Ordering::Acquire) & RUNNING == 0);
+                let Shared {
+                    state, finished, ..
+                } = self.0;
+                state.fetch_or(CLOSED, Ordering::SeqCst);
+                wait(
+                    || state.load(Ordering::SeqCst) & RUNNING == 0,
+                    PATIENCE,
+                    finished,
+                );
             }
         }
         let close = Close(shared);
@@ -140,7 +153,8 @@ impl Shared {
             let new = state & !(NUMBER - 1) != seen & !(NUMBER - 1);
             if !new || state & CLOSED != 0 {
                 seen = state;
-                self.watch_for_work(seen);
+                let changed = || (self.state.load(Ordering::SeqCst) ^ seen) & !(NUMBER - 1) != 0;
+                wait(changed, WATCH, &self.work);
                 continue;
             }
             if self
@@ -159,48 +173,52 @@ impl Shared {
             if catch_unwind(AssertUnwindSafe(job)).is_err() {
                 self.panicked.store(true, Ordering::Relaxed);
             }
-            self.state.fetch_sub(1, Ordering::Release);
+            self.state.fetch_sub(1, Ordering::SeqCst);
+            self.finished.ring();
         }
     }
+}
 
-    /// Returns once the job number differs from `seen`'s, or soon after; sleeps if none
-    /// comes for [`WATCH`].
-    fn watch_for_work(&self, seen: u64) {
-        let changed = || (self.state.load(Ordering::Acquire) ^ seen) & !(NUMBER - 1) != 0;
-        let start = Instant::now();
-        while !changed() {
-            if start.elapsed() > WATCH {
-                return self.sleep_until_work(seen);
-            }
-            if start.elapsed() > SPIN {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
-        }
-    }
-
-    fn sleep_until_work(&self, seen: u64) {
-        let mut sleep = self
-            .sleep
+impl Bell {
+    /// Sleeps until `done()`, which must read with `SeqCst` what the ringer changed with
+    /// `SeqCst` before [`Bell::ring`]: then either `done()` sees the change or the ringer
+    /// sees this sleeper and wakes it.
+    fn sleep_until(&self, done: impl Fn() -> bool) {
+        let mut lock = self
+            .lock
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         self.sleepers.fetch_add(1, Ordering::SeqCst);
-        while (self.state.load(Ordering::SeqCst) ^ seen) & !(NUMBER - 1) == 0 {
-            sleep = self
-                .wake
-                .wait(sleep)
+        while !done() {
+            lock = self
+                .ring
+                .wait(lock)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
     }
+
+    fn ring(&self) {
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _lock = self
+                .lock
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.ring.notify_all();
+        }
+    }
 }
 
-/// Returns once `done()`: spins for [`SPIN`], then yields the core between looks.
-fn wait(done: impl Fn() -> bool) {
+/// Returns once `done()`: spins for [`SPIN`], then yields the core between looks, and after
+/// `patience` sleeps on `bell`.
+fn wait(done: impl Fn() -> bool, patience: Duration, bell: &Bell) {
     let start = Instant::now();
     while !done() {
-        if start.elapsed() > SPIN {
+        let waited = start.elapsed();
+        if waited > patience {
+            return bell.sleep_until(done);
+        }
+        if waited > SPIN {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
