@@ -341,3 +341,27 @@ fn software_opengl_is_told_by_the_renderer_name() {
         assert!(!super::is_software_renderer(hardware), "{hardware}");
     }
 }
+
+/// A focused text field asks for frames to blink its cursor, except where frames are drawn
+/// sparingly (software OpenGL).
+#[test]
+fn drawn_sparingly_a_focused_text_field_asks_for_no_frames() {
+    let next_frame_after = |sparing: bool| {
+        let ctx = egui::Context::default();
+        if sparing {
+            super::draw_sparingly(&ctx);
+        }
+        let mut text = String::from("draft");
+        let mut delay = std::time::Duration::ZERO;
+        for _ in 0..3 {
+            let mut output = ctx.run_ui(egui::RawInput::default(), |ui| {
+                ui.text_edit_singleline(&mut text).request_focus();
+            });
+            output.textures_delta.clear();
+            delay = output.viewport_output[&egui::ViewportId::ROOT].repaint_delay;
+        }
+        delay
+    };
+    assert!(next_frame_after(false) < std::time::Duration::from_secs(1));
+    assert_eq!(next_frame_after(true), std::time::Duration::MAX);
+}
