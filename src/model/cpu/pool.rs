@@ -7,8 +7,8 @@
 //! very core the peer needs: a pool that only spins (micropool's) made the step stall for as
 //! long as the renderer ran, a frame in the window cost 30 ms of decoding, and the window
 //! decoded at 0.78× the command line. So every wait here spins only briefly, then yields
-//! the core to whoever shares it, and after a few idle milliseconds sleeps (no CPU between
-//! replies).
+//! the core to whoever shares it, and soon sleeps: an idle core lets the scheduler move the
+//! thread that lost its own over, and no CPU is used between replies.
 //!
 //! A job is a closure that claims its own pieces of work from shared counters (see
 //! [`super::threads::split_ranges`]), so it does not matter how many threads run it: a
