@@ -72,6 +72,11 @@ const CLOSED: u64 = 1 << 31;
 const RUNNING: u64 = CLOSED - 1;
 const NUMBER: u64 = 1 << 32;
 
+/// The job's number in `state`, without its flag and count.
+fn job_number(state: u64) -> u64 {
+    state & !(NUMBER - 1)
+}
+
 impl Pool {
     /// Starts `helpers` threads.
     pub fn new(helpers: usize) -> std::io::Result<Self> {
@@ -117,7 +122,7 @@ impl Pool {
         shared
             .job
             .store((&raw const job_ref).cast_mut().cast(), Ordering::Relaxed);
-        let number = (shared.state.load(Ordering::Relaxed) & !(NUMBER - 1)).wrapping_add(NUMBER);
+        let number = job_number(shared.state.load(Ordering::Relaxed)).wrapping_add(NUMBER);
         shared.state.store(number, Ordering::SeqCst);
         shared.work.ring();
         // Helpers that joined read `job_ref` until they finish, so wait for them even when
@@ -150,10 +155,9 @@ impl Shared {
         let mut seen = CLOSED;
         loop {
             let state = self.state.load(Ordering::Acquire);
-            let new = state & !(NUMBER - 1) != seen & !(NUMBER - 1);
-            if !new || state & CLOSED != 0 {
+            if job_number(state) == job_number(seen) || state & CLOSED != 0 {
                 seen = state;
-                let changed = || (self.state.load(Ordering::SeqCst) ^ seen) & !(NUMBER - 1) != 0;
+                let changed = || job_number(self.state.load(Ordering::SeqCst)) != job_number(seen);
                 wait(changed, WATCH, &self.work);
                 continue;
             }
@@ -212,6 +216,10 @@ impl Bell {
 /// Returns once `done()`: spins for [`SPIN`], then yields the core between looks, and after
 /// `patience` sleeps on `bell`.
 fn wait(done: impl Fn() -> bool, patience: Duration, bell: &Bell) {
+    // Most waits end at the first look: a kernel's pieces finish together.
+    if done() {
+        return;
+    }
     let start = Instant::now();
     while !done() {
         let waited = start.elapsed();
