@@ -5,7 +5,11 @@
 # -displayfd: Xvfb picks a free display and writes its number only once it accepts clients,
 # so there is no race with a slow start and no clash with a display already in use.
 start_x() {
-  kill "${xvfb_pid:-}" 2>/dev/null || true
+  # Waited for, so that the old server has let go of its display before the next starts.
+  if [ -n "${xvfb_pid:-}" ]; then
+    kill "$xvfb_pid" 2>/dev/null || true
+    wait "$xvfb_pid" 2>/dev/null || true
+  fi
   rm -f "$root/display"
   Xvfb -displayfd 3 -screen 0 "$1x24" -nolisten tcp 3>"$root/display" 2>"$root/xvfb.log" &
   xvfb_pid=$!
