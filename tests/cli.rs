@@ -1,6 +1,6 @@
 //! The command line tested as a process, the way scripts use it.
 
-mod common;
+use crate::common;
 
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! The inference thread driven through its channel protocol, against the tiny checkpoint.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};

@@ -1,4 +1,4 @@
-mod fake_hub;
+use crate::fake_hub;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};

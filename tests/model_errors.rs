@@ -1,6 +1,6 @@
 //! Broken model folders give errors that name the file, tensor or value, and never panic.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! The model against logits computed by Hugging Face transformers (float32) for the tiny
 //! SmolLM-shaped checkpoint, on every backend: both CPU backends and the GPU (wgpu).
 
-mod common;
+use crate::common;
 
 use burn::tensor::DType;
 use common::{Golden, argmax, assert_close, full_forward, greedy_ids, logsumexp, tiny_model_dir};

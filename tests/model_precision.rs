@@ -1,7 +1,7 @@
 //! What the reduced precisions cost in accuracy, against transformers' float32 logits on the
 //! tiny fixture. Run with `--nocapture` to print the figures the performance issue reports.
 
-mod common;
+use crate::common;
 
 use common::{
     Golden, argmax, full_forward, greedy_ids, max_abs_diff, one_token_at_a_time, tiny_model_dir,

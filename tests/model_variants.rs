@@ -2,7 +2,7 @@
 //! not cover, checked against the naive f64 reference; and the KV cache checked against full
 //! forward passes.
 
-mod common;
+use crate::common;
 
 use burn::tensor::DType;
 use common::reference::ReferenceLlama;

@@ -1,7 +1,7 @@
 //! The local OpenAI-compatible server against the tiny checkpoint, over real sockets on
 //! 127.0.0.1: every endpoint, streamed and not, and every error a client can cause.
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::thread;
