@@ -27,7 +27,7 @@ be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0 ggml-vocab-star
 all_present() {
     echo "$files" | while read -r sum name; do
         [ -z "$name" ] && continue
-        echo "$sum  $dest/$name" | sha256sum --check --status || exit 1
+        [ -f "$dest/$name" ] && echo "$sum  $dest/$name" | sha256sum --check --status || exit 1
     done
 }
 if all_present; then
