@@ -1,7 +1,8 @@
 //! Projections `x Wᵀ` on the CPU: one activation row (every projection of a decode step)
 //! streams the weight through [`matvec`]; several rows (a prompt) go to [`bf16_matmul`] when
 //! both are bf16, to [`integer_matmul`] when the weight is integers in blocks of 32 or 16, to
-//! [`float_matmul`] for float weights on AVX-512, and to [`matmul`] (gemm) otherwise.
+//! [`float_matmul`] for float weights on AVX-512 and short prompts, and to [`matmul`]
+//! (gemm) otherwise.
 //!
 //! Any other case (the GPU, quantization schemes the kernels do not read, a strided view)
 //! returns `None` and the caller uses Burn's matmul.

@@ -4,9 +4,9 @@
 //!
 //! - f32 activations against f32, f16 or bf16 weights ([`product`]): each weight is widened
 //!   to f32 in the register it is loaded into, and every product is f32, as on the gemm
-//!   path, which packed the prompt again for every block of rows: through gemm,
-//!   SmolLM2-135M's f32 prompts ran at ~320 tok/s on our 2-core machine, with these tiles
-//!   ~780 (llama.cpp, whose tiles are like these, ~800).
+//!   path. Short prompts, the common case in a chat, are where the tiles win: gemm packs the
+//!   prompt again for every block of weight rows. From [`GEMM_FROM_TOKENS`] tokens on, gemm's
+//!   packed blocks are faster, and these tiles decline.
 //! - bf16 activations against bf16 weights ([`bf16_product`], `--precision bf16`), on CPUs
 //!   with AVX512-BF16: one instruction multiplies 32 pairs and adds them, two by two, into 16
 //!   f32 sums. A product of two bf16 values is exact in f32, so the sums differ from f32's
@@ -30,9 +30,16 @@ const TILE_ROWS: usize = 6;
 /// Fewest tiles of weight rows a thread takes at once.
 const MIN_TILES_PER_RANGE: usize = 4;
 
+/// Prompts this long or longer go to gemm ([`product`] declines them). About SmolLM2-135M's f32
+/// prefill on our 2-core machine, tiles against gemm, tok/s (a bf16 checkpoint; an F16 GGUF
+/// file alike): 8 tokens 340 against 125, 32 565 against 390, 64 690 against 600, 96 700
+/// against 700, 128 730 against 800, 512 545 against 780.
+const GEMM_FROM_TOKENS: usize = 96;
+
 /// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for f32 `x`: `[tokens, cols]`, a float
 /// `weight`: `[rows, cols]` and `out`: `[tokens, rows]`, all row-major, when the CPU has
-/// AVX-512 and `cols` is a multiple of 16; returns whether it did.
+/// AVX-512, `cols` is a multiple of 16 and there are fewer than [`GEMM_FROM_TOKENS`] tokens;
+/// returns whether it did.
 ///
 /// # Panics
 /// When the lengths do not fit those shapes: the callers take them from tensor shapes.
@@ -43,6 +50,9 @@ pub fn product(
     out: &mut [f32],
     accumulate: bool,
 ) -> bool {
+    if tokens >= GEMM_FROM_TOKENS {
+        return false;
+    }
     match weight {
         WeightRows::F32(weight) => tiles::<Widened<f32>>(weight, x, tokens, out, accumulate),
         WeightRows::F16(weight) => tiles::<Widened<f16>>(weight, x, tokens, out, accumulate),
