@@ -1,7 +1,6 @@
 //! The GGUF reader (`src/gguf/`): the container parser and its named errors, the metadata and
 //! config, dequantization against an independent implementation, fuzzed headers, and the
-//! genuine SmolLM2-135M-Instruct file with a tokenizer that must match `tokenizer.json`. One
-//! test binary, so CI links the crate once for all of them.
+//! genuine SmolLM2-135M-Instruct file with a tokenizer that must match `tokenizer.json`.
 
 mod builder;
 mod config_and_tokenizer;
