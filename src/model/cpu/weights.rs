@@ -185,14 +185,19 @@ impl IntegerWeights {
         let Some(shifts) = shifts else {
             return self;
         };
-        let nibbles = values
-            .chunks_exact(NIBBLE_BLOCK)
-            .zip(&shifts)
-            .flat_map(|(block, &shift)| {
-                let nibble = move |q: i8| (q as u8).wrapping_add(shift);
-                (0..NIBBLE_BLOCK / 2).map(move |j| nibble(block[j]) | nibble(block[j + 16]) << 4)
-            })
-            .collect();
+        // Allocated whole: collected from the iterator, which cannot tell its length, the
+        // vector grew by doubling and kept up to twice the bytes.
+        let mut nibbles = Vec::with_capacity(values.len() / 2);
+        nibbles.extend(
+            values
+                .chunks_exact(NIBBLE_BLOCK)
+                .zip(&shifts)
+                .flat_map(|(block, &shift)| {
+                    let nibble = move |q: i8| (q as u8).wrapping_add(shift);
+                    (0..NIBBLE_BLOCK / 2)
+                        .map(move |j| nibble(block[j]) | nibble(block[j + 16]) << 4)
+                }),
+        );
         if shifts.iter().all(|&shift| shift == 8) {
             return Self {
                 values: IntegerValues::Nibbles {
