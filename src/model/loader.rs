@@ -75,7 +75,7 @@ impl<'a> Loader<'a> {
         Ok(self
             .checkpoint
             .integer_stacked(&shaped)?
-            .map(cpu::IntegerWeights::packed))
+            .map(|weights| weights.packed().compacted()))
     }
 
     pub fn matrix(&mut self, role: TensorRole) -> Result<Tensor<2>> {

@@ -10,7 +10,7 @@ use half::{bf16, f16};
 
 use super::{Checkpoint, LayerRole, TensorRole};
 use crate::gguf::{GgmlType, GgufFile, IntegerParts, TensorInfo, qk_gguf_row, split_row};
-use crate::model::cpu::{IntegerValues, IntegerWeights};
+use crate::model::cpu::{BlockFactors, IntegerValues, IntegerWeights};
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
 
@@ -253,8 +253,8 @@ impl Checkpoint for GgufCheckpoint {
             dims: [rows, cols],
             block,
             values: IntegerValues::Bytes(values),
-            scales,
-            offsets: has_offsets.then_some(offsets),
+            scales: BlockFactors::F32(scales),
+            offsets: has_offsets.then(|| BlockFactors::F32(offsets)),
         }))
     }
 }

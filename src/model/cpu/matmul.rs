@@ -149,7 +149,7 @@ mod tests {
 
     use super::matmul;
     use crate::model::cpu::test_values as values;
-    use crate::model::cpu::weights::{Ints, WeightRows};
+    use crate::model::cpu::weights::{Factors, Ints, WeightRows};
 
     fn reference(weight: &[f32], x: &[f32], tokens: usize, base: &[f32]) -> Vec<f64> {
         let cols = x.len() / tokens;
@@ -195,7 +195,7 @@ mod tests {
                 (
                     WeightRows::Integers {
                         values: Ints::Bytes(&quantized),
-                        scales: &scales,
+                        scales: Factors::F32(&scales),
                         offsets: None,
                         block: 32,
                     },
@@ -204,8 +204,8 @@ mod tests {
                 (
                     WeightRows::Integers {
                         values: Ints::Bytes(&quantized),
-                        scales: &scales,
-                        offsets: Some(&offsets),
+                        scales: Factors::F32(&scales),
+                        offsets: Some(Factors::F32(&offsets)),
                         block: 32,
                     },
                     quantized
@@ -220,8 +220,8 @@ mod tests {
                             values: &nibbles,
                             zero: 0,
                         },
-                        scales: &scales,
-                        offsets: Some(&offsets),
+                        scales: Factors::F32(&scales),
+                        offsets: Some(Factors::F32(&offsets)),
                         block: 32,
                     },
                     (0..rows * cols)

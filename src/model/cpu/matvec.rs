@@ -11,11 +11,12 @@
 //! through a wide dot product is what reaches the memory bandwidth.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
 
 use super::host::HostFloat;
 use super::math::dot;
 use super::threads::{SharedOutput, split_rows};
-use super::weights::{Ints, NIBBLE_BLOCK, WeightRows};
+use super::weights::{Factors, Ints, NIBBLE_BLOCK, WeightRows};
 
 /// Products smaller than this many rows run on the calling thread alone: splitting them
 /// costs more than it saves.
@@ -62,8 +63,8 @@ fn dense<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
 /// `offset · Σ x` per block, from the activations' block sums formed once.
 fn quantized(
     weight: Ints<'_>,
-    scales: &[f32],
-    offsets: Option<&[f32]>,
+    scales: Factors<'_>,
+    offsets: Option<Factors<'_>>,
     block: usize,
     x: &[f32],
     out: &mut [f32],
@@ -80,9 +81,9 @@ fn quantized(
     let blocks_per_row = cols / block;
     let block_range =
         |first: usize, len: usize| first * blocks_per_row..(first + len) * blocks_per_row;
-    let add_offsets = |first: usize, out: &mut [f32], sums: &[f32]| {
+    let add_offsets = |first: usize, out: &mut [f32], sums: &[f32], buffer: &mut Vec<f32>| {
         if let Some(offsets) = offsets {
-            let offsets = &offsets[block_range(first, out.len())];
+            let offsets = offsets.f32s(block_range(first, out.len()), buffer);
             for (y, offsets) in out.iter_mut().zip(offsets.chunks_exact(blocks_per_row)) {
                 *y += dot(offsets, sums);
             }
@@ -96,15 +97,26 @@ fn quantized(
         (Some(_), None) => Cow::Owned(x.chunks_exact(block).map(|x| x.iter().sum()).collect()),
     };
     split_rows(out, 1, MIN_ROWS_PER_PART, &|first, out: &mut [f32]| {
-        let weight = weight.rows(first, out.len(), cols);
-        let scales = &scales[block_range(first, out.len())];
-        match &integer {
-            // SAFETY: the kernel exists, checked above; the sizes are checked at the top.
-            Some(x) => unsafe { rows_dot_integer(weight, scales, x, out) },
-            None => rows_dot_integer_portable(weight, scales, block, x, out),
-        }
-        add_offsets(first, out, &sums);
+        FACTORS.with_borrow_mut(|buffer| {
+            let weight = weight.rows(first, out.len(), cols);
+            let scales = scales.range(block_range(first, out.len()));
+            match &integer {
+                // SAFETY: the kernel exists, checked above; the sizes are checked at the top.
+                Some(x) => unsafe { rows_dot_integer(weight, scales, x, out) },
+                None => {
+                    let scales = scales.f32s(0..scales.len(), buffer);
+                    rows_dot_integer_portable(weight, scales, block, x, out);
+                }
+            }
+            add_offsets(first, out, &sums, buffer);
+        });
     });
+}
+
+thread_local! {
+    /// Each thread's f32 copy of the offsets of the rows it multiplies (and of the scales,
+    /// for the portable kernel) where they are stored in f16.
+    static FACTORS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 impl<'a> Ints<'a> {
@@ -258,6 +270,7 @@ fn has_integer_kernel(values: Ints<'_>, block: usize) -> bool {
         use std::arch::is_x86_feature_detected;
         is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
             && matches!(
                 (values, block),
                 (Ints::Bytes(_), 16 | 32) | (Ints::Nibbles { .. }, NIBBLE_BLOCK)
@@ -275,14 +288,27 @@ fn has_integer_kernel(values: Ints<'_>, block: usize) -> bool {
 /// # Safety
 /// [`has_integer_kernel`] must hold for `weight` and `x`'s block, `x` hold `cols` values
 /// rounded in blocks, `weight` `out.len()` rows of `cols` values and `scales` one per block.
-unsafe fn rows_dot_integer(weight: Ints<'_>, scales: &[f32], x: &BlockInts, out: &mut [f32]) {
+unsafe fn rows_dot_integer(weight: Ints<'_>, scales: Factors<'_>, x: &BlockInts, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's guarantees are each kernel's.
     unsafe {
-        match weight {
-            Ints::Bytes(weight) if x.block == 16 => avx2::rows_dot_q8::<16>(weight, scales, x, out),
-            Ints::Bytes(weight) => avx2::rows_dot_q8::<32>(weight, scales, x, out),
-            Ints::Nibbles { values, zero } => avx2::rows_dot_q4(values, zero, scales, x, out),
+        macro_rules! run {
+            ($halves:literal, $scales:expr) => {{
+                let scales = $scales.as_ptr().cast::<u8>();
+                match weight {
+                    Ints::Bytes(weight) if x.block == 16 => {
+                        avx2::rows_dot_q8::<16, $halves>(weight, scales, x, out)
+                    }
+                    Ints::Bytes(weight) => avx2::rows_dot_q8::<32, $halves>(weight, scales, x, out),
+                    Ints::Nibbles { values, zero } => {
+                        avx2::rows_dot_q4::<$halves>(values, zero, scales, x, out)
+                    }
+                }
+            }};
+        }
+        match scales {
+            Factors::F32(scales) => run!(false, scales),
+            Factors::F16(scales) => run!(true, scales),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -429,11 +455,12 @@ mod avx2 {
     ///
     /// # Safety
     /// `BLOCK` must be a multiple of 16, `x` be rounded in blocks of `BLOCK`, `weight` hold
-    /// `out.len()` rows of `x.values.len()` integers and `scales` one per block of them.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn rows_dot_q8<const BLOCK: usize>(
+    /// `out.len()` rows of `x.values.len()` integers and `scales` one per block of them, f16
+    /// when `F16_SCALES`, else f32.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn rows_dot_q8<const BLOCK: usize, const F16_SCALES: bool>(
         weight: &[i8],
-        scales: &[f32],
+        scales: *const u8,
         x: &BlockInts,
         out: &mut [f32],
     ) {
@@ -442,10 +469,10 @@ mod avx2 {
         for (row, y) in out.iter_mut().enumerate() {
             // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
             let total = unsafe {
-                row_total::<BLOCK, false>(
+                row_total::<BLOCK, false, F16_SCALES>(
                     weight.as_ptr().add(row * cols).cast(),
                     0,
-                    scales.as_ptr().add(row * blocks),
+                    scales.add(row * blocks * scale_bytes::<F16_SCALES>()),
                     x,
                     blocks,
                 )
@@ -460,11 +487,11 @@ mod avx2 {
     ///
     /// # Safety
     /// As [`rows_dot_q8`] with blocks of 32, `weight` holding half a byte per value.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn rows_dot_q4(
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn rows_dot_q4<const F16_SCALES: bool>(
         weight: &[u8],
         zero: u8,
-        scales: &[f32],
+        scales: *const u8,
         x: &BlockInts,
         out: &mut [f32],
     ) {
@@ -473,10 +500,10 @@ mod avx2 {
         for (row, y) in out.iter_mut().enumerate() {
             // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
             let total = unsafe {
-                row_total::<32, true>(
+                row_total::<32, true, F16_SCALES>(
                     weight.as_ptr().add(row * cols / 2),
                     zero,
-                    scales.as_ptr().add(row * blocks),
+                    scales.add(row * blocks * scale_bytes::<F16_SCALES>()),
                     x,
                     blocks,
                 )
@@ -485,18 +512,24 @@ mod avx2 {
         }
     }
 
-    /// One row's blocks, its lanes not yet summed.
+    /// Bytes per weight scale.
+    const fn scale_bytes<const F16_SCALES: bool>() -> usize {
+        if F16_SCALES { 2 } else { 4 }
+    }
+
+    /// One row's blocks, its lanes not yet summed. f16 scales are widened here, one per
+    /// block: widened a task's rows at a time into a buffer, they cost 10% of a Q4_0 decode.
     ///
     /// # Safety
     /// `row` must point to `blocks · BLOCK` integers (bytes, or nibbles in blocks of 32 when
-    /// `NIBBLES`, less `zero`), `scales` to `blocks` floats, and `x` hold as many values and
-    /// scales.
+    /// `NIBBLES`, less `zero`), `scales` to `blocks` f16 (`F16_SCALES`) or f32 values, and `x`
+    /// hold as many values and scales.
     #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn row_total<const BLOCK: usize, const NIBBLES: bool>(
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn row_total<const BLOCK: usize, const NIBBLES: bool, const F16_SCALES: bool>(
         row: *const u8,
         zero: u8,
-        scales: *const f32,
+        scales: *const u8,
         x: &BlockInts,
         blocks: usize,
     ) -> __m256 {
@@ -524,8 +557,35 @@ mod avx2 {
                     sum = _mm256_add_epi32(sum, products);
                 }
             }
-            let sum = _mm256_cvtepi32_ps(sum);
-            (sum, _mm256_set1_ps(*scales.add(b) * *x_scales.add(b)))
+            _mm256_cvtepi32_ps(sum)
+        };
+        // SAFETY: blocks `b` and `b + 1` lie inside `scales` and `x_scales`.
+        // Both blocks' weight scale × activation scale, each in all lanes.
+        let two_scales = |b: usize| unsafe {
+            let weight = if F16_SCALES {
+                let bits = scales.add(b * 2).cast::<i32>().read_unaligned();
+                _mm_cvtph_ps(_mm_cvtsi32_si128(bits))
+            } else {
+                _mm_castsi128_ps(_mm_loadl_epi64(scales.add(b * 4).cast()))
+            };
+            let both = _mm_mul_ps(
+                weight,
+                _mm_castsi128_ps(_mm_loadl_epi64(x_scales.add(b).cast())),
+            );
+            [
+                _mm256_broadcastss_ps(both),
+                _mm256_broadcastss_ps(_mm_movehdup_ps(both)),
+            ]
+        };
+        // SAFETY: block `b` lies inside `scales` and `x_scales`.
+        let scale = |b: usize| unsafe {
+            let weight = if F16_SCALES {
+                let bits = scales.cast::<u16>().add(b).read_unaligned();
+                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
+            } else {
+                scales.cast::<f32>().add(b).read_unaligned()
+            };
+            _mm256_set1_ps(weight * *x_scales.add(b))
         };
         let mut totals = [_mm256_setzero_ps(); 2];
         let mut b = 0;
@@ -533,15 +593,14 @@ mod avx2 {
             // Two blocks of 32 bytes are one 64-byte line (of 16 bytes or nibbles, half).
             let bytes = if NIBBLES { b * BLOCK / 2 } else { b * BLOCK };
             prefetch(row.wrapping_add(bytes), PREFETCH_BYTES_Q8);
-            for (half, total) in totals.iter_mut().enumerate() {
-                let (sum, scale) = block(b + half);
-                *total = _mm256_fmadd_ps(sum, scale, *total);
+            let scales = two_scales(b);
+            for (half, (total, scale)) in totals.iter_mut().zip(scales).enumerate() {
+                *total = _mm256_fmadd_ps(block(b + half), scale, *total);
             }
             b += 2;
         }
         if b < blocks {
-            let (sum, scale) = block(b);
-            totals[0] = _mm256_fmadd_ps(sum, scale, totals[0]);
+            totals[0] = _mm256_fmadd_ps(block(b), scale(b), totals[0]);
         }
         _mm256_add_ps(totals[0], totals[1])
     }
@@ -553,6 +612,7 @@ mod tests {
 
     use super::*;
     use crate::model::cpu::test_values as values;
+    use crate::model::cpu::weights::BlockFactors;
 
     fn naive(weight: &[f32], x: &[f32]) -> Vec<f32> {
         weight
@@ -705,11 +765,24 @@ mod tests {
             } else {
                 Ints::Bytes(&weight)
             };
+            // f16 values, which the packed weights hold so, as a GGUF file's are.
+            let as_f16 = |v: f32| f16::from_f32(v).to_f32();
             let scales: Vec<f32> = values(rows * cols / block, 4)
                 .iter()
-                .map(|v| 0.01 + v.abs() * 0.02)
+                .map(|v| as_f16(0.01 + v.abs() * 0.02))
                 .collect();
-            let offsets = with_offsets.then(|| values(rows * cols / block, 7));
+            let offsets = with_offsets.then(|| {
+                values(rows * cols / block, 7)
+                    .into_iter()
+                    .map(as_f16)
+                    .collect::<Vec<_>>()
+            });
+            let factors = |values: &[f32]| match packed {
+                true => BlockFactors::F16(values.iter().map(|&v| f16::from_f32(v)).collect()),
+                false => BlockFactors::F32(values.to_vec()),
+            };
+            let (scale_factors, offset_factors) =
+                (factors(&scales), offsets.as_deref().map(factors));
             let mut x = values(cols, 5);
             x[cols / 3] = 40.0;
             // The kernels multiply the integers by the activations (rounded, in the integer
@@ -748,8 +821,8 @@ mod tests {
 
             let rows_of = WeightRows::Integers {
                 values: ints,
-                scales: &scales,
-                offsets: offsets.as_deref(),
+                scales: scale_factors.borrowed(),
+                offsets: offset_factors.as_ref().map(BlockFactors::borrowed),
                 block,
             };
             if has_integer_kernel(ints, block) {
@@ -762,7 +835,7 @@ mod tests {
                     .collect();
                 let mut out = vec![1.0; rows];
                 // SAFETY: the kernel exists, and the sizes are the ones it reads.
-                unsafe { rows_dot_integer(ints, &scales, &rounded_x, &mut out) };
+                unsafe { rows_dot_integer(ints, scale_factors.borrowed(), &rounded_x, &mut out) };
                 close(&from_ones(out), &rounded, &no_offsets, "integer");
                 close(&product(rows_of, &x), &rounded, &offset_part, "matvec");
             } else {

@@ -27,7 +27,7 @@ pub use projection::project;
 pub use quantize::quantize;
 pub use rms_norm::rms_norm;
 pub use swiglu::swiglu;
-pub use weights::{IntegerValues, IntegerWeights, Weight};
+pub use weights::{BlockFactors, IntegerValues, IntegerWeights, Weight};
 
 /// Deterministic values in [-1, 1) that differ for every index: the kernels' test inputs.
 #[cfg(test)]

@@ -85,7 +85,7 @@ mod tests {
 
     use super::quantize;
     use crate::model::Precision;
-    use crate::model::cpu::weights::{Ints, Weight, WeightRows};
+    use crate::model::cpu::weights::{Factors, Ints, Weight, WeightRows};
 
     /// The integers and scales must equal Burn's own, so that every Burn operation on the
     /// quantized weight (and the kernels' tests against Burn) sees the same numbers.
@@ -112,7 +112,7 @@ mod tests {
         let parts = |weight: &Option<Weight>| match weight.as_ref().and_then(Weight::rows) {
             Some(WeightRows::Integers {
                 values: Ints::Bytes(values),
-                scales,
+                scales: Factors::F32(scales),
                 offsets: None,
                 block,
             }) => (values.to_vec(), scales.to_vec(), block),

@@ -1,5 +1,6 @@
 //! A projection weight `[rows, cols]` as the CPU kernels read it, whatever its storage.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use burn::backend::flex::FlexQTensor;
@@ -34,9 +35,86 @@ pub struct IntegerWeights {
     pub dims: [usize; 2],
     pub block: usize,
     pub values: IntegerValues,
-    pub scales: Vec<f32>,
+    pub scales: BlockFactors,
     /// `None` where every offset is zero (the types without a minimum).
-    pub offsets: Option<Vec<f32>>,
+    pub offsets: Option<BlockFactors>,
+}
+
+/// The scales or offsets of [`IntegerWeights`], one per block: in f16 where every one is an
+/// f16 exactly, as a GGUF file's own are for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (half the bytes:
+/// 8 MiB of a SmolLM2-135M file's 4-bit weights), in f32 otherwise (the K types' products of
+/// two scales).
+#[derive(Debug)]
+pub enum BlockFactors {
+    F16(Vec<f16>),
+    F32(Vec<f32>),
+}
+
+impl BlockFactors {
+    /// `values` in f16 when that holds them exactly.
+    pub fn compact(values: Vec<f32>) -> Self {
+        if values.iter().all(|&v| f16::from_f32(v).to_f32() == v) {
+            Self::F16(values.iter().map(|&v| f16::from_f32(v)).collect())
+        } else {
+            Self::F32(values)
+        }
+    }
+
+    pub fn borrowed(&self) -> Factors<'_> {
+        match self {
+            Self::F16(values) => Factors::F16(values),
+            Self::F32(values) => Factors::F32(values),
+        }
+    }
+}
+
+/// [`BlockFactors`], borrowed.
+#[derive(Clone, Copy, Debug)]
+pub enum Factors<'a> {
+    F16(&'a [f16]),
+    F32(&'a [f32]),
+}
+
+impl<'a> Factors<'a> {
+    pub fn len(self) -> usize {
+        match self {
+            Self::F16(values) => values.len(),
+            Self::F32(values) => values.len(),
+        }
+    }
+
+    pub fn get(self, index: usize) -> f32 {
+        match self {
+            Self::F16(values) => values[index].to_f32(),
+            Self::F32(values) => values[index],
+        }
+    }
+
+    pub fn range(self, range: Range<usize>) -> Self {
+        match self {
+            Self::F16(values) => Self::F16(&values[range]),
+            Self::F32(values) => Self::F32(&values[range]),
+        }
+    }
+
+    /// The factors `range` as f32: where they lie when stored so, else converted into
+    /// `buffer`, which only grows. The kernels take them so, a row or a tile of rows at a time.
+    pub fn f32s<'b>(self, range: Range<usize>, buffer: &'b mut Vec<f32>) -> &'b [f32]
+    where
+        'a: 'b,
+    {
+        match self {
+            Self::F32(values) => &values[range],
+            Self::F16(values) => {
+                if buffer.len() < range.len() {
+                    buffer.resize(range.len(), 0.0);
+                }
+                let out = &mut buffer[..range.len()];
+                values[range].convert_to_f32_slice(out);
+                out
+            }
+        }
+    }
 }
 
 /// How [`IntegerWeights`] hold their values.
@@ -73,13 +151,13 @@ pub enum WeightRows<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
     Bf16(&'a [bf16]),
-    /// Integers with one f32 scale, and maybe an offset, per `block` consecutive weights of
-    /// a row: `W[r, c] = scales[b] · values[r · cols + c] (+ offsets[b])` for
+    /// Integers with one scale, and maybe an offset, per `block` consecutive weights of a
+    /// row: `W[r, c] = scales[b] · values[r · cols + c] (+ offsets[b])` for
     /// `b = (r · cols + c) / block`.
     Integers {
         values: Ints<'a>,
-        scales: &'a [f32],
-        offsets: Option<&'a [f32]>,
+        scales: Factors<'a>,
+        offsets: Option<Factors<'a>>,
         block: usize,
     },
 }
@@ -122,7 +200,7 @@ impl Weight {
                 let scales = weight.scales();
                 (scales.len() * block == values.len()).then_some(WeightRows::Integers {
                     values: Ints::Bytes(values),
-                    scales,
+                    scales: Factors::F32(scales),
                     offsets: None,
                     block,
                 })
@@ -145,14 +223,28 @@ impl Weight {
 }
 
 impl IntegerWeights {
+    /// The same weights with their scales and offsets in f16 where that holds them exactly
+    /// (see [`BlockFactors`]).
+    pub fn compacted(self) -> Self {
+        let compact = |factors: BlockFactors| match factors {
+            BlockFactors::F32(values) => BlockFactors::compact(values),
+            f16s => f16s,
+        };
+        Self {
+            scales: compact(self.scales),
+            offsets: self.offsets.map(compact),
+            ..self
+        }
+    }
+
     pub fn rows(&self) -> WeightRows<'_> {
         WeightRows::Integers {
             values: match &self.values {
                 IntegerValues::Bytes(values) => Ints::Bytes(values),
                 &IntegerValues::Nibbles { ref values, zero } => Ints::Nibbles { values, zero },
             },
-            scales: &self.scales,
-            offsets: self.offsets.as_deref(),
+            scales: self.scales.borrowed(),
+            offsets: self.offsets.as_ref().map(BlockFactors::borrowed),
             block: self.block,
         }
     }
@@ -188,16 +280,12 @@ impl IntegerWeights {
         // Allocated whole: collected from the iterator, which cannot tell its length, the
         // vector grew by doubling and kept up to twice the bytes.
         let mut nibbles = Vec::with_capacity(values.len() / 2);
-        nibbles.extend(
-            values
-                .chunks_exact(NIBBLE_BLOCK)
-                .zip(&shifts)
-                .flat_map(|(block, &shift)| {
-                    let nibble = move |q: i8| (q as u8).wrapping_add(shift);
-                    (0..NIBBLE_BLOCK / 2)
-                        .map(move |j| nibble(block[j]) | nibble(block[j + 16]) << 4)
-                }),
-        );
+        nibbles.extend(values.chunks_exact(NIBBLE_BLOCK).zip(&shifts).flat_map(
+            |(block, &shift)| {
+                let nibble = move |q: i8| (q as u8).wrapping_add(shift);
+                (0..NIBBLE_BLOCK / 2).map(move |j| nibble(block[j]) | nibble(block[j + 16]) << 4)
+            },
+        ));
         if shifts.iter().all(|&shift| shift == 8) {
             return Self {
                 values: IntegerValues::Nibbles {
@@ -208,17 +296,22 @@ impl IntegerWeights {
             };
         }
         let offsets = match shifts.iter().any(|&shift| shift != 0) {
-            true => Some(
-                shifts
-                    .iter()
-                    .zip(&self.scales)
-                    .enumerate()
-                    .map(|(b, (&shift, &scale))| {
-                        let offset = self.offsets.as_ref().map_or(0.0, |offsets| offsets[b]);
-                        offset - f32::from(shift) * scale
-                    })
-                    .collect(),
-            ),
+            true => {
+                let (scales, offsets) = (
+                    self.scales.borrowed(),
+                    self.offsets.as_ref().map(BlockFactors::borrowed),
+                );
+                Some(BlockFactors::F32(
+                    shifts
+                        .iter()
+                        .enumerate()
+                        .map(|(b, &shift)| {
+                            let offset = offsets.map_or(0.0, |offsets| offsets.get(b));
+                            offset - f32::from(shift) * scales.get(b)
+                        })
+                        .collect(),
+                ))
+            }
             false => self.offsets,
         };
         Self {
@@ -311,7 +404,8 @@ impl WeightRows<'_> {
                 let mut unpacked = [0; NIBBLE_BLOCK];
                 for (b, out) in out.chunks_exact_mut(*block).enumerate() {
                     let b = first + b;
-                    let (scale, offset) = (scales[b], offsets.map_or(0.0, |offsets| offsets[b]));
+                    let (scale, offset) =
+                        (scales.get(b), offsets.map_or(0.0, |offsets| offsets.get(b)));
                     for (out, &value) in out.iter_mut().zip(values.block(b, *block, &mut unpacked))
                     {
                         *out = scale * f32::from(value) + offset;
@@ -339,7 +433,7 @@ pub fn row_block(scheme: &QuantScheme, cols: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::{IntegerValues, IntegerWeights};
+    use super::{BlockFactors, IntegerValues, IntegerWeights};
 
     fn widened(weights: &IntegerWeights) -> Vec<f32> {
         let mut out = vec![f32::NAN; weights.dims[0] * weights.dims[1]];
@@ -352,8 +446,8 @@ mod tests {
         IntegerWeights {
             dims: [2, values.len() / 2],
             block: 32,
-            scales: (0..blocks).map(|b| 0.5 + b as f32 * 0.25).collect(),
-            offsets,
+            scales: BlockFactors::F32((0..blocks).map(|b| 0.5 + b as f32 * 0.25).collect()),
+            offsets: offsets.map(BlockFactors::F32),
             values: IntegerValues::Bytes(values),
         }
     }

@@ -29,7 +29,7 @@ mod token_lanes;
 use super::Shape;
 use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::threads::{SharedOutput, split_ranges};
-use crate::model::cpu::weights::{Ints, WeightRows, nibbles_as_bytes};
+use crate::model::cpu::weights::{Factors, Ints, WeightRows, nibbles_as_bytes};
 
 /// The values a tile multiplies per step: the blocks of 32 of every GGUF integer type but
 /// Q6_K, or two of Q6_K's blocks of 16 (bytes only), each with its own scale.
@@ -88,8 +88,8 @@ pub fn product(
 #[derive(Clone, Copy)]
 struct Weights<'a> {
     values: Ints<'a>,
-    scales: &'a [f32],
-    offsets: Option<&'a [f32]>,
+    scales: Factors<'a>,
+    offsets: Option<Factors<'a>>,
     halves: bool,
 }
 
@@ -99,6 +99,9 @@ struct Scratch {
     bytes: Vec<i8>,
     /// The same values widened to 16 bits, for [`token_lanes`].
     words: Vec<i16>,
+    /// The tile's scales and offsets in f32, where they are stored in f16.
+    scales: Vec<f32>,
+    offsets: Vec<f32>,
     /// One row's offset terms for every token.
     offset_terms: Vec<f32>,
 }
@@ -108,6 +111,8 @@ thread_local! {
         RefCell::new(Scratch {
             bytes: Vec::new(),
             words: Vec::new(),
+            scales: Vec::new(),
+            offsets: Vec::new(),
             offset_terms: Vec::new(),
         })
     };
@@ -151,16 +156,25 @@ fn multiply(
         MIN_ROWS_PER_RANGE / tile_rows,
         &|tiles: Range<usize>| {
             SCRATCH.with_borrow_mut(|scratch| {
+                let Scratch {
+                    bytes,
+                    words,
+                    scales,
+                    offsets,
+                    offset_terms: terms,
+                } = scratch;
                 let rows_of_range = tiles.start * tile_rows..(tiles.end * tile_rows).min(rows);
                 for first_row in rows_of_range.step_by(tile_rows) {
-                    let len = tile_rows.min(rows - first_row) * cols;
+                    let tile_rows = first_row..(first_row + tile_rows).min(rows);
+                    let len = tile_rows.len() * cols;
+                    let tile_blocks = tile_rows.start * blocks..tile_rows.end * blocks;
                     let values = match weight.values {
                         Ints::Bytes(values) => &values[first_row * cols..][..len],
                         Ints::Nibbles { values, zero } => {
-                            if scratch.bytes.len() < len {
-                                scratch.bytes.resize(len, 0);
+                            if bytes.len() < len {
+                                bytes.resize(len, 0);
                             }
-                            let bytes = &mut scratch.bytes[..len];
+                            let bytes = &mut bytes[..len];
                             nibbles_as_bytes(
                                 &values[first_row * cols / 2..][..len / 2],
                                 zero,
@@ -171,13 +185,13 @@ fn multiply(
                     };
                     let tile_weight = TileWeight {
                         values,
-                        scales: weight.scales,
+                        scales: weight.scales.f32s(tile_blocks.clone(), scales),
                     };
                     if let Some(pairs) = &pairs {
-                        if scratch.words.len() < len {
-                            scratch.words.resize(len, 0);
+                        if words.len() < len {
+                            words.resize(len, 0);
                         }
-                        let words = &mut scratch.words[..len];
+                        let words = &mut words[..len];
                         // SAFETY: the CPU has AVX-512 BW (`Avx512Vnni`'s promise); `len` is
                         // whole rows of `cols`, a multiple of 32.
                         unsafe { token_lanes::widen(values, words) };
@@ -194,7 +208,7 @@ fn multiply(
                                 if weight.halves {
                                     token_lanes::tile::<true>(
                                         words,
-                                        weight.scales,
+                                        tile_weight.scales,
                                         pairs,
                                         &by_block,
                                         shape,
@@ -205,7 +219,7 @@ fn multiply(
                                 } else {
                                     token_lanes::tile::<false>(
                                         words,
-                                        weight.scales,
+                                        tile_weight.scales,
                                         pairs,
                                         &by_block,
                                         shape,
@@ -240,14 +254,13 @@ fn multiply(
                             };
                         }
                     }
-                    if let Some(offsets) = weight.offsets {
-                        let tile_rows = first_row..(first_row + tile_rows).min(rows);
-                        let offsets = &offsets[tile_rows.start * blocks..tile_rows.end * blocks];
-                        if scratch.offset_terms.len() < tokens {
-                            scratch.offset_terms.resize(tokens, 0.0);
+                    if let Some(tile_offsets) = weight.offsets {
+                        let tile_offsets = tile_offsets.f32s(tile_blocks, offsets);
+                        if terms.len() < tokens {
+                            terms.resize(tokens, 0.0);
                         }
-                        let terms = &mut scratch.offset_terms[..tokens];
-                        for (row, offsets) in tile_rows.zip(offsets.chunks_exact(blocks)) {
+                        let terms = &mut terms[..tokens];
+                        for (row, offsets) in tile_rows.zip(tile_offsets.chunks_exact(blocks)) {
                             offset_terms(offsets, &by_block, terms);
                             for (t, &term) in terms.iter().enumerate() {
                                 // SAFETY: (t, row) lies inside `out`; this range's rows are
@@ -279,7 +292,7 @@ fn offset_terms(offsets: &[f32], by_block: &TokenBlocks, terms: &mut [f32]) {
     }
 }
 
-/// One tile's weight rows as bytes, from its first row, and the whole weight's scales.
+/// One tile's weight rows as bytes and their scales, from its first row.
 #[derive(Clone, Copy)]
 struct TileWeight<'a> {
     values: &'a [i8],
@@ -363,7 +376,7 @@ mod kernels {
     /// # Safety (of each kernel's `tile`)
     /// The CPU must have the module's features; `weight.values` must hold the tile's rows
     /// (those of `rows` from its first) of `cols` bytes, `weight.scales` one per block of 32
-    /// (of 16 when `HALVES`) of every row, `tokens` be `[tokens, cols]` rounded in the same
+    /// (of 16 when `HALVES`) of each of those rows, `tokens` be `[tokens, cols]` rounded in the same
     /// blocks, and no other thread may touch the tile's elements of `out`.
     macro_rules! tile_kernel {
         ($features:literal, $sum:ty, $zero:expr, $weights:ty, $widened:ident, $products:ident,
@@ -384,7 +397,8 @@ mod kernels {
                 let blocks = cols / BLOCK * parts;
                 let row_of = |j: usize| (at.first_row + j).min(rows - 1);
                 let token_of = |i: usize| (at.first_token + i).min(tokens - 1);
-                let row_blocks = std::array::from_fn::<_, ROWS, _>(|j| row_of(j) * blocks);
+                let row_blocks =
+                    std::array::from_fn::<_, ROWS, _>(|j| (row_of(j) - at.first_row) * blocks);
                 // SAFETY: every row and token index is clamped inside the shape, and the tile's
                 // rows lie in `values` from its first.
                 let (rows_in, x) = unsafe {
@@ -677,9 +691,11 @@ impl Kernel {
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
+    use half::f16;
+
     use super::{BLOCK, BlockInts, HALF_BLOCK, Kernel, Weights, multiply};
     use crate::model::cpu::test_values as values;
-    use crate::model::cpu::weights::Ints;
+    use crate::model::cpu::weights::{BlockFactors, Ints};
 
     /// Every compilation the CPU runs, on bytes and nibbles, with and without offsets and
     /// accumulating, for shapes that leave partial tiles, against an f64 product of the
@@ -711,11 +727,13 @@ mod tests {
                 .chunks_exact(32)
                 .flat_map(|b| (0..16).map(move |j| b[j] as u8 | (b[j + 16] as u8) << 4))
                 .collect();
+            // f16 values, which nibbles below take as f16, as a GGUF file's are.
+            let as_f16 = |v: f32| f16::from_f32(v).to_f32();
             let scales: Vec<f32> = values(blocks, 3)
                 .iter()
-                .map(|v| 0.01 + v.abs() * 0.02)
+                .map(|v| as_f16(0.01 + v.abs() * 0.02))
                 .collect();
-            let offsets = values(blocks, 4);
+            let offsets: Vec<f32> = values(blocks, 4).into_iter().map(as_f16).collect();
             let mut x = values(tokens * cols, 5);
             x[cols / 2] = 30.0;
             let base = values(tokens * rows, 6);
@@ -733,12 +751,19 @@ mod tests {
                     let rounded = BlockInts::of(&x, block);
                     let blocks = rows * cols / block;
                     let (scales, offsets) = (&scales[..blocks], &offsets[..blocks]);
+                    let factors = |values: &[f32]| match ints {
+                        Ints::Nibbles { .. } => {
+                            BlockFactors::F16(values.iter().map(|&v| f16::from_f32(v)).collect())
+                        }
+                        Ints::Bytes(_) => BlockFactors::F32(values.to_vec()),
+                    };
+                    let (scale_factors, offset_factors) = (factors(scales), factors(offsets));
                     for (with_offsets, accumulate) in [(false, false), (true, false), (true, true)]
                     {
                         let weight = Weights {
                             values: ints,
-                            scales,
-                            offsets: with_offsets.then_some(offsets),
+                            scales: scale_factors.borrowed(),
+                            offsets: with_offsets.then(|| offset_factors.borrowed()),
                             halves: block == HALF_BLOCK,
                         };
                         let mut out = if accumulate {

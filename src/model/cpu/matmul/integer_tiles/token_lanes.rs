@@ -80,7 +80,7 @@ pub unsafe fn widen(bytes: &[i8], words: &mut [i16]) {
 
 /// `TOKENS × ROWS` outputs from the tile's first token (a multiple of [`LANES`]) and row:
 /// `words` holds the tile's rows widened to 16 bits, `cols` each, and `scales` one per block
-/// of 32 (of 16 when `HALVES`) of every row of the weight. Rows past the last repeat it and
+/// of 32 (of 16 when `HALVES`) of each of them. Rows past the last repeat it and
 /// groups past the last repeat that; their sums are dropped.
 ///
 /// # Safety
@@ -119,7 +119,7 @@ pub unsafe fn tile<const HALVES: bool>(
         )
     };
     let row_scales: [&[f32]; ROWS] =
-        std::array::from_fn(|j| &scales[(at.first_row + row_of(j)) * blocks..][..blocks]);
+        std::array::from_fn(|j| &scales[row_of(j) * blocks..][..blocks]);
     let mut sums = [[_mm512_setzero_ps(); GROUPS]; ROWS];
     for b in 0..blocks {
         let mut ints = [[_mm512_setzero_si512(); GROUPS]; ROWS];
