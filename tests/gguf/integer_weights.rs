@@ -91,14 +91,16 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
     let offsets = integers
         .offsets
         .as_ref()
-        .expect("Q4_K and Q4_1 have offsets");
+        .expect("Q4_K and Q4_1 have offsets")
+        .borrowed();
+    let scales = integers.scales.borrowed();
     assert!(dense.iter().any(|&w| w != 0.0));
     let IntegerValues::Bytes(values) = &integers.values else {
         panic!("a checkpoint gives one byte per value");
     };
     for (i, (&q, &want)) in values.iter().zip(&dense).enumerate() {
         let b = i / integers.block;
-        let got = integers.scales[b] * f32::from(q) + offsets[b];
+        let got = scales.get(b) * f32::from(q) + offsets.get(b);
         assert_eq!(got, want, "row {}, column {}", i / COLS, i % COLS);
     }
 
