@@ -254,7 +254,7 @@ impl Checkpoint for GgufCheckpoint {
             block,
             values: IntegerValues::Bytes(values),
             scales: BlockFactors::F32(scales),
-            offsets: has_offsets.then(|| BlockFactors::F32(offsets)),
+            offsets: has_offsets.then_some(BlockFactors::F32(offsets)),
         }))
     }
 }

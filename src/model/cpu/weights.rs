@@ -224,7 +224,7 @@ impl Weight {
 
 impl IntegerWeights {
     /// The same weights with their scales and offsets in f16 where that holds them exactly
-    /// (see [`BlockFactors`]).
+    /// (see `BlockFactors`).
     pub fn compacted(self) -> Self {
         let compact = |factors: BlockFactors| match factors {
             BlockFactors::F32(values) => BlockFactors::compact(values),

@@ -702,7 +702,6 @@ mod tests {
     /// values the kernel reads: the weights as stored and the activations as rounded.
     #[test]
     fn tiles_equal_a_float64_product_of_what_they_read() {
-        use std::arch::is_x86_feature_detected;
         let kernels = Kernel::all_for_this_cpu();
         for (tokens, rows, cols) in [
             (1, 1, 32),
