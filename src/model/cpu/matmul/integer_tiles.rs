@@ -195,6 +195,10 @@ fn multiply(
                         // SAFETY: the CPU has AVX-512 BW (`Avx512Vnni`'s promise); `len` is
                         // whole rows of `cols`, a multiple of 32.
                         unsafe { token_lanes::widen(values, words) };
+                        let tile = match weight.halves {
+                            true => token_lanes::tile::<true>,
+                            false => token_lanes::tile::<false>,
+                        };
                         for first_token in (0..tokens).step_by(tile_tokens) {
                             let at = Tile {
                                 first_token,
@@ -205,30 +209,17 @@ fn multiply(
                             // in the columns of this range's rows, which no other range
                             // touches.
                             unsafe {
-                                if weight.halves {
-                                    token_lanes::tile::<true>(
-                                        words,
-                                        tile_weight.scales,
-                                        pairs,
-                                        &by_block,
-                                        shape,
-                                        at,
-                                        &shared,
-                                        accumulate,
-                                    );
-                                } else {
-                                    token_lanes::tile::<false>(
-                                        words,
-                                        tile_weight.scales,
-                                        pairs,
-                                        &by_block,
-                                        shape,
-                                        at,
-                                        &shared,
-                                        accumulate,
-                                    );
-                                }
-                            }
+                                tile(
+                                    words,
+                                    tile_weight.scales,
+                                    pairs,
+                                    &by_block,
+                                    shape,
+                                    at,
+                                    &shared,
+                                    accumulate,
+                                )
+                            };
                         }
                     } else {
                         // The tile's weight rows stay in the L1 cache while every token passes.
