@@ -51,12 +51,13 @@ pub enum BlockFactors {
 }
 
 impl BlockFactors {
-    /// `values` in f16 when that holds them exactly.
-    pub fn compact(values: Vec<f32>) -> Self {
-        if values.iter().all(|&v| f16::from_f32(v).to_f32() == v) {
-            Self::F16(values.iter().map(|&v| f16::from_f32(v)).collect())
-        } else {
-            Self::F32(values)
+    /// The same factors in f16 when that holds them exactly.
+    pub fn compacted(self) -> Self {
+        match self {
+            Self::F32(values) if values.iter().all(|&v| f16::from_f32(v).to_f32() == v) => {
+                Self::F16(values.iter().map(|&v| f16::from_f32(v)).collect())
+            }
+            factors => factors,
         }
     }
 
@@ -226,13 +227,9 @@ impl IntegerWeights {
     /// The same weights with their scales and offsets in f16 where that holds them exactly
     /// (see `BlockFactors`).
     pub fn compacted(self) -> Self {
-        let compact = |factors: BlockFactors| match factors {
-            BlockFactors::F32(values) => BlockFactors::compact(values),
-            f16s => f16s,
-        };
         Self {
-            scales: compact(self.scales),
-            offsets: self.offsets.map(compact),
+            scales: self.scales.compacted(),
+            offsets: self.offsets.map(BlockFactors::compacted),
             ..self
         }
     }

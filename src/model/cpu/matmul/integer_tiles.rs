@@ -293,9 +293,13 @@ struct TileWeight<'a> {
 /// Tokens a tile of `kernels` takes at once, at most: the lanes of one f32 vector of AVX2.
 const TILE_TOKENS_MAX: usize = 8;
 
+/// Zeros past the last token in each block of [`TokenBlocks`]: the lanes of one f32 vector of
+/// AVX-512, the most any tile reads at once.
+const SCALE_PADDING: usize = 16;
+
 /// The tokens' scales (and block sums, for offsets) block by block, so that a tile finds its
-/// tokens' side by side; each block is padded with a vector's lanes of zeros past the last
-/// token, AVX-512's.
+/// tokens' side by side; each block is padded with [`SCALE_PADDING`] zeros past the last
+/// token.
 struct TokenBlocks {
     scales: Vec<f32>,
     /// Empty without offsets.
@@ -306,7 +310,7 @@ struct TokenBlocks {
 impl TokenBlocks {
     fn of(x: &BlockInts, tokens: usize, with_sums: bool) -> Self {
         let blocks = x.scales.len() / tokens;
-        let stride = tokens + 16;
+        let stride = tokens + SCALE_PADDING;
         let by_block = |per_token: &[f32]| {
             let mut by_block = vec![0.0; blocks * stride];
             for (t, token) in per_token.chunks_exact(blocks).enumerate() {
@@ -327,7 +331,7 @@ impl TokenBlocks {
         }
     }
 
-    /// The scales of block `b` from `first_token` on, up to 16 of them.
+    /// The scales of block `b` from `first_token` on, up to [`SCALE_PADDING`] of them.
     ///
     /// # Safety
     /// `b` must be a block and `first_token` a token of the prompt.
