@@ -10,7 +10,7 @@ use super::kv_cache::{DeviceLayer, KvCache, LayerCache};
 use super::linear::Linear;
 use super::loader::Loader;
 use super::rms_norm::RmsNorm;
-use super::rope::RotaryEmbedding;
+use super::rope::RopeRows;
 
 /// Grouped-query self-attention: `num_heads` query heads share `num_kv_heads` key/value heads
 /// (equal counts is MHA, one KV head is MQA).
@@ -52,7 +52,7 @@ impl Attention {
         &self,
         x: Tensor<2>,
         norm: &RmsNorm,
-        rope: &RotaryEmbedding,
+        rope: &RopeRows,
         cache: &mut KvCache,
         mask: Option<&Tensor<3>>,
     ) -> Result<Tensor<2>> {
@@ -81,7 +81,7 @@ impl Attention {
                     )
                 })
             }
-            LayerCache::Device(slot) => self.attend_on_device(qkv, slot, start, rope, mask),
+            LayerCache::Device(slot) => self.attend_on_device(qkv, slot, rope, mask),
         };
         Ok(self.output.add_to(x, context))
     }
@@ -99,8 +99,7 @@ impl Attention {
         &self,
         qkv: Tensor<2>,
         cache: DeviceLayer<'_>,
-        start: usize,
-        rope: &RotaryEmbedding,
+        rope: &RopeRows,
         mask: Option<&Tensor<3>>,
     ) -> Tensor<2> {
         let [tokens, _] = qkv.dims();
@@ -114,7 +113,7 @@ impl Attention {
                 .swap_dims(0, 1)
         };
         // Queries and keys lie side by side in the fused projection: one rotation serves both.
-        let qk = rope.forward(split(0, heads + kv_heads), start);
+        let qk = rope.forward(split(0, heads + kv_heads));
         let q = qk.clone().narrow(0, 0, heads);
         let k = qk.narrow(0, heads, kv_heads);
         let v = split(heads + kv_heads, kv_heads);

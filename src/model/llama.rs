@@ -16,7 +16,7 @@ use super::loader::Loader;
 use super::mlp::Mlp;
 use super::precision::Precision;
 use super::rms_norm::RmsNorm;
-use super::rope::{FrequencyScaling, RotaryEmbedding};
+use super::rope::{FrequencyScaling, RopeRows, RotaryEmbedding};
 
 /// One transformer block: pre-norm attention and pre-norm SwiGLU, each added to the residual.
 #[derive(Module, Debug)]
@@ -43,7 +43,7 @@ impl DecoderLayer {
     fn forward(
         &self,
         x: Tensor<2>,
-        rope: &RotaryEmbedding,
+        rope: &RopeRows,
         cache: &mut KvCache,
         mask: Option<&Tensor<3>>,
     ) -> Result<Tensor<2>> {
@@ -64,6 +64,7 @@ pub struct Llama {
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Linear,
+    #[module(skip)]
     rope: RotaryEmbedding,
     #[module(skip)]
     config: LlamaConfig,
@@ -143,7 +144,6 @@ impl Llama {
 
         let rope = RotaryEmbedding::new(
             config.head_dim(),
-            config.max_position_embeddings,
             config.rope_theta,
             frequency_scaling(&config, checkpoint)?.as_ref(),
             device,
@@ -212,8 +212,9 @@ impl Llama {
         let mut hidden = self.embedding.forward(tokens).cast(self.dtype);
         let mask =
             (count > 1 && !cache.is_host()).then(|| self.causal_mask(start, count, &self.device()));
+        let rope = self.rope.positions(start..start + count);
         for layer in &self.layers {
-            hidden = layer.forward(hidden, &self.rope, cache, mask.as_ref())?;
+            hidden = layer.forward(hidden, &rope, cache, mask.as_ref())?;
         }
         cache.advance(tokens);
 

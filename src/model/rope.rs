@@ -1,4 +1,5 @@
-use burn::module::Module;
+use std::ops::Range;
+
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
 use super::config::Llama3RopeScaling;
@@ -19,33 +20,53 @@ pub enum FrequencyScaling {
 /// `rope(x) = x·cos + rotate_half(x)·sin` with `rotate_half([a, b]) = [-b, a]`. We store `sin`
 /// with its first half negated, so the rotation is `x·cos + [b, a]·sin'`: one swap of halves
 /// per call and no negation.
-#[derive(Module, Debug)]
+///
+/// Only the frequencies are kept; each forward pass computes the cosines and sines of its own
+/// positions ([`RotaryEmbedding::positions`]). Tables for the whole context were 4 MiB of
+/// SmolLM2's ~140, a few thousand sines per prompt cost nothing next to the model, and the
+/// angles are the same f32 products either way.
+#[derive(Clone, Debug)]
 pub struct RotaryEmbedding {
-    /// `[max_positions, head_dim]`
+    inv_freq: Vec<f32>,
+    device: Device,
+    dtype: DType,
+}
+
+/// The rotation of a run of consecutive positions.
+#[derive(Clone, Debug)]
+pub struct RopeRows {
+    /// `[positions, head_dim]`
     cos: Tensor<2>,
-    /// `[max_positions, head_dim]`, first half negated.
+    /// `[positions, head_dim]`, first half negated.
     signed_sin: Tensor<2>,
-    half: usize,
 }
 
 impl RotaryEmbedding {
-    /// Tables are computed as transformers computes them (f32 inverse frequencies, f32
+    /// Frequencies are computed as transformers computes them (f32 inverse frequencies, f32
     /// angles), so positions far into the context agree with the reference to the last bit
     /// that matters.
     pub fn new(
         head_dim: usize,
-        max_positions: usize,
         theta: f64,
         scaling: Option<&FrequencyScaling>,
         device: &Device,
         dtype: DType,
     ) -> Self {
-        let half = head_dim / 2;
-        let inv_freq = inverse_frequencies(head_dim, theta, scaling);
-        let mut cos = Vec::with_capacity(max_positions * head_dim);
-        let mut signed_sin = Vec::with_capacity(max_positions * head_dim);
-        for position in 0..max_positions {
-            let angles: Vec<f32> = inv_freq.iter().map(|f| position as f32 * f).collect();
+        Self {
+            inv_freq: inverse_frequencies(head_dim, theta, scaling),
+            device: device.clone(),
+            dtype,
+        }
+    }
+
+    /// The cosines and sines of the positions `positions`.
+    pub fn positions(&self, positions: Range<usize>) -> RopeRows {
+        let head_dim = 2 * self.inv_freq.len();
+        let count = positions.len();
+        let mut cos = Vec::with_capacity(count * head_dim);
+        let mut signed_sin = Vec::with_capacity(count * head_dim);
+        for position in positions {
+            let angles: Vec<f32> = self.inv_freq.iter().map(|f| position as f32 * f).collect();
             for half_index in 0..2 {
                 cos.extend(angles.iter().map(|a| a.cos()));
                 let sign = if half_index == 0 { -1.0 } else { 1.0 };
@@ -53,33 +74,29 @@ impl RotaryEmbedding {
             }
         }
         let table = |values: Vec<f32>| {
-            Tensor::<2>::from_data(TensorData::new(values, [max_positions, head_dim]), device)
-                .cast(dtype)
+            Tensor::<2>::from_data(TensorData::new(values, [count, head_dim]), &self.device)
+                .cast(self.dtype)
         };
-        Self {
+        RopeRows {
             cos: table(cos),
             signed_sin: table(signed_sin),
-            half,
         }
     }
+}
 
-    /// The tables `[max_positions, head_dim]`: cosines, and sines with their first half
-    /// negated.
+impl RopeRows {
+    /// `[positions, head_dim]` each: cosines, and sines with their first half negated.
     pub fn tables(&self) -> (&Tensor<2>, &Tensor<2>) {
         (&self.cos, &self.signed_sin)
     }
 
-    /// `x`: `[heads, tokens, head_dim]` for the positions `start..start + tokens`.
-    pub fn forward(&self, x: Tensor<3>, start: usize) -> Tensor<3> {
-        let [_, tokens, _] = x.dims();
-        let rows = start..start + tokens;
-        let cos = self.cos.clone().slice([rows.clone()]).unsqueeze::<3>();
-        let sin = self.signed_sin.clone().slice([rows]).unsqueeze::<3>();
+    /// `x`: `[heads, positions, head_dim]`, for these positions.
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let half = x.dims()[2] / 2;
+        let cos = self.cos.clone().unsqueeze::<3>();
+        let sin = self.signed_sin.clone().unsqueeze::<3>();
         let swapped = Tensor::cat(
-            vec![
-                x.clone().narrow(2, self.half, self.half),
-                x.clone().narrow(2, 0, self.half),
-            ],
+            vec![x.clone().narrow(2, half, half), x.clone().narrow(2, 0, half)],
             2,
         );
         x * cos + swapped * sin

@@ -38,7 +38,7 @@ impl HeadLayout {
 
 /// `qkv`: `[tokens, (heads + 2·kv_heads)·head_dim]`, each row the fused projection of one new
 /// token (queries, then keys, then values) at positions `start..`. Rotates queries and keys
-/// with the rows of the rotary embedding's tables (`[max_positions, head_dim]`, the sine's
+/// with the rotary embedding's tables for those positions (`[tokens, head_dim]`, the sine's
 /// first half negated), writes the keys and values at positions `start..` of `cache`, and
 /// returns the attention context `[tokens, heads·head_dim]`, or `None` off the CPU backends.
 pub fn self_attention(
@@ -132,7 +132,7 @@ mod tests {
         out
     }
 
-    /// Angles that differ per position and dimension, laid out as `RotaryEmbedding` stores them.
+    /// Angles that differ per position and dimension, laid out as `RopeRows` holds them.
     fn tables(positions: usize, d: usize) -> (Vec<f32>, Vec<f32>) {
         let half = d / 2;
         let mut cos = Vec::new();
@@ -176,13 +176,14 @@ mod tests {
             let qkv = values(tokens * width, 7);
             let (cos, sin) = tables(tokens, layout.head_dim);
             let expected = reference(&qkv, &cos, &sin, layout, tokens);
-            let table = RopeTables {
-                cos: &cos[..],
-                signed_sin: &sin[..],
-            };
+            let d = layout.head_dim;
             let mut cache = CachedRows::default();
             for call in calls.windows(2) {
                 let (start, end) = (call[0], call[1]);
+                let table = RopeTables {
+                    cos: &cos[start * d..end * d],
+                    signed_sin: &sin[start * d..end * d],
+                };
                 let queries = rotate_and_cache(
                     &qkv[start * width..end * width],
                     table,
@@ -212,13 +213,13 @@ mod tests {
         };
         let width = 4 * 4;
         let (cos, sin) = tables(4, 4);
-        let table = RopeTables {
-            cos: &cos[..],
-            signed_sin: &sin[..],
+        let table = |positions: std::ops::Range<usize>| RopeTables {
+            cos: &cos[positions.start * 4..positions.end * 4],
+            signed_sin: &sin[positions.start * 4..positions.end * 4],
         };
         let mut cache = CachedRows::default();
-        rotate_and_cache(&values(3 * width, 1), table, &mut cache, 0, layout);
-        rotate_and_cache(&values(width, 2), table, &mut cache, 1, layout);
+        rotate_and_cache(&values(3 * width, 1), table(0..3), &mut cache, 0, layout);
+        rotate_and_cache(&values(width, 2), table(1..2), &mut cache, 1, layout);
         assert_eq!(cache.keys.len(), 2 * 4);
         assert_eq!(cache.values.len(), 2 * 4);
         assert_eq!(cache.values[4..], values(width, 2)[12..]);

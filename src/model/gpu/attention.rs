@@ -18,7 +18,7 @@ use cubecl::prelude::*;
 pub const CHUNK: usize = 256;
 
 /// `qkv`: one token's `[q heads | k kv_heads | v kv_heads] · head_dim`; `cos`, `signed_sin`:
-/// `[positions, head_dim]` (as `RotaryEmbedding` holds them); `keys`, `values`:
+/// its position's `[head_dim]` (a `RopeRows` of one position); `keys`, `values`:
 /// `[kv_heads, capacity, head_dim]`, filled below `position`; `output`: `[heads · head_dim]`.
 /// Launched with one workgroup per query head and `head_dim` threads.
 #[cube(launch_unchecked)]
@@ -50,8 +50,7 @@ pub fn decode_attention_kernel<F: Float>(
     } else {
         channel - half
     };
-    let angle = position * head_dim + channel;
-    let (c, s) = (cos[angle], signed_sin[angle]);
+    let (c, s) = (cos[channel], signed_sin[channel]);
     let q = head * head_dim;
     let k = (heads + kv_head) * head_dim;
 

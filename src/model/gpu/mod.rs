@@ -88,8 +88,8 @@ pub fn project(
 
 /// One token's attention (`[1, heads · head_dim]`) from its fused q/k/v projection `qkv`,
 /// writing its rotated key and its value into `keys` and `values` (`[kv_heads, capacity,
-/// head_dim]`) at `position`, which the caches hand back. `cos` and `signed_sin` are
-/// `RotaryEmbedding`'s tables. The caller checks [`runs_decode_step`] first.
+/// head_dim]`) at `position`, which the caches hand back. `cos` and `signed_sin` are the
+/// position's (`[1, head_dim]`, a `RopeRows`). The caller checks [`runs_decode_step`] first.
 pub fn decode_attention(
     qkv: &Tensor<2>,
     (cos, signed_sin): (&Tensor<2>, &Tensor<2>),
@@ -104,7 +104,8 @@ pub fn decode_attention(
             && heads.is_multiple_of(kv_heads)
             && head_dim.is_multiple_of(2)
             && position < capacity
-            && position < cos.dims()[0]
+            && cos.dims() == [1, head_dim]
+            && signed_sin.dims() == cos.dims()
             && values.dims() == keys.dims(),
         "decode attention called outside its shapes"
     );

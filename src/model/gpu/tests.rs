@@ -101,7 +101,8 @@ fn attention_matches_burns_composition_and_writes_the_cache() {
     let group = heads / kv_heads;
     // Past one chunk of scores, into a cache with room to spare.
     let (position, capacity) = (300, 320);
-    let rope = RotaryEmbedding::new(head_dim, 512, 10_000.0, None, &device, DType::F32);
+    let rope = RotaryEmbedding::new(head_dim, 10_000.0, None, &device, DType::F32)
+        .positions(position..position + 1);
     let qkv = tensor([1, (heads + 2 * kv_heads) * head_dim], 1, &device);
     let keys = tensor([kv_heads, capacity, head_dim], 2, &device);
     let values = tensor([kv_heads, capacity, head_dim], 3, &device);
@@ -119,8 +120,8 @@ fn attention_matches_burns_composition_and_writes_the_cache() {
             .narrow(1, offset * head_dim, count * head_dim)
             .reshape([count, 1, head_dim])
     };
-    let q = rope.forward(split(0, heads), position);
-    let k = rope.forward(split(heads, kv_heads), position);
+    let q = rope.forward(split(0, heads));
+    let k = rope.forward(split(heads, kv_heads));
     let v = split(heads + kv_heads, kv_heads);
     let slot = [0..kv_heads, position..position + 1, 0..head_dim];
     let keys = keys.slice_assign(slot.clone(), k);

@@ -5,7 +5,8 @@ use super::HeadLayout;
 use crate::model::cpu::host::HostFloat;
 use crate::model::kv_cache::CachedRows;
 
-/// `[max_positions, head_dim]` tables of the rotary embedding, the sine's first half negated.
+/// `[tokens, head_dim]` tables of the rotary embedding for the new tokens' positions, the
+/// sine's first half negated.
 #[derive(Clone, Copy)]
 pub(super) struct RopeTables<'a, E> {
     pub cos: &'a [E],
@@ -35,8 +36,7 @@ pub(super) fn rotate_and_cache<E: HostFloat>(
     let mut queries = vec![0.0; tokens * heads * head_dim];
     let new_keys = &mut cache.keys[start * kv_width..];
     for (t, row) in qkv.chunks_exact(width).enumerate() {
-        let position = start + t;
-        let table = position * head_dim..(position + 1) * head_dim;
+        let table = t * head_dim..(t + 1) * head_dim;
         let (cos, sin) = (&tables.cos[table.clone()], &tables.signed_sin[table]);
         let (heads_in, values) = row.split_at((heads + kv_heads) * head_dim);
         let (queries_in, keys_in) = heads_in.split_at(heads * head_dim);
