@@ -39,6 +39,56 @@ pub fn unpack_nibbles(
     ]
 }
 
+/// [`unpack_nibbles`] for 5-bit values (see `IntegerValues::FiveBits`): `high`, the block's
+/// fifth bits in `fifth_bit`'s order, shifted per 32-bit lane so that each 16-bit lane's bit
+/// lies at its bottom, adds 16 where it is set.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn unpack_five_bits(
+    packed: std::arch::x86_64::__m128i,
+    high: u32,
+    zero: std::arch::x86_64::__m256i,
+) -> [std::arch::x86_64::__m256i; 2] {
+    use std::arch::x86_64::*;
+    let high = _mm256_set1_epi32(high as i32);
+    let bottoms = _mm256_set1_epi32(0x0001_0001);
+    let sixteens = |shifts: __m256i| {
+        _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srlv_epi32(high, shifts), bottoms))
+    };
+    let firsts = sixteens(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    let seconds = sixteens(_mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15));
+    let [low, upper] = unpack_nibbles(packed, _mm256_setzero_si256());
+    [
+        _mm256_sub_epi16(_mm256_or_si256(low, firsts), zero),
+        _mm256_sub_epi16(_mm256_or_si256(upper, seconds), zero),
+    ]
+}
+
+/// Blocks of 5-bit values (`nibbles` and `high` as `IntegerValues::FiveBits` holds them) as
+/// one byte per value, `zero` taken off: [`unpack_five_bits`], narrowed back to bytes. The
+/// prompt kernels unpack each tile of rows so; one value at a time, the fifth bits' shifts
+/// cost more than the tile's products.
+///
+/// # Safety
+/// `bytes` must hold 32 values per word of `high` and `nibbles` 16 bytes per word.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub unsafe fn five_bits_as_bytes(nibbles: &[u8], high: &[u32], zero: u8, bytes: &mut [i8]) {
+    use std::arch::x86_64::*;
+    let zero = _mm256_set1_epi16(i16::from(zero));
+    for (b, &high) in high.iter().enumerate() {
+        // SAFETY: block `b` lies inside `nibbles` and `bytes`, the caller guarantees.
+        unsafe {
+            let packed = _mm_loadu_si128(nibbles.as_ptr().add(16 * b).cast());
+            let [first, second] = unpack_five_bits(packed, high, zero);
+            // Packing works within 128-bit lanes; the permutation puts the halves in order.
+            let ordered = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(first, second));
+            _mm256_storeu_si256(bytes.as_mut_ptr().add(32 * b).cast(), ordered);
+        }
+    }
+}
+
 /// `Σ a·b`, in eight independent partial sums, which compilers vectorize.
 #[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {

@@ -101,8 +101,16 @@ fn quantized(
             let weight = weight.rows(first, out.len(), cols);
             let scales = scales.range(block_range(first, out.len()));
             match &integer {
-                // SAFETY: the kernel exists, checked above; the sizes are checked at the top.
-                Some(x) => unsafe { rows_dot_integer(weight, scales, x, out) },
+                Some(x) => {
+                    // The kernels read f16 and f32 scales in the loop; others are widened.
+                    let scales = match scales {
+                        Factors::F16(_) | Factors::F32(_) => scales,
+                        _ => Factors::F32(scales.f32s(0..scales.len(), buffer)),
+                    };
+                    // SAFETY: the kernel exists, checked above; the sizes are checked at the
+                    // top; the scales are f16 or f32.
+                    unsafe { rows_dot_integer(weight, scales, x, out) }
+                }
                 None => {
                     let scales = scales.f32s(0..scales.len(), buffer);
                     rows_dot_integer_portable(weight, scales, block, x, out);
@@ -126,6 +134,15 @@ impl<'a> Ints<'a> {
             Self::Bytes(values) => Self::Bytes(&values[first * cols..(first + len) * cols]),
             Self::Nibbles { values, zero } => Self::Nibbles {
                 values: &values[first * cols / 2..(first + len) * cols / 2],
+                zero,
+            },
+            Self::FiveBits {
+                nibbles,
+                high,
+                zero,
+            } => Self::FiveBits {
+                nibbles: &nibbles[first * cols / 2..(first + len) * cols / 2],
+                high: &high[first * cols / NIBBLE_BLOCK..(first + len) * cols / NIBBLE_BLOCK],
                 zero,
             },
         }
@@ -262,8 +279,8 @@ unsafe fn round_block_avx2(x: &[f32], values: &mut [i16]) -> Rounded {
 }
 
 /// Whether the CPU has an integer kernel for `values` in blocks of `block`: bytes in blocks
-/// of 32 (`--precision q8` and most GGUF types) or 16 (GGUF's Q6_K), nibbles in blocks of
-/// 32. Other blocks take the portable kernel.
+/// of 32 (`--precision q8` and most GGUF types) or 16 (GGUF's Q6_K), 4- and 5-bit values in
+/// blocks of 32. Other blocks take the portable kernel.
 fn has_integer_kernel(values: Ints<'_>, block: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -273,7 +290,8 @@ fn has_integer_kernel(values: Ints<'_>, block: usize) -> bool {
             && is_x86_feature_detected!("f16c")
             && matches!(
                 (values, block),
-                (Ints::Bytes(_), 16 | 32) | (Ints::Nibbles { .. }, NIBBLE_BLOCK)
+                (Ints::Bytes(_), 16 | 32)
+                    | (Ints::Nibbles { .. } | Ints::FiveBits { .. }, NIBBLE_BLOCK)
             )
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -287,7 +305,8 @@ fn has_integer_kernel(values: Ints<'_>, block: usize) -> bool {
 ///
 /// # Safety
 /// [`has_integer_kernel`] must hold for `weight` and `x`'s block, `x` hold `cols` values
-/// rounded in blocks, `weight` `out.len()` rows of `cols` values and `scales` one per block.
+/// rounded in blocks, `weight` `out.len()` rows of `cols` values and `scales` one per block,
+/// in f16 or f32.
 unsafe fn rows_dot_integer(weight: Ints<'_>, scales: Factors<'_>, x: &BlockInts, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's guarantees are each kernel's.
@@ -301,14 +320,20 @@ unsafe fn rows_dot_integer(weight: Ints<'_>, scales: Factors<'_>, x: &BlockInts,
                     }
                     Ints::Bytes(weight) => avx2::rows_dot_q8::<32, $halves>(weight, scales, x, out),
                     Ints::Nibbles { values, zero } => {
-                        avx2::rows_dot_q4::<$halves>(values, zero, scales, x, out)
+                        avx2::rows_dot_packed::<$halves>(values, &[], zero, scales, x, out)
                     }
+                    Ints::FiveBits {
+                        nibbles,
+                        high,
+                        zero,
+                    } => avx2::rows_dot_packed::<$halves>(nibbles, high, zero, scales, x, out),
                 }
             }};
         }
         match scales {
             Factors::F32(scales) => run!(false, scales),
             Factors::F16(scales) => run!(true, scales),
+            Factors::Scaled { .. } => unreachable!("scales in a form the kernels do not read"),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -388,7 +413,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockInts, HostFloat};
-    use crate::model::cpu::math::{horizontal_sum, unpack_nibbles};
+    use crate::model::cpu::math::{horizontal_sum, unpack_five_bits, unpack_nibbles};
 
     /// How far ahead of the weights being read the kernels ask for the next ones, in bytes.
     /// The hardware prefetcher restarts on every range of every matrix, and a decode step is
@@ -469,8 +494,9 @@ mod avx2 {
         for (row, y) in out.iter_mut().enumerate() {
             // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
             let total = unsafe {
-                row_total::<BLOCK, false, F16_SCALES>(
+                row_total::<BLOCK, 8, F16_SCALES>(
                     weight.as_ptr().add(row * cols).cast(),
+                    std::ptr::null(),
                     0,
                     scales.add(row * blocks * scale_bytes::<F16_SCALES>()),
                     x,
@@ -481,15 +507,19 @@ mod avx2 {
         }
     }
 
-    /// [`rows_dot_q8`] for 4-bit values packed two per byte (see `IntegerValues::Nibbles`):
-    /// each block's 16 bytes are split into low and high halves, which are its first and
-    /// last 16 values, and widened to 16 bits like the bytes, less `zero`.
+    /// [`rows_dot_q8`] for 4- and 5-bit values (see `IntegerValues::Nibbles` and
+    /// `IntegerValues::FiveBits`): each block's 16 bytes of nibbles are split into low and
+    /// high halves, which are its first and last 16 values, `high`'s word for the block (5-bit
+    /// values; `high` is empty for 4-bit ones) adds their fifth bits, and they are widened to
+    /// 16 bits like the bytes, less `zero`.
     ///
     /// # Safety
-    /// As [`rows_dot_q8`] with blocks of 32, `weight` holding half a byte per value.
+    /// As [`rows_dot_q8`] with blocks of 32, `nibbles` holding half a byte per value and
+    /// `high`, unless empty, a word per block.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows_dot_q4<const F16_SCALES: bool>(
-        weight: &[u8],
+    pub unsafe fn rows_dot_packed<const F16_SCALES: bool>(
+        nibbles: &[u8],
+        high: &[u32],
         zero: u8,
         scales: *const u8,
         x: &BlockInts,
@@ -498,15 +528,30 @@ mod avx2 {
         let cols = x.values.len();
         let blocks = cols / 32;
         for (row, y) in out.iter_mut().enumerate() {
+            let (nibbles, scales) = (
+                nibbles.as_ptr().wrapping_add(row * cols / 2),
+                scales.wrapping_add(row * blocks * scale_bytes::<F16_SCALES>()),
+            );
             // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
             let total = unsafe {
-                row_total::<32, true, F16_SCALES>(
-                    weight.as_ptr().add(row * cols / 2),
-                    zero,
-                    scales.add(row * blocks * scale_bytes::<F16_SCALES>()),
-                    x,
-                    blocks,
-                )
+                match high.is_empty() {
+                    true => row_total::<32, 4, F16_SCALES>(
+                        nibbles,
+                        std::ptr::null(),
+                        zero,
+                        scales,
+                        x,
+                        blocks,
+                    ),
+                    false => row_total::<32, 5, F16_SCALES>(
+                        nibbles,
+                        high.as_ptr().add(row * blocks),
+                        zero,
+                        scales,
+                        x,
+                        blocks,
+                    ),
+                }
             };
             *y += horizontal_sum(total);
         }
@@ -521,13 +566,15 @@ mod avx2 {
     /// block: widened a task's rows at a time into a buffer, they cost 10% of a Q4_0 decode.
     ///
     /// # Safety
-    /// `row` must point to `blocks · BLOCK` integers (bytes, or nibbles in blocks of 32 when
-    /// `NIBBLES`, less `zero`), `scales` to `blocks` f16 (`F16_SCALES`) or f32 values, and `x`
-    /// hold as many values and scales.
+    /// `row` must point to `blocks · BLOCK` integers of `BITS` bits (bytes, or in blocks of
+    /// 32 nibbles, less `zero`, with `high` pointing to a word of fifth bits per block when
+    /// `BITS` is 5), `scales` to `blocks` f16 (`F16_SCALES`) or f32 values, and `x` hold as
+    /// many values and scales.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn row_total<const BLOCK: usize, const NIBBLES: bool, const F16_SCALES: bool>(
+    unsafe fn row_total<const BLOCK: usize, const BITS: u32, const F16_SCALES: bool>(
         row: *const u8,
+        high: *const u32,
         zero: u8,
         scales: *const u8,
         x: &BlockInts,
@@ -541,9 +588,13 @@ mod avx2 {
             let v = values.add(b * BLOCK).cast::<__m256i>();
             // Sixteen weights per step: 32-bit sums of pairs of their products.
             let mut sum = _mm256_setzero_si256();
-            if NIBBLES {
+            if BITS < 8 {
                 let packed = _mm_loadu_si128(row.add(b * BLOCK / 2).cast::<__m128i>());
-                for (step, half) in unpack_nibbles(packed, zero).into_iter().enumerate() {
+                let halves = match BITS {
+                    4 => unpack_nibbles(packed, zero),
+                    _ => unpack_five_bits(packed, high.add(b).read(), zero),
+                };
+                for (step, half) in halves.into_iter().enumerate() {
                     let products = _mm256_madd_epi16(half, _mm256_loadu_si256(v.add(step)));
                     sum = _mm256_add_epi32(sum, products);
                 }
@@ -591,7 +642,7 @@ mod avx2 {
         let mut b = 0;
         while b + 2 <= blocks {
             // Two blocks of 32 bytes are one 64-byte line (of 16 bytes or nibbles, half).
-            let bytes = if NIBBLES { b * BLOCK / 2 } else { b * BLOCK };
+            let bytes = if BITS < 8 { b * BLOCK / 2 } else { b * BLOCK };
             prefetch(row.wrapping_add(bytes), PREFETCH_BYTES_Q8);
             let scales = two_scales(b);
             for (half, (total, scale)) in totals.iter_mut().zip(scales).enumerate() {
@@ -612,7 +663,7 @@ mod tests {
 
     use super::*;
     use crate::model::cpu::test_values as values;
-    use crate::model::cpu::weights::BlockFactors;
+    use crate::model::cpu::weights::{BlockFactors, IntegerValues};
 
     fn naive(weight: &[f32], x: &[f32]) -> Vec<f32> {
         weight
@@ -696,19 +747,11 @@ mod tests {
         }
     }
 
-    /// Packs 4-bit values (`-zero` to `15 - zero`) as `IntegerValues::Nibbles` lays them out.
-    fn nibbles(values: &[i8], zero: u8) -> Vec<u8> {
-        let nibble = move |q: i8| (q as u8).wrapping_add(zero);
-        values
-            .chunks_exact(NIBBLE_BLOCK)
-            .flat_map(|block| (0..16).map(move |j| nibble(block[j]) | nibble(block[j + 16]) << 4))
-            .collect()
-    }
-
     /// Each integer path against the f64 product of the values it reads: the weights as
     /// stored, and the activations as given (portable) or as rounded to 16 bits (integer);
-    /// bytes and nibbles (Q4_0's centred ones without offsets, others with), with and without
-    /// offsets, for the blocks of `--precision q8` and GGUF files and others.
+    /// bytes, nibbles and five bits (Q4_0's and Q5_0's centred ones without offsets, others
+    /// with), with and without offsets, for the blocks of `--precision q8` and GGUF files and
+    /// others.
     #[test]
     fn every_integer_path_equals_the_product_of_what_it_reads() {
         #[cfg(target_arch = "x86_64")]
@@ -718,6 +761,14 @@ mod tests {
             (
                 Ints::Nibbles {
                     values: &[],
+                    zero: 0,
+                },
+                32,
+            ),
+            (
+                Ints::FiveBits {
+                    nibbles: &[],
+                    high: &[],
                     zero: 0,
                 },
                 32,
@@ -741,29 +792,32 @@ mod tests {
         ];
         let variants = cases.into_iter().flat_map(|(rows, cols, block)| {
             let packable = block == NIBBLE_BLOCK;
-            [(false, false), (false, true), (true, false), (true, true)]
+            [8, 4, 5]
                 .into_iter()
-                .filter(move |&(packed, _)| packable || !packed)
-                .map(move |(packed, with_offsets)| (rows, cols, block, packed, with_offsets))
+                .filter(move |&bits| packable || bits == 8)
+                .flat_map(move |bits| {
+                    [false, true].map(|with_offsets| (rows, cols, block, bits, with_offsets))
+                })
         });
-        for (rows, cols, block, packed, with_offsets) in variants {
-            let zero = if with_offsets { 0 } else { 8 };
+        for (rows, cols, block, bits, with_offsets) in variants {
+            let packed = bits < 8;
+            // Unsigned values with offsets, signed ones without (Q4_1, Q4_0).
+            let largest = ((1 << (bits - 1)) - 1) as f32;
             let weight: Vec<i8> = values(rows * cols, 3)
                 .iter()
-                .map(|v| match (packed, zero) {
-                    (false, _) => v * 127.0,
-                    (true, 0) => v.abs() * 15.0,
-                    (true, _) => v * 7.0,
+                .map(|v| match with_offsets && packed {
+                    true => v.abs() * (2.0 * largest + 1.0),
+                    false => v * largest,
                 } as i8)
                 .collect();
-            let packed_weight = nibbles(&weight, zero);
-            let ints = if packed {
-                Ints::Nibbles {
-                    values: &packed_weight,
-                    zero,
-                }
-            } else {
-                Ints::Bytes(&weight)
+            let packed_weight = IntegerValues::packing(&weight);
+            assert!(matches!(
+                (bits, &packed_weight),
+                (8, _) | (4, IntegerValues::Nibbles { .. }) | (5, IntegerValues::FiveBits { .. })
+            ));
+            let ints = match packed {
+                true => packed_weight.borrowed(),
+                false => Ints::Bytes(&weight),
             };
             // f16 values, which the packed weights hold so, as a GGUF file's are.
             let as_f16 = |v: f32| f16::from_f32(v).to_f32();
@@ -801,7 +855,7 @@ mod tests {
                 ),
                 None => vec![0.0; rows],
             };
-            let what = format!("{rows}x{cols}/{block}, packed {packed}, offsets {with_offsets}");
+            let what = format!("{rows}x{cols}/{block}, {bits} bits, offsets {with_offsets}");
             let close = |got: &[f32], x: &[f32], offset_part: &[f32], path: &str| {
                 let expected = naive(&scaled, x);
                 for ((g, e), o) in got.iter().zip(expected).zip(offset_part) {

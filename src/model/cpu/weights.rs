@@ -42,31 +42,91 @@ pub struct IntegerWeights {
 
 /// The scales or offsets of [`IntegerWeights`], one per block: in f16 where every one is an
 /// f16 exactly, as a GGUF file's own are for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (half the bytes:
-/// 8 MiB of a SmolLM2-135M file's 4-bit weights), in f32 otherwise (the K types' products of
-/// two scales).
+/// 8 MiB of a SmolLM2-135M file's 4-bit weights); as a base per group of blocks times a small
+/// integer per block where they are exactly that, as the K types' are (a super-block's f16
+/// scale times 6- or 8-bit block scales: a quarter of the bytes of f32, 4 MiB of a Q4_K_M
+/// file); in f32 otherwise.
 #[derive(Debug)]
 pub enum BlockFactors {
     F16(Vec<f16>),
     F32(Vec<f32>),
+    /// Factor `b` is `bases[b / per] · steps[b]`, exactly, in f32.
+    Scaled {
+        bases: Vec<f16>,
+        steps: Vec<i8>,
+        per: usize,
+    },
 }
 
+/// The blocks of 32 a K type's super-block holds (of 16, twice as many).
+const SUPER_BLOCK: usize = 256;
+
 impl BlockFactors {
-    /// The same factors in f16 when that holds them exactly.
-    pub fn compacted(self) -> Self {
-        match self {
-            Self::F32(values) if values.iter().all(|&v| f16::from_f32(v).to_f32() == v) => {
-                Self::F16(values.iter().map(|&v| f16::from_f32(v)).collect())
-            }
-            factors => factors,
+    /// The same factors in the smallest of the forms that holds them exactly; blocks of
+    /// `block` values.
+    pub fn compacted(self, block: usize) -> Self {
+        let Self::F32(values) = self else {
+            return self;
+        };
+        if values.iter().all(|&v| f16::from_f32(v).to_f32() == v) {
+            return Self::F16(values.iter().map(|&v| f16::from_f32(v)).collect());
         }
+        let per = SUPER_BLOCK / block;
+        if per > 1 && values.len().is_multiple_of(per) {
+            let mut bases = Vec::with_capacity(values.len() / per);
+            let mut steps = Vec::with_capacity(values.len());
+            for group in values.chunks_exact(per) {
+                let Some(base) = common_base(group) else {
+                    return Self::F32(values);
+                };
+                bases.push(f16::from_f32(base));
+                steps.extend(group.iter().map(|&v| match base {
+                    0.0 => 0,
+                    base => (v / base).round() as i8,
+                }));
+            }
+            return Self::Scaled { bases, steps, per };
+        }
+        Self::F32(values)
     }
 
     pub fn borrowed(&self) -> Factors<'_> {
         match self {
             Self::F16(values) => Factors::F16(values),
             Self::F32(values) => Factors::F32(values),
+            &Self::Scaled {
+                ref bases,
+                ref steps,
+                per,
+            } => Factors::Scaled {
+                bases,
+                steps,
+                first: 0,
+                per,
+            },
         }
     }
+}
+
+/// An f16 that every one of `group` is an integer multiple of, from -127 to 127 times, exactly
+/// in f32: the smallest magnitude among them divided by 1, 2, … (for a K type's scales, by
+/// the block scale it was made with, which gives the super-block's scale back).
+fn common_base(group: &[f32]) -> Option<f32> {
+    let smallest = group
+        .iter()
+        .copied()
+        .filter(|&v| v != 0.0)
+        .min_by(|a, b| a.abs().total_cmp(&b.abs()));
+    let Some(smallest) = smallest else {
+        return Some(0.0);
+    };
+    (1..=127u8).map(|k| smallest / f32::from(k)).find(|&base| {
+        f16::from_f32(base).to_f32() == base
+            && group.iter().all(|&v| {
+                let step = (v / base).round();
+                step.abs() <= 127.0 && step * base == v
+            })
+    })
 }
 
 /// [`BlockFactors`], borrowed.
@@ -74,6 +134,13 @@ impl BlockFactors {
 pub enum Factors<'a> {
     F16(&'a [f16]),
     F32(&'a [f32]),
+    /// Factor `i` is `bases[(first + i) / per] · steps[i]`.
+    Scaled {
+        bases: &'a [f16],
+        steps: &'a [i8],
+        first: usize,
+        per: usize,
+    },
 }
 
 impl<'a> Factors<'a> {
@@ -81,6 +148,7 @@ impl<'a> Factors<'a> {
         match self {
             Self::F16(values) => values.len(),
             Self::F32(values) => values.len(),
+            Self::Scaled { steps, .. } => steps.len(),
         }
     }
 
@@ -88,6 +156,12 @@ impl<'a> Factors<'a> {
         match self {
             Self::F16(values) => values[index].to_f32(),
             Self::F32(values) => values[index],
+            Self::Scaled {
+                bases,
+                steps,
+                first,
+                per,
+            } => bases[(first + index) / per].to_f32() * f32::from(steps[index]),
         }
     }
 
@@ -95,6 +169,17 @@ impl<'a> Factors<'a> {
         match self {
             Self::F16(values) => Self::F16(&values[range]),
             Self::F32(values) => Self::F32(&values[range]),
+            Self::Scaled {
+                bases,
+                steps,
+                first,
+                per,
+            } => Self::Scaled {
+                bases,
+                first: first + range.start,
+                steps: &steps[range],
+                per,
+            },
         }
     }
 
@@ -104,17 +189,36 @@ impl<'a> Factors<'a> {
     where
         'a: 'b,
     {
-        match self {
-            Self::F32(values) => &values[range],
-            Self::F16(values) => {
-                if buffer.len() < range.len() {
-                    buffer.resize(range.len(), 0.0);
+        if let Self::F32(values) = self {
+            return &values[range];
+        }
+        if buffer.len() < range.len() {
+            buffer.resize(range.len(), 0.0);
+        }
+        let out = &mut buffer[..range.len()];
+        match self.range(range) {
+            Self::F32(values) => out.copy_from_slice(values),
+            Self::F16(values) => values.convert_to_f32_slice(out),
+            Self::Scaled {
+                bases,
+                steps,
+                first,
+                per,
+            } => {
+                // A group at a time: one division per group, not one per factor.
+                let mut i = 0;
+                while i < steps.len() {
+                    let group = (first + i) / per;
+                    let end = ((group + 1) * per - first).min(steps.len());
+                    let base = bases[group].to_f32();
+                    for (out, &step) in out[i..end].iter_mut().zip(&steps[i..end]) {
+                        *out = base * f32::from(step);
+                    }
+                    i = end;
                 }
-                let out = &mut buffer[..range.len()];
-                values[range].convert_to_f32_slice(out);
-                out
             }
         }
+        out
     }
 }
 
@@ -130,10 +234,30 @@ pub enum IntegerValues {
         values: Vec<u8>,
         zero: u8,
     },
+    /// 5-bit values in blocks of 32: their low four bits as [`IntegerValues::Nibbles`] holds
+    /// them and each block's fifth bits in one word, in the order [`fifth_bit`] gives; each
+    /// the value plus `zero` (16 for Q5_0's -16 to 15, 0 for the types with offsets). Five
+    /// eighths of the bytes of [`IntegerValues::Bytes`]: most of a Q4_K_M file's weights are
+    /// Q5_0.
+    FiveBits {
+        nibbles: Vec<u8>,
+        high: Vec<u32>,
+        zero: u8,
+    },
 }
 
-/// The block of packed 4-bit values.
+/// The block of packed 4- and 5-bit values.
 pub const NIBBLE_BLOCK: usize = 32;
+
+/// The bit of its block's word that holds element `j`'s fifth bit (see
+/// [`IntegerValues::FiveBits`]). Not ggml's order (bit `j`): the decode kernel widens sixteen
+/// elements to 16-bit lanes, and with this order one variable shift of the word per 32-bit
+/// lane and one mask put every lane's bit in place (lane pair `d` of the first sixteen takes
+/// bits `d` and `16 + d`, of the second `8 + d` and `24 + d`).
+pub const fn fifth_bit(j: usize) -> usize {
+    let (half, lane) = (j / 16, j % 16);
+    8 * half + lane / 2 + 16 * (lane % 2)
+}
 
 /// The values of integer weights, borrowed.
 #[derive(Clone, Copy)]
@@ -142,6 +266,12 @@ pub enum Ints<'a> {
     /// See [`IntegerValues::Nibbles`].
     Nibbles {
         values: &'a [u8],
+        zero: u8,
+    },
+    /// See [`IntegerValues::FiveBits`].
+    FiveBits {
+        nibbles: &'a [u8],
+        high: &'a [u32],
         zero: u8,
     },
 }
@@ -224,33 +354,31 @@ impl Weight {
 }
 
 impl IntegerWeights {
-    /// The same weights with their scales and offsets in f16 where that holds them exactly
-    /// (see `BlockFactors`).
+    /// The same weights with their scales and offsets in the smallest form that holds them
+    /// exactly (see `BlockFactors`).
     pub fn compacted(self) -> Self {
+        let block = self.block;
         Self {
-            scales: self.scales.compacted(),
-            offsets: self.offsets.map(BlockFactors::compacted),
+            scales: self.scales.compacted(block),
+            offsets: self.offsets.map(|offsets| offsets.compacted(block)),
             ..self
         }
     }
 
     pub fn rows(&self) -> WeightRows<'_> {
         WeightRows::Integers {
-            values: match &self.values {
-                IntegerValues::Bytes(values) => Ints::Bytes(values),
-                &IntegerValues::Nibbles { ref values, zero } => Ints::Nibbles { values, zero },
-            },
+            values: self.values.borrowed(),
             scales: self.scales.borrowed(),
             offsets: self.offsets.as_ref().map(BlockFactors::borrowed),
             block: self.block,
         }
     }
 
-    /// The same weights with two values per byte, where every block's values fit in 4 bits
-    /// (the Q4 types): values from -8 to 7 are shifted up by 8, which the kernels take off
-    /// again (Q4_0). Where only some blocks need the shift (a stack of Q4_0 and Q4_1 parts)
-    /// their offsets take `8 · scale` off instead, exactly (a power-of-two multiple of the
-    /// scale).
+    /// The same weights in four or five bits per value, where every block's values fit
+    /// (the Q4 and Q5 types): signed values (-8 to 7, -16 to 15) are shifted up by half the
+    /// range, which the kernels take off again (Q4_0, Q5_0). Where only some blocks need the
+    /// shift (a stack of Q5_0 and Q5_1 parts) their offsets take `shift · scale` off instead,
+    /// exactly (a power-of-two multiple of the scale).
     pub fn packed(self) -> Self {
         let IntegerValues::Bytes(values) = &self.values else {
             return self;
@@ -258,41 +386,48 @@ impl IntegerWeights {
         if self.block != NIBBLE_BLOCK {
             return self;
         }
-        let shifts: Option<Vec<u8>> = values
+        let ranges: Vec<(i8, i8)> = values
             .chunks_exact(NIBBLE_BLOCK)
             .map(|block| {
-                let (low, high) = block
+                block
                     .iter()
-                    .fold((i8::MAX, i8::MIN), |(l, h), &q| (l.min(q), h.max(q)));
-                match (low, high) {
-                    (0.., ..=15) => Some(0),
-                    (-8.., ..=7) => Some(8),
-                    _ => None,
-                }
+                    .fold((i8::MAX, i8::MIN), |(l, h), &q| (l.min(q), h.max(q)))
             })
             .collect();
-        let Some(shifts) = shifts else {
+        let Some((bits, shifts)) = [4, 5]
+            .into_iter()
+            .find_map(|bits| Some((bits, block_shifts(&ranges, bits)?)))
+        else {
             return self;
         };
-        // Allocated whole: collected from the iterator, which cannot tell its length, the
-        // vector grew by doubling and kept up to twice the bytes.
+        let half = 1 << (bits - 1);
+        // Allocated whole: collected from an iterator, which cannot tell its length, a
+        // vector grows by doubling and keeps up to twice the bytes.
         let mut nibbles = Vec::with_capacity(values.len() / 2);
-        nibbles.extend(values.chunks_exact(NIBBLE_BLOCK).zip(&shifts).flat_map(
-            |(block, &shift)| {
-                let nibble = move |q: i8| (q as u8).wrapping_add(shift);
-                (0..NIBBLE_BLOCK / 2).map(move |j| nibble(block[j]) | nibble(block[j + 16]) << 4)
-            },
-        ));
-        if shifts.iter().all(|&shift| shift == 8) {
-            return Self {
-                values: IntegerValues::Nibbles {
-                    values: nibbles,
-                    zero: 8,
-                },
-                ..self
-            };
+        let mut high = Vec::with_capacity(if bits == 5 { ranges.len() } else { 0 });
+        for (block, &shift) in values.chunks_exact(NIBBLE_BLOCK).zip(&shifts) {
+            let stored = |j: usize| (block[j] as u8).wrapping_add(shift);
+            nibbles.extend((0..NIBBLE_BLOCK / 2).map(|j| stored(j) & 0x0F | stored(j + 16) << 4));
+            if bits == 5 {
+                high.push((0..NIBBLE_BLOCK).fold(0, |word, j| {
+                    word | u32::from(stored(j) >> 4) << fifth_bit(j)
+                }));
+            }
         }
-        let offsets = match shifts.iter().any(|&shift| shift != 0) {
+        let all_shifted = shifts.iter().all(|&shift| shift == half);
+        let zero = if all_shifted { half } else { 0 };
+        let values = match bits {
+            4 => IntegerValues::Nibbles {
+                values: nibbles,
+                zero,
+            },
+            _ => IntegerValues::FiveBits {
+                nibbles,
+                high,
+                zero,
+            },
+        };
+        let offsets = match !all_shifted && shifts.iter().any(|&shift| shift != 0) {
             true => {
                 let (scales, offsets) = (
                     self.scales.borrowed(),
@@ -312,13 +447,61 @@ impl IntegerWeights {
             false => self.offsets,
         };
         Self {
-            values: IntegerValues::Nibbles {
-                values: nibbles,
-                zero: 0,
-            },
+            values,
             offsets,
             ..self
         }
+    }
+}
+
+/// What each block's values are shifted by to be stored in `bits` unsigned bits: 0 where they
+/// already fit, half the range where they are signed; `None` where some block fits neither.
+fn block_shifts(ranges: &[(i8, i8)], bits: u32) -> Option<Vec<u8>> {
+    let (top, half) = ((1i16 << bits) - 1, 1i16 << (bits - 1));
+    ranges
+        .iter()
+        .map(|&(low, high)| {
+            let (low, high) = (i16::from(low), i16::from(high));
+            if low >= 0 && high <= top {
+                Some(0)
+            } else if low >= -half && high < half {
+                Some(half as u8)
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+impl IntegerValues {
+    pub fn borrowed(&self) -> Ints<'_> {
+        match self {
+            Self::Bytes(values) => Ints::Bytes(values),
+            &Self::Nibbles { ref values, zero } => Ints::Nibbles { values, zero },
+            &Self::FiveBits {
+                ref nibbles,
+                ref high,
+                zero,
+            } => Ints::FiveBits {
+                nibbles,
+                high,
+                zero,
+            },
+        }
+    }
+
+    /// `values` in blocks of 32 as [`IntegerWeights::packed`] stores them, with unit scales.
+    #[cfg(test)]
+    pub fn packing(values: &[i8]) -> Self {
+        IntegerWeights {
+            dims: [1, values.len()],
+            block: NIBBLE_BLOCK,
+            values: Self::Bytes(values.to_vec()),
+            scales: BlockFactors::F32(vec![1.0; values.len() / NIBBLE_BLOCK]),
+            offsets: None,
+        }
+        .packed()
+        .values
     }
 }
 
@@ -327,10 +510,11 @@ impl Ints<'_> {
         match self {
             Self::Bytes(values) => values.len(),
             Self::Nibbles { values, .. } => values.len() * 2,
+            Self::FiveBits { nibbles, .. } => nibbles.len() * 2,
         }
     }
 
-    /// The values of the `block`-long block `b`, as bytes; `unpacked` holds nibbles' values.
+    /// The values of the `block`-long block `b`, as bytes; `unpacked` holds packed values'.
     pub fn block<'a>(
         &'a self,
         b: usize,
@@ -339,28 +523,58 @@ impl Ints<'_> {
     ) -> &'a [i8] {
         match self {
             Self::Bytes(values) => &values[b * block..(b + 1) * block],
-            &Self::Nibbles { values, zero } => {
-                let bytes = &values[b * NIBBLE_BLOCK / 2..(b + 1) * NIBBLE_BLOCK / 2];
-                nibbles_as_bytes(bytes, zero, unpacked);
+            _ => {
+                self.unpack(b * NIBBLE_BLOCK, unpacked);
                 unpacked
+            }
+        }
+    }
+
+    /// The values from `start` (whole blocks of packed values, see [`IntegerValues`]) as one
+    /// byte each, `zero` taken off, written so that the compiler vectorizes it.
+    pub fn unpack(&self, start: usize, bytes: &mut [i8]) {
+        let range = start..start + bytes.len();
+        match *self {
+            Self::Bytes(values) => bytes.copy_from_slice(&values[range]),
+            Self::Nibbles { values, zero } => {
+                let nibbles = values[range.start / 2..range.end / 2].chunks_exact(NIBBLE_BLOCK / 2);
+                for (packed, block) in nibbles.zip(bytes.chunks_exact_mut(NIBBLE_BLOCK)) {
+                    unpack_block(packed, 0, zero, block);
+                }
+            }
+            Self::FiveBits {
+                nibbles,
+                high,
+                zero,
+            } => {
+                let nibbles = &nibbles[range.start / 2..range.end / 2];
+                let high = &high[range.start / NIBBLE_BLOCK..range.end / NIBBLE_BLOCK];
+                assert_eq!(high.len() * NIBBLE_BLOCK, bytes.len(), "whole blocks");
+                #[cfg(target_arch = "x86_64")]
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU has AVX2; the lengths are whole blocks, checked above.
+                    return unsafe { super::math::five_bits_as_bytes(nibbles, high, zero, bytes) };
+                }
+                let nibbles = nibbles.chunks_exact(NIBBLE_BLOCK / 2);
+                let blocks = bytes.chunks_exact_mut(NIBBLE_BLOCK);
+                for ((packed, &high), block) in nibbles.zip(high).zip(blocks) {
+                    unpack_block(packed, high, zero, block);
+                }
             }
         }
     }
 }
 
-/// Whole blocks of nibbles (see [`IntegerValues::Nibbles`]) as one byte per value, `zero`
-/// taken off, written so that the compiler vectorizes it.
-pub fn nibbles_as_bytes(nibbles: &[u8], zero: u8, bytes: &mut [i8]) {
+/// One block of packed values: the low four bits from `nibbles`, the fifth from `high` (see
+/// [`fifth_bit`]; zeros for 4-bit values), less `zero`.
+#[inline(always)]
+fn unpack_block(nibbles: &[u8], high: u32, zero: u8, block: &mut [i8]) {
     let zero = zero as i8;
-    let blocks = nibbles
-        .chunks_exact(NIBBLE_BLOCK / 2)
-        .zip(bytes.chunks_exact_mut(NIBBLE_BLOCK));
-    for (packed, block) in blocks {
-        let (low, high) = block.split_at_mut(NIBBLE_BLOCK / 2);
-        for ((&byte, low), high) in packed.iter().zip(low).zip(high) {
-            *low = (byte & 0x0F) as i8 - zero;
-            *high = (byte >> 4) as i8 - zero;
-        }
+    let (low, upper) = block.split_at_mut(NIBBLE_BLOCK / 2);
+    for (j, ((&byte, low), upper)) in nibbles.iter().zip(low).zip(upper).enumerate() {
+        let fifth = |j: usize| ((high >> fifth_bit(j)) as u8 & 1) << 4;
+        *low = ((byte & 0x0F) | fifth(j)) as i8 - zero;
+        *upper = ((byte >> 4) | fifth(j + 16)) as i8 - zero;
     }
 }
 
@@ -430,6 +644,8 @@ pub fn row_block(scheme: &QuantScheme, cols: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use half::f16;
+
     use super::{BlockFactors, IntegerValues, IntegerWeights};
 
     fn widened(weights: &IntegerWeights) -> Vec<f32> {
@@ -449,36 +665,85 @@ mod tests {
         }
     }
 
-    /// Q4_0's values (-8 to 7, no offsets) and Q4_1's (0 to 15, offsets) pack into nibbles
-    /// that widen to the very same weights; 5-bit values stay bytes.
+    /// Q4_0's values (-8 to 7, no offsets) and Q4_1's (0 to 15, offsets) pack into nibbles,
+    /// Q5_0's and Q5_1's (-16 to 15, 0 to 31) into five bits, that widen to the very same
+    /// weights; wider ones stay bytes.
     #[test]
-    fn four_bit_blocks_pack_exactly_and_wider_ones_stay_bytes() {
-        let signed: Vec<i8> = (0..128).map(|i| (i * 5 % 16) as i8 - 8).collect();
-        let unsigned: Vec<i8> = (0..128).map(|i| (i * 7 % 16) as i8).collect();
-        let mixed: Vec<i8> = signed[..64]
-            .iter()
-            .chain(&unsigned[64..])
-            .copied()
-            .collect();
-        let quarter = Some(vec![-1.5, 0.25, 3.0, -0.125]);
-        // The zero each packing takes, and whether it has offsets.
-        let cases = [
-            (signed, None, 8, false),
-            (unsigned.clone(), quarter, 0, true),
-            (mixed, None, 0, true),
-        ];
-        for (values, offsets, zero, with_offsets) in cases {
-            let bytes = weights(values.clone(), offsets.clone());
-            let packed = weights(values, offsets).packed();
-            assert!(matches!(
-                packed.values,
-                IntegerValues::Nibbles { ref values, zero: z } if values.len() == 64 && z == zero
-            ));
-            assert_eq!(packed.offsets.is_some(), with_offsets);
-            assert_eq!(widened(&packed), widened(&bytes));
+    fn four_and_five_bit_blocks_pack_exactly_and_wider_ones_stay_bytes() {
+        let quarter = || Some(vec![-1.5, 0.25, 3.0, -0.125]);
+        for bits in [4, 5] {
+            let (range, half) = ((1 << bits) as i32, (1 << (bits - 1)) as i8);
+            let signed: Vec<i8> = (0..128).map(|i| (i * 5 % range) as i8 - half).collect();
+            let unsigned: Vec<i8> = (0..128).map(|i| (i * 7 % range) as i8).collect();
+            let mixed: Vec<i8> = signed[..64]
+                .iter()
+                .chain(&unsigned[64..])
+                .copied()
+                .collect();
+            // The zero each packing takes, and whether it has offsets.
+            let cases = [
+                (signed, None, half as u8, false),
+                (unsigned, quarter(), 0, true),
+                (mixed, None, 0, true),
+            ];
+            for (values, offsets, zero, with_offsets) in cases {
+                let bytes = weights(values.clone(), offsets.clone());
+                let packed = weights(values, offsets).packed();
+                match (bits, &packed.values) {
+                    (4, &IntegerValues::Nibbles { ref values, zero: z }) => {
+                        assert_eq!((values.len(), z), (64, zero));
+                    }
+                    (
+                        5,
+                        &IntegerValues::FiveBits {
+                            ref nibbles,
+                            ref high,
+                            zero: z,
+                        },
+                    ) => assert_eq!((nibbles.len(), high.len(), z), (64, 4, zero)),
+                    (_, other) => panic!("{bits} bits packed as {other:?}"),
+                }
+                assert_eq!(packed.offsets.is_some(), with_offsets);
+                assert_eq!(widened(&packed), widened(&bytes));
+            }
         }
-        let five_bit: Vec<i8> = (0..128).map(|i| (i % 32) as i8 - 16).collect();
-        let packed = weights(five_bit, None).packed();
+        let six_bit: Vec<i8> = (0..128).map(|i| (i % 64) as i8 - 32).collect();
+        let packed = weights(six_bit, None).packed();
         assert!(matches!(packed.values, IntegerValues::Bytes(_)));
+    }
+
+    /// A K type's factors (an f16 per super-block times small integers, signed for Q6_K's
+    /// scales and Q4_K's negated minimums) compact to bases and steps that give every one back
+    /// exactly, over any range; f16 values compact to f16 and others stay f32.
+    #[test]
+    fn factors_compact_to_the_smallest_exact_form() {
+        let bases = [0.000_732_4, -0.013_3, 0.0, 2.5e-5].map(|b| f16::from_f32(b).to_f32());
+        let unsigned = bases
+            .iter()
+            .enumerate()
+            .flat_map(|(g, &base)| (0..8).map(move |j| base * ((g * 7 + j * 13) % 64) as f32));
+        let signed_base = f16::from_f32(0.004_1).to_f32();
+        let signed = (0..8).map(|j| signed_base * ((j - 4) * 29) as f32);
+        let k_type: Vec<f32> = unsigned.chain(signed).collect();
+        let halves = [0.5, -0.25, 3.0, 1e-3].map(|v| f16::from_f32(v).to_f32()).to_vec();
+        let arbitrary = vec![0.1f32, 1.0 / 3.0, 7.1, -2.2, 0.3, 0.01, 0.7, 9.9];
+        for (values, block) in [(k_type, 32), (halves, 32), (arbitrary, 32)] {
+            let compacted = BlockFactors::F32(values.clone()).compacted(block);
+            let factors = compacted.borrowed();
+            match (&compacted, values.len()) {
+                (BlockFactors::Scaled { .. }, 40) | (BlockFactors::F16(_), 4) => {}
+                (BlockFactors::F32(_), 8) => {}
+                (other, _) => panic!("{values:?} compacted to {other:?}"),
+            }
+            let all: Vec<f32> = (0..values.len()).map(|i| factors.get(i)).collect();
+            assert_eq!(all, values);
+            let mut buffer = Vec::new();
+            for start in 0..values.len() {
+                let range = start..values.len();
+                assert_eq!(factors.f32s(range.clone(), &mut buffer), &values[range.clone()]);
+                let ranged = factors.range(range.clone());
+                assert_eq!(ranged.f32s(0..ranged.len(), &mut buffer), &values[range]);
+            }
+        }
     }
 }

@@ -11,8 +11,9 @@
 //! CPUs with AVX512-VNNI, from 16 tokens on, [`token_lanes`], which puts sixteen tokens in
 //! the lanes of a vector and runs prompts 1.6–1.75× faster than the AVX-512 tile.
 //!
-//! Nibbles are unpacked to bytes once per tile of rows, into a buffer of the thread's, not
-//! once per tile of tokens: unpacked in the tile, Q4_0 prompts ran 15% slower than Q8_0's.
+//! 4- and 5-bit values are unpacked to bytes once per tile of rows, into a buffer of the
+//! thread's, not once per tile of tokens: unpacked in the tile, Q4_0 prompts ran 15% slower
+//! than Q8_0's.
 //!
 //! The offsets some types have add `offset · Σ x` per block: for each tile of rows, once
 //! its tiles of tokens are done, every token's at once, vectorized over the tokens. A
@@ -29,7 +30,7 @@ mod token_lanes;
 use super::Shape;
 use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::threads::{SharedOutput, split_ranges};
-use crate::model::cpu::weights::{Factors, Ints, WeightRows, nibbles_as_bytes};
+use crate::model::cpu::weights::{Factors, Ints, WeightRows};
 
 /// The values a tile multiplies per step: the blocks of 32 of every GGUF integer type but
 /// Q6_K, or two of Q6_K's blocks of 16 (bytes only), each with its own scale.
@@ -95,7 +96,7 @@ struct Weights<'a> {
 
 /// A thread's buffers, which only grow.
 struct Scratch {
-    /// The bytes of the nibbles of the tile of rows it multiplies.
+    /// The bytes of the 4- or 5-bit values of the tile of rows it multiplies.
     bytes: Vec<i8>,
     /// The same values widened to 16 bits, for [`token_lanes`].
     words: Vec<i16>,
@@ -170,16 +171,12 @@ fn multiply(
                     let tile_blocks = tile_rows.start * blocks..tile_rows.end * blocks;
                     let values = match weight.values {
                         Ints::Bytes(values) => &values[first_row * cols..][..len],
-                        Ints::Nibbles { values, zero } => {
+                        packed => {
                             if bytes.len() < len {
                                 bytes.resize(len, 0);
                             }
                             let bytes = &mut bytes[..len];
-                            nibbles_as_bytes(
-                                &values[first_row * cols / 2..][..len / 2],
-                                zero,
-                                bytes,
-                            );
+                            packed.unpack(first_row * cols, bytes);
                             bytes
                         }
                     };
@@ -690,9 +687,9 @@ mod tests {
 
     use super::{BLOCK, BlockInts, HALF_BLOCK, Kernel, Weights, multiply};
     use crate::model::cpu::test_values as values;
-    use crate::model::cpu::weights::{BlockFactors, Ints};
+    use crate::model::cpu::weights::{BlockFactors, IntegerValues, Ints};
 
-    /// Every compilation the CPU runs, on bytes and nibbles, with and without offsets and
+    /// Every compilation the CPU runs, on bytes, 4- and 5-bit values, with and without offsets and
     /// accumulating, for shapes that leave partial tiles, against an f64 product of the
     /// values the kernel reads: the weights as stored and the activations as rounded.
     #[test]
@@ -717,10 +714,24 @@ mod tests {
                 .collect();
             // Q4_0's -8 to 7, stored as 0 to 15 with a zero of 8.
             let centred: Vec<i8> = fours.iter().map(|&q| q - 8).collect();
-            let nibbles: Vec<u8> = fours
-                .chunks_exact(32)
-                .flat_map(|b| (0..16).map(move |j| b[j] as u8 | (b[j + 16] as u8) << 4))
+            let fives: Vec<i8> = values(rows * cols, 7)
+                .iter()
+                .map(|v| (v.abs() * 31.0) as i8)
                 .collect();
+            // Q5_0's -16 to 15, stored as 0 to 31 with a zero of 16.
+            let centred_fives: Vec<i8> = fives.iter().map(|&q| q - 16).collect();
+            let packings = [&fours, &centred, &fives, &centred_fives].map(|values| {
+                IntegerValues::packing(values)
+            });
+            assert!(matches!(
+                packings,
+                [
+                    IntegerValues::Nibbles { .. },
+                    IntegerValues::Nibbles { .. },
+                    IntegerValues::FiveBits { .. },
+                    IntegerValues::FiveBits { .. },
+                ]
+            ));
             // f16 values, which nibbles below take as f16, as a GGUF file's are.
             let as_f16 = |v: f32| f16::from_f32(v).to_f32();
             let scales: Vec<f32> = values(blocks, 3)
@@ -732,24 +743,22 @@ mod tests {
             x[cols / 2] = 30.0;
             let base = values(tokens * rows, 6);
             for kernel in kernels.iter().copied() {
-                let nibbles = |zero| Ints::Nibbles {
-                    values: &nibbles,
-                    zero,
-                };
+                let [fours_in, centred_in, fives_in, centred_fives_in] =
+                    packings.each_ref().map(IntegerValues::borrowed);
                 for (ints, stored, block) in [
                     (Ints::Bytes(&bytes), &bytes, BLOCK),
                     (Ints::Bytes(&bytes), &bytes, HALF_BLOCK),
-                    (nibbles(0), &fours, BLOCK),
-                    (nibbles(8), &centred, BLOCK),
+                    (fours_in, &fours, BLOCK),
+                    (centred_in, &centred, BLOCK),
+                    (fives_in, &fives, BLOCK),
+                    (centred_fives_in, &centred_fives, BLOCK),
                 ] {
                     let rounded = BlockInts::of(&x, block);
                     let blocks = rows * cols / block;
                     let (scales, offsets) = (&scales[..blocks], &offsets[..blocks]);
                     let factors = |values: &[f32]| match ints {
-                        Ints::Nibbles { .. } => {
-                            BlockFactors::F16(values.iter().map(|&v| f16::from_f32(v)).collect())
-                        }
                         Ints::Bytes(_) => BlockFactors::F32(values.to_vec()),
+                        _ => BlockFactors::F16(values.iter().map(|&v| f16::from_f32(v)).collect()),
                     };
                     let (scale_factors, offset_factors) = (factors(scales), factors(offsets));
                     for (with_offsets, accumulate) in [(false, false), (true, false), (true, true)]
