@@ -255,6 +255,18 @@ impl GgufFile {
         }
     }
 
+    /// The file without its metadata, for a reader of tensors alone: the config, tokenizer and
+    /// template have been read from it by then, and its ~100k tokenizer strings (5 MB, and
+    /// the mapped pages they were parsed from) would otherwise be held while the weights
+    /// load, which is when memory peaks.
+    pub fn without_metadata(mut self) -> Self {
+        self.header.metadata = Metadata::default();
+        if let Storage::Mapped(map) = &self.bytes {
+            release_pages(map, 0..self.header.data_offset as usize);
+        }
+        self
+    }
+
     /// An error about this file.
     pub fn error(&self, kind: GgufErrorKind) -> GgufError {
         GgufError::new(&self.path, kind)

@@ -21,12 +21,12 @@ pub struct GgufCheckpoint {
 
 impl GgufCheckpoint {
     /// `head_dim` is the config's: the query and key rows are reordered within heads of it.
+    /// The file's metadata is dropped (see [`GgufFile::without_metadata`]).
     pub fn new(file: GgufFile, head_dim: usize) -> Self {
-        Self { file, head_dim }
-    }
-
-    pub fn file(&self) -> &GgufFile {
-        &self.file
+        Self {
+            file: file.without_metadata(),
+            head_dim,
+        }
     }
 
     fn info(&self, role: TensorRole, shape: &[usize]) -> Result<&TensorInfo> {
