@@ -96,7 +96,10 @@ impl RopeRows {
         let cos = self.cos.clone().unsqueeze::<3>();
         let sin = self.signed_sin.clone().unsqueeze::<3>();
         let swapped = Tensor::cat(
-            vec![x.clone().narrow(2, half, half), x.clone().narrow(2, 0, half)],
+            vec![
+                x.clone().narrow(2, half, half),
+                x.clone().narrow(2, 0, half),
+            ],
             2,
         );
         x * cos + swapped * sin

@@ -83,7 +83,8 @@ pub unsafe fn five_bits_as_bytes(nibbles: &[u8], high: &[u32], zero: u8, bytes: 
             let packed = _mm_loadu_si128(nibbles.as_ptr().add(16 * b).cast());
             let [first, second] = unpack_five_bits(packed, high, zero);
             // Packing works within 128-bit lanes; the permutation puts the halves in order.
-            let ordered = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(first, second));
+            let ordered =
+                _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(first, second));
             _mm256_storeu_si256(bytes.as_mut_ptr().add(32 * b).cast(), ordered);
         }
     }

@@ -672,7 +672,7 @@ mod tests {
     fn four_and_five_bit_blocks_pack_exactly_and_wider_ones_stay_bytes() {
         let quarter = || Some(vec![-1.5, 0.25, 3.0, -0.125]);
         for bits in [4, 5] {
-            let (range, half) = ((1 << bits) as i32, (1 << (bits - 1)) as i8);
+            let (range, half) = (1i32 << bits, 1i8 << (bits - 1));
             let signed: Vec<i8> = (0..128).map(|i| (i * 5 % range) as i8 - half).collect();
             let unsigned: Vec<i8> = (0..128).map(|i| (i * 7 % range) as i8).collect();
             let mixed: Vec<i8> = signed[..64]
@@ -690,7 +690,13 @@ mod tests {
                 let bytes = weights(values.clone(), offsets.clone());
                 let packed = weights(values, offsets).packed();
                 match (bits, &packed.values) {
-                    (4, &IntegerValues::Nibbles { ref values, zero: z }) => {
+                    (
+                        4,
+                        &IntegerValues::Nibbles {
+                            ref values,
+                            zero: z,
+                        },
+                    ) => {
                         assert_eq!((values.len(), z), (64, zero));
                     }
                     (
@@ -725,7 +731,9 @@ mod tests {
         let signed_base = f16::from_f32(0.004_1).to_f32();
         let signed = (0..8).map(|j| signed_base * ((j - 4) * 29) as f32);
         let k_type: Vec<f32> = unsigned.chain(signed).collect();
-        let halves = [0.5, -0.25, 3.0, 1e-3].map(|v| f16::from_f32(v).to_f32()).to_vec();
+        let halves = [0.5, -0.25, 3.0, 1e-3]
+            .map(|v| f16::from_f32(v).to_f32())
+            .to_vec();
         let arbitrary = vec![0.1f32, 1.0 / 3.0, 7.1, -2.2, 0.3, 0.01, 0.7, 9.9];
         for (values, block) in [(k_type, 32), (halves, 32), (arbitrary, 32)] {
             let compacted = BlockFactors::F32(values.clone()).compacted(block);
@@ -740,7 +748,10 @@ mod tests {
             let mut buffer = Vec::new();
             for start in 0..values.len() {
                 let range = start..values.len();
-                assert_eq!(factors.f32s(range.clone(), &mut buffer), &values[range.clone()]);
+                assert_eq!(
+                    factors.f32s(range.clone(), &mut buffer),
+                    &values[range.clone()]
+                );
                 let ranged = factors.range(range.clone());
                 assert_eq!(ranged.f32s(0..ranged.len(), &mut buffer), &values[range]);
             }

@@ -720,9 +720,8 @@ mod tests {
                 .collect();
             // Q5_0's -16 to 15, stored as 0 to 31 with a zero of 16.
             let centred_fives: Vec<i8> = fives.iter().map(|&q| q - 16).collect();
-            let packings = [&fours, &centred, &fives, &centred_fives].map(|values| {
-                IntegerValues::packing(values)
-            });
+            let packings = [&fours, &centred, &fives, &centred_fives]
+                .map(|values| IntegerValues::packing(values));
             assert!(matches!(
                 packings,
                 [
