@@ -235,7 +235,7 @@ pub enum IntegerValues {
         zero: u8,
     },
     /// 5-bit values in blocks of 32: their low four bits as [`IntegerValues::Nibbles`] holds
-    /// them and each block's fifth bits in one word, in the order [`fifth_bit`] gives; each
+    /// them and each block's fifth bits in one word, in the order `fifth_bit` gives; each
     /// the value plus `zero` (16 for Q5_0's -16 to 15, 0 for the types with offsets). Five
     /// eighths of the bytes of [`IntegerValues::Bytes`]: most of a Q4_K_M file's weights are
     /// Q5_0.
