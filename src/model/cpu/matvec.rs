@@ -101,16 +101,8 @@ fn quantized(
             let weight = weight.rows(first, out.len(), cols);
             let scales = scales.range(block_range(first, out.len()));
             match &integer {
-                Some(x) => {
-                    // The kernels read f16 and f32 scales in the loop; others are widened.
-                    let scales = match scales {
-                        Factors::F16(_) | Factors::F32(_) => scales,
-                        _ => Factors::F32(scales.f32s(0..scales.len(), buffer)),
-                    };
-                    // SAFETY: the kernel exists, checked above; the sizes are checked at the
-                    // top; the scales are f16 or f32.
-                    unsafe { rows_dot_integer(weight, scales, x, out) }
-                }
+                // SAFETY: the kernel exists, checked above; the sizes are checked at the top.
+                Some(x) => unsafe { rows_dot_integer(weight, scales, buffer, x, out) },
                 None => {
                     let scales = scales.f32s(0..scales.len(), buffer);
                     rows_dot_integer_portable(weight, scales, block, x, out);
@@ -122,8 +114,9 @@ fn quantized(
 }
 
 thread_local! {
-    /// Each thread's f32 copy of the offsets of the rows it multiplies (and of the scales,
-    /// for the portable kernel) where they are stored in f16.
+    /// Each thread's f32 copy of the factors of the rows it multiplies where the kernel does
+    /// not read them as stored: offsets not in f32, scales in neither f16 nor f32 (and for the
+    /// portable kernel, scales not in f32).
     static FACTORS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -305,9 +298,15 @@ fn has_integer_kernel(values: Ints<'_>, block: usize) -> bool {
 ///
 /// # Safety
 /// [`has_integer_kernel`] must hold for `weight` and `x`'s block, `x` hold `cols` values
-/// rounded in blocks, `weight` `out.len()` rows of `cols` values and `scales` one per block,
-/// in f16 or f32.
-unsafe fn rows_dot_integer(weight: Ints<'_>, scales: Factors<'_>, x: &BlockInts, out: &mut [f32]) {
+/// rounded in blocks, `weight` `out.len()` rows of `cols` values and `scales` one per block.
+/// The kernels read f16 and f32 scales in the loop; others are widened into `buffer` first.
+unsafe fn rows_dot_integer(
+    weight: Ints<'_>,
+    scales: Factors<'_>,
+    buffer: &mut Vec<f32>,
+    x: &BlockInts,
+    out: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's guarantees are each kernel's.
     unsafe {
@@ -333,12 +332,12 @@ unsafe fn rows_dot_integer(weight: Ints<'_>, scales: Factors<'_>, x: &BlockInts,
         match scales {
             Factors::F32(scales) => run!(false, scales),
             Factors::F16(scales) => run!(true, scales),
-            Factors::Scaled { .. } => unreachable!("scales in a form the kernels do not read"),
+            Factors::Scaled { .. } => run!(false, scales.f32s(0..scales.len(), buffer)),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (weight, scales, x, out);
+        let _ = (weight, scales, buffer, x, out);
         unreachable!("has_integer_kernel is false off x86-64");
     }
 }
@@ -889,7 +888,15 @@ mod tests {
                     .collect();
                 let mut out = vec![1.0; rows];
                 // SAFETY: the kernel exists, and the sizes are the ones it reads.
-                unsafe { rows_dot_integer(ints, scale_factors.borrowed(), &rounded_x, &mut out) };
+                unsafe {
+                    rows_dot_integer(
+                        ints,
+                        scale_factors.borrowed(),
+                        &mut Vec::new(),
+                        &rounded_x,
+                        &mut out,
+                    )
+                };
                 close(&from_ones(out), &rounded, &no_offsets, "integer");
                 close(&product(rows_of, &x), &rounded, &offset_part, "matvec");
             } else {
