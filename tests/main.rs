@@ -12,6 +12,7 @@ mod gguf;
 mod gui;
 mod hub_download;
 mod model_errors;
+mod model_families;
 mod model_golden;
 mod model_precision;
 mod model_variants;

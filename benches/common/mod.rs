@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use smolchat::model::LlamaConfig;
+use smolchat::model::ModelConfig;
 use smolchat::model::random_checkpoint::{StorageDtype, write_random_weights};
 
 pub fn full_size_checkpoint() -> PathBuf {
@@ -17,7 +17,7 @@ pub fn full_size_checkpoint() -> PathBuf {
             let entry = entry.expect("fixture entry");
             std::fs::copy(entry.path(), dir.join(entry.file_name())).expect("copy fixture file");
         }
-        let config = LlamaConfig::from_file(&dir.join("config.json")).expect("config");
+        let config = ModelConfig::from_file(&dir.join("config.json")).expect("config");
         write_random_weights(&config, StorageDtype::Bf16, 0, &dir).expect("write weights");
     }
     dir

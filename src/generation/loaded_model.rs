@@ -5,7 +5,7 @@ use super::error::GenerationError;
 use crate::backend::{BackendKind, ComputeDevice};
 use crate::gguf::{GgufConfig, GgufFile, GgufTokenizer};
 use crate::model::checkpoint::gguf::GgufCheckpoint;
-use crate::model::{Llama, LlamaConfig, Precision};
+use crate::model::{Llama, ModelConfig, Precision};
 use crate::model_source::{is_gguf, model_name};
 use crate::text::{ChatTemplate, SamplingDefaults, StopTokens, TextTokenizer};
 
@@ -142,7 +142,7 @@ impl Parts {
         precision: Precision,
     ) -> Result<Self, GenerationError> {
         let file = GgufFile::open(path)?;
-        let config = LlamaConfig::from_gguf(&GgufConfig::from_gguf(&file)?)?;
+        let config = ModelConfig::from_gguf(&GgufConfig::from_gguf(&file)?)?;
         let vocabulary = GgufTokenizer::from_gguf(&file)?;
         let token_text = |id: Option<u32>| id.and_then(|id| vocabulary.tokenizer.id_to_token(id));
         let template = ChatTemplate::embedded(
@@ -155,7 +155,11 @@ impl Parts {
         let tokenizer = TextTokenizer::from_parts(vocabulary.tokenizer, path.to_path_buf());
         let sampling_defaults = SamplingDefaults::from_gguf(file.metadata());
         let integer_types = integer_types(&file);
-        let checkpoint = GgufCheckpoint::new(file, config.head_dim());
+        let reordered_heads = config
+            .architecture()?
+            .gguf_reorders_qk()
+            .then(|| config.head_dim());
+        let checkpoint = GgufCheckpoint::new(file, reordered_heads);
         let model = Llama::from_checkpoint(config, &checkpoint, &device.device, precision)?;
         Ok(Self {
             model,

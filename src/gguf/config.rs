@@ -1,4 +1,4 @@
-//! The Llama hyperparameters a GGUF file declares, gathered into one plain struct.
+//! The hyperparameters a GGUF file declares, gathered into one plain struct.
 //!
 //! The model code should not know GGUF key names, and a file that would build a wrong model
 //! should be refused here, with the key named, rather than produce garbage tokens later. So
@@ -9,9 +9,8 @@
 
 use super::error::{GgufError, GgufErrorKind};
 use super::file::GgufFile;
+use crate::model::Architecture;
 
-/// The only architecture smolchat runs.
-pub const ARCHITECTURE: &str = "llama";
 /// Token embedding tensor; doubles as the output head when [`OUTPUT_TENSOR`] is absent.
 pub const TOKEN_EMBD_TENSOR: &str = "token_embd.weight";
 pub const OUTPUT_TENSOR: &str = "output.weight";
@@ -19,9 +18,12 @@ pub const OUTPUT_TENSOR: &str = "output.weight";
 /// scaling instead of metadata keys.
 pub const ROPE_FREQS_TENSOR: &str = "rope_freqs.weight";
 
-/// Hyperparameters of a Llama-architecture model.
+/// Hyperparameters of a model of a supported family. Keys are named here as Llama's
+/// (`llama.…`); a file of another family has them under its own `general.architecture`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GgufConfig {
+    /// `general.architecture`, one that [`Architecture::from_gguf_name`] knows.
+    pub architecture: String,
     /// Context length the model was trained for (`llama.context_length`).
     pub context_length: u32,
     /// Model width (`llama.embedding_length`).
@@ -34,6 +36,9 @@ pub struct GgufConfig {
     pub head_count: u32,
     /// Key/value heads (`llama.attention.head_count_kv`; defaults to `head_count`).
     pub head_count_kv: u32,
+    /// Dimensions per query and key head (`llama.attention.key_length`; defaults to
+    /// `embedding_length / head_count`). Qwen3's heads are wider than that.
+    pub key_length: u32,
     /// RoPE base θ (`llama.rope.freq_base`; defaults to 10000).
     pub rope_freq_base: f32,
     /// RMSNorm epsilon (`llama.attention.layer_norm_rms_epsilon`).
@@ -69,21 +74,28 @@ impl GgufConfig {
     /// Reads and checks the configuration of `file`.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, GgufError> {
         let arch = file.get_str("general.architecture")?;
-        if arch != ARCHITECTURE {
+        if Architecture::from_gguf_name(arch).is_none() {
             return Err(file.error(GgufErrorKind::UnsupportedArchitecture {
                 found: arch.to_owned(),
+                supported: Architecture::supported(Architecture::gguf_name),
             }));
         }
-        let head_count = file.get_u32("llama.attention.head_count")?;
-        let embedding_length = file.get_u32("llama.embedding_length")?;
+        let key = |name: &str| format!("{arch}.{name}");
+        let head_count = file.get_u32(&key("attention.head_count"))?;
+        let embedding_length = file.get_u32(&key("embedding_length"))?;
         let invalid = |reason: String| file.error(GgufErrorKind::InvalidConfig { reason });
-        if head_count == 0 || !embedding_length.is_multiple_of(head_count) {
-            return Err(invalid(format!(
-                "llama.embedding_length {embedding_length} is not a multiple of llama.attention.head_count {head_count}"
-            )));
-        }
-        let head_dim = embedding_length / head_count;
-        let vocab_size = match file.get_u32_opt("llama.vocab_size")? {
+        let key_length = match file.get_u32_opt(&key("attention.key_length"))? {
+            Some(length) => length,
+            None if head_count != 0 && embedding_length.is_multiple_of(head_count) => {
+                embedding_length / head_count
+            }
+            None => {
+                return Err(invalid(format!(
+                    "{arch}.embedding_length {embedding_length} is not a multiple of {arch}.attention.head_count {head_count}"
+                )));
+            }
+        };
+        let vocab_size = match file.get_u32_opt(&key("vocab_size"))? {
             Some(v) => v,
             None => {
                 let n = file.get_str_array("tokenizer.ggml.tokens")?.len();
@@ -91,23 +103,25 @@ impl GgufConfig {
             }
         };
         let config = Self {
-            context_length: file.get_u32("llama.context_length")?,
+            architecture: arch.to_owned(),
+            context_length: file.get_u32(&key("context_length"))?,
             embedding_length,
-            block_count: file.get_u32("llama.block_count")?,
-            feed_forward_length: file.get_u32("llama.feed_forward_length")?,
+            block_count: file.get_u32(&key("block_count"))?,
+            feed_forward_length: file.get_u32(&key("feed_forward_length"))?,
             head_count,
             head_count_kv: file
-                .get_u32_opt("llama.attention.head_count_kv")?
+                .get_u32_opt(&key("attention.head_count_kv"))?
                 .unwrap_or(head_count),
+            key_length,
             rope_freq_base: file
-                .get_f32_opt("llama.rope.freq_base")?
+                .get_f32_opt(&key("rope.freq_base"))?
                 .unwrap_or(10_000.0),
-            rms_norm_eps: file.get_f32("llama.attention.layer_norm_rms_epsilon")?,
+            rms_norm_eps: file.get_f32(&key("attention.layer_norm_rms_epsilon"))?,
             vocab_size,
             rope_dimension_count: file
-                .get_u32_opt("llama.rope.dimension_count")?
-                .unwrap_or(head_dim),
-            rope_scaling: rope_scaling(file)?,
+                .get_u32_opt(&key("rope.dimension_count"))?
+                .unwrap_or(key_length),
+            rope_scaling: rope_scaling(file, arch)?,
             has_rope_freqs_tensor: file.tensor_info(ROPE_FREQS_TENSOR).is_some(),
             tied_embeddings: file.tensor_info(OUTPUT_TENSOR).is_none(),
         };
@@ -117,44 +131,47 @@ impl GgufConfig {
 
     /// Dimensions per attention head.
     pub fn head_dim(&self) -> u32 {
-        self.embedding_length / self.head_count
+        self.key_length
     }
 
     fn check(&self, file: &GgufFile) -> Result<(), String> {
         let c = self;
+        let arch = &c.architecture;
         let positive = [
-            ("llama.context_length", c.context_length),
-            ("llama.block_count", c.block_count),
-            ("llama.feed_forward_length", c.feed_forward_length),
-            ("llama.attention.head_count_kv", c.head_count_kv),
-            ("llama.vocab_size", c.vocab_size),
-            ("llama.rope.dimension_count", c.rope_dimension_count),
+            ("context_length", c.context_length),
+            ("block_count", c.block_count),
+            ("feed_forward_length", c.feed_forward_length),
+            ("attention.head_count", c.head_count),
+            ("attention.head_count_kv", c.head_count_kv),
+            ("attention.key_length", c.key_length),
+            ("vocab_size", c.vocab_size),
+            ("rope.dimension_count", c.rope_dimension_count),
         ];
         if let Some((key, _)) = positive.iter().find(|(_, v)| *v == 0) {
-            return Err(format!("{key} is 0"));
+            return Err(format!("{arch}.{key} is 0"));
         }
         if !c.head_count.is_multiple_of(c.head_count_kv) {
             return Err(format!(
-                "llama.attention.head_count {} is not a multiple of llama.attention.head_count_kv {}",
+                "{arch}.attention.head_count {} is not a multiple of {arch}.attention.head_count_kv {}",
                 c.head_count, c.head_count_kv
             ));
         }
         if c.rope_dimension_count > c.head_dim() || !c.rope_dimension_count.is_multiple_of(2) {
             return Err(format!(
-                "llama.rope.dimension_count {} must be even and at most the head dimension {}",
+                "{arch}.rope.dimension_count {} must be even and at most the head dimension {}",
                 c.rope_dimension_count,
                 c.head_dim()
             ));
         }
         if !(c.rms_norm_eps.is_finite() && c.rms_norm_eps > 0.0) {
             return Err(format!(
-                "llama.attention.layer_norm_rms_epsilon {} is not positive",
+                "{arch}.attention.layer_norm_rms_epsilon {} is not positive",
                 c.rms_norm_eps
             ));
         }
         if !(c.rope_freq_base.is_finite() && c.rope_freq_base > 0.0) {
             return Err(format!(
-                "llama.rope.freq_base {} is not positive",
+                "{arch}.rope.freq_base {} is not positive",
                 c.rope_freq_base
             ));
         }
@@ -174,13 +191,12 @@ impl GgufConfig {
     }
 }
 
-fn rope_scaling(file: &GgufFile) -> Result<Option<RopeScaling>, GgufError> {
-    let kind = file.get_str_opt("llama.rope.scaling.type")?;
+fn rope_scaling(file: &GgufFile, arch: &str) -> Result<Option<RopeScaling>, GgufError> {
+    let key = |name: &str| format!("{arch}.rope.{name}");
+    let kind = file.get_str_opt(&key("scaling.type"))?;
     // Before `rope.scaling.type` existed, linear scaling was written as `rope.scale_linear`.
-    let legacy_linear = file.get_f32_opt("llama.rope.scale_linear")?;
-    let factor = file
-        .get_f32_opt("llama.rope.scaling.factor")?
-        .or(legacy_linear);
+    let legacy_linear = file.get_f32_opt(&key("scale_linear"))?;
+    let factor = file.get_f32_opt(&key("scaling.factor"))?.or(legacy_linear);
     let kind = match (kind, factor) {
         (Some("none"), _) | (None, None) => return Ok(None),
         (None, Some(1.0)) => return Ok(None),
@@ -190,8 +206,8 @@ fn rope_scaling(file: &GgufFile) -> Result<Option<RopeScaling>, GgufError> {
     Ok(Some(RopeScaling {
         kind,
         factor,
-        original_context_length: file.get_u32_opt("llama.rope.scaling.original_context_length")?,
-        low_freq_factor: file.get_f32_opt("llama.rope.scaling.low_freq_factor")?,
-        high_freq_factor: file.get_f32_opt("llama.rope.scaling.high_freq_factor")?,
+        original_context_length: file.get_u32_opt(&key("scaling.original_context_length"))?,
+        low_freq_factor: file.get_f32_opt(&key("scaling.low_freq_factor"))?,
+        high_freq_factor: file.get_f32_opt(&key("scaling.high_freq_factor"))?,
     }))
 }

@@ -140,8 +140,8 @@ pub enum GgufErrorKind {
     BadTensorRequest { tensor: String, reason: String },
 
     // --- model configuration and tokenizer ---
-    #[error("architecture {found:?} is not supported (only \"llama\")")]
-    UnsupportedArchitecture { found: String },
+    #[error("architecture {found:?} is not supported (smolchat runs {supported})")]
+    UnsupportedArchitecture { found: String, supported: String },
     #[error("invalid model configuration: {reason}")]
     InvalidConfig { reason: String },
     #[error("tokenizer model {found:?} is not supported (only \"gpt2\", byte-level BPE)")]

@@ -5,6 +5,7 @@ use burn::tensor::activation::softmax;
 use super::checkpoint::{LayerRole, TensorRole};
 use super::cpu::{self, HeadLayout};
 use super::error::{ModelError, Result};
+use super::family::Family;
 use super::gpu;
 use super::kv_cache::{DeviceLayer, KvCache, LayerCache};
 use super::linear::Linear;
@@ -21,6 +22,8 @@ use super::rope::RopeRows;
 #[derive(Module, Debug)]
 pub struct Attention {
     qkv: Linear,
+    /// Qwen3's norms of each query and key head, applied before the rotation.
+    head_norms: Option<HeadNorms>,
     output: Linear,
     /// Which layer's keys and values in the cache are this block's.
     layer: usize,
@@ -29,13 +32,42 @@ pub struct Attention {
     head_dim: usize,
 }
 
+/// An RMSNorm over each head's `head_dim` values, one weight for the query heads and one for
+/// the key heads.
+#[derive(Module, Debug)]
+struct HeadNorms {
+    query: RmsNorm,
+    key: RmsNorm,
+}
+
 impl Attention {
-    pub fn load(loader: &mut Loader, layer: usize) -> Result<Self> {
+    pub fn load(loader: &mut Loader, layer: usize, family: &Family) -> Result<Self> {
         let config = loader.config();
         let role = |role| TensorRole::Layer(layer, role);
+        let mut qkv =
+            loader.projection(&[LayerRole::Query, LayerRole::Key, LayerRole::Value].map(role))?;
+        if family.qkv_bias {
+            let biases = [
+                LayerRole::QueryBias,
+                LayerRole::KeyBias,
+                LayerRole::ValueBias,
+            ]
+            .map(|bias| loader.vector(role(bias)))
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?;
+            qkv = qkv.with_bias(Tensor::cat(biases, 0));
+        }
+        let head_norms = if family.qk_norm {
+            Some(HeadNorms {
+                query: RmsNorm::load(loader, role(LayerRole::QueryNorm))?,
+                key: RmsNorm::load(loader, role(LayerRole::KeyNorm))?,
+            })
+        } else {
+            None
+        };
         Ok(Self {
-            qkv: loader
-                .projection(&[LayerRole::Query, LayerRole::Key, LayerRole::Value].map(role))?,
+            qkv,
+            head_norms,
             output: loader.projection(&[role(LayerRole::AttentionOutput)])?,
             layer,
             num_heads: config.num_attention_heads,
@@ -58,7 +90,10 @@ impl Attention {
     ) -> Result<Tensor<2>> {
         let [tokens, _] = x.dims();
         let start = cache.len();
-        let qkv = self.qkv.forward_normed(x.clone(), norm);
+        let mut qkv = self.qkv.forward_normed(x.clone(), norm);
+        if let Some(norms) = &self.head_norms {
+            qkv = self.normalize_heads(qkv, norms);
+        }
         let context = match cache.layer(self.layer, tokens) {
             LayerCache::Host(rows) => {
                 let (cos, signed_sin) = rope.tables();
@@ -84,6 +119,23 @@ impl Attention {
             LayerCache::Device(slot) => self.attend_on_device(qkv, slot, rope, mask),
         };
         Ok(self.output.add_to(x, context))
+    }
+
+    /// `[q | k | v]` with each query head and each key head normalized.
+    fn normalize_heads(&self, qkv: Tensor<2>, norms: &HeadNorms) -> Tensor<2> {
+        let [tokens, _] = qkv.dims();
+        let (heads, kv_heads, head_dim) = (self.num_heads, self.num_kv_heads, self.head_dim);
+        let per_head = |offset: usize, count: usize, norm: &RmsNorm| {
+            let x = qkv
+                .clone()
+                .narrow(1, offset * head_dim, count * head_dim)
+                .reshape([tokens * count, head_dim]);
+            norm.forward(x).reshape([tokens, count * head_dim])
+        };
+        let queries = per_head(0, heads, &norms.query);
+        let keys = per_head(heads, kv_heads, &norms.key);
+        let values = qkv.narrow(1, (heads + kv_heads) * head_dim, kv_heads * head_dim);
+        Tensor::cat(vec![queries, keys, values], 1)
     }
 
     fn layout(&self) -> HeadLayout {

@@ -3,14 +3,16 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::error::{ModelError, Result};
+use super::family::{Architecture, Family, rotated_except_every};
 use crate::gguf::GgufConfig;
 
-/// The hyper-parameters of a Llama-architecture checkpoint, read from its `config.json`.
+/// The hyper-parameters of a checkpoint of any supported family, in the terms of its
+/// `config.json` (a GGUF file's metadata is translated into them).
 ///
 /// Every number the model needs comes from here; nothing about SmolLM2 is hard-coded, so any
-/// Llama checkpoint with the same file layout loads.
+/// checkpoint of a supported family with the same file layout loads.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct LlamaConfig {
+pub struct ModelConfig {
     #[serde(default)]
     pub architectures: Vec<String>,
     pub hidden_size: usize,
@@ -29,9 +31,15 @@ pub struct LlamaConfig {
     pub max_position_embeddings: usize,
     #[serde(default)]
     pub tie_word_embeddings: bool,
+    /// `dtype` in configs transformers 5 writes.
+    #[serde(alias = "dtype")]
     pub torch_dtype: Option<String>,
     #[serde(default)]
     pub rope_scaling: Option<serde_json::Value>,
+    /// transformers 5 writes `rope_theta` and the scaling together under this key; read into
+    /// the two fields above (see [`ModelConfig::from_json`]).
+    #[serde(default)]
+    pub rope_parameters: Option<serde_json::Value>,
     #[serde(default)]
     pub hidden_act: Option<String>,
     /// The standard deviation of freshly initialised weights; used for random checkpoints.
@@ -41,6 +49,18 @@ pub struct LlamaConfig {
     pub attention_bias: bool,
     #[serde(default)]
     pub mlp_bias: bool,
+    /// SmolLM3: per layer, 1 where its queries and keys are rotated and 0 where not.
+    #[serde(default)]
+    pub no_rope_layers: Option<Vec<u8>>,
+    /// SmolLM3: without `no_rope_layers`, every this-many-th layer is not rotated (4).
+    #[serde(default)]
+    pub no_rope_layer_interval: Option<usize>,
+    /// Qwen2/Qwen3/SmolLM3: attention over a window of recent positions in some layers.
+    #[serde(default)]
+    pub use_sliding_window: bool,
+    /// transformers' per-layer attention kinds (`full_attention`, `sliding_attention`).
+    #[serde(default)]
+    pub layer_types: Option<Vec<String>>,
 }
 
 /// The `rope_type` a GGUF file's config gets when its scaling is the `rope_freqs.weight`
@@ -74,7 +94,7 @@ fn default_rms_norm_eps() -> f64 {
     1e-6
 }
 
-impl LlamaConfig {
+impl ModelConfig {
     /// Llama 3's frequency scaling (`rope_type: llama3`, as Llama 3.1 and 3.2 use, or its
     /// factors stored in a GGUF file), `None` without `rope_scaling`; any other scaling is
     /// refused by name.
@@ -132,12 +152,38 @@ impl LlamaConfig {
     }
 
     pub fn from_json(text: &str) -> Result<Self> {
-        let config: Self = serde_json::from_str(text).map_err(|source| ModelError::ConfigJson {
-            path: "config.json".into(),
-            source,
-        })?;
+        let mut config: Self =
+            serde_json::from_str(text).map_err(|source| ModelError::ConfigJson {
+                path: "config.json".into(),
+                source,
+            })?;
+        config.read_rope_parameters()?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Moves transformers 5's `rope_parameters` (`rope_theta` beside the scaling's fields,
+    /// `rope_type` `default` for none) into `rope_theta` and `rope_scaling`.
+    fn read_rope_parameters(&mut self) -> Result<()> {
+        let Some(parameters) = self.rope_parameters.take().filter(|v| !v.is_null()) else {
+            return Ok(());
+        };
+        if let Some(theta) = parameters.get("rope_theta") {
+            self.rope_theta = theta
+                .as_f64()
+                .ok_or_else(|| ModelError::UnsupportedConfig {
+                    field: "rope_parameters.rope_theta",
+                    value: theta.to_string(),
+                    reason: "must be a number",
+                })?;
+        }
+        let kind = parameters
+            .get("rope_type")
+            .or_else(|| parameters.get("type"));
+        if kind.is_some_and(|kind| kind != "default") {
+            self.rope_scaling = Some(parameters);
+        }
+        Ok(())
     }
 
     /// The same facts from a GGUF file's metadata, in `config.json`'s terms, so one model code
@@ -160,8 +206,14 @@ impl LlamaConfig {
                     .then(|| serde_json::json!({ "rope_type": STORED_FACTORS }))
             });
         let head_dim = gguf.head_dim() as usize;
+        let architecture = Architecture::from_gguf_name(&gguf.architecture).ok_or_else(|| {
+            ModelError::UnsupportedArchitecture {
+                name: gguf.architecture.clone(),
+                supported: Architecture::supported(Architecture::gguf_name),
+            }
+        })?;
         let config = Self {
-            architectures: vec!["LlamaForCausalLM".into()],
+            architectures: vec![architecture.transformers_class().into()],
             hidden_size: gguf.embedding_length as usize,
             num_hidden_layers: gguf.block_count as usize,
             num_attention_heads: gguf.head_count as usize,
@@ -175,20 +227,58 @@ impl LlamaConfig {
             tie_word_embeddings: gguf.tied_embeddings,
             torch_dtype: None,
             rope_scaling,
+            rope_parameters: None,
             hidden_act: None,
             initializer_range: None,
             attention_bias: false,
             mlp_bias: false,
+            no_rope_layers: None,
+            // llama.cpp's fixed step for SmolLM3; the key means nothing to other families.
+            no_rope_layer_interval: (architecture == Architecture::SmolLm3).then_some(4),
+            use_sliding_window: false,
+            layer_types: None,
         };
         if gguf.rope_dimension_count as usize != head_dim {
             return Err(ModelError::UnsupportedConfig {
-                field: "llama.rope.dimension_count",
+                field: "rope.dimension_count",
                 value: gguf.rope_dimension_count.to_string(),
                 reason: "RoPE over part of each head is not supported",
             });
         }
         config.validate()?;
         Ok(config)
+    }
+
+    /// The family `architectures` names; a config without the field is Llama's.
+    pub fn architecture(&self) -> Result<Architecture> {
+        match self.architectures.first() {
+            None => Ok(Architecture::Llama),
+            Some(class) => Architecture::from_transformers_class(class).ok_or_else(|| {
+                ModelError::UnsupportedArchitecture {
+                    name: class.clone(),
+                    supported: Architecture::supported(Architecture::transformers_class),
+                }
+            }),
+        }
+    }
+
+    /// How this family's block differs from Llama's.
+    pub fn family(&self) -> Result<Family> {
+        let architecture = self.architecture()?;
+        let layers = self.num_hidden_layers;
+        let rotated_layers = match (architecture, &self.no_rope_layers) {
+            (Architecture::SmolLm3, Some(flags)) => flags.iter().map(|&flag| flag != 0).collect(),
+            (Architecture::SmolLm3, None) => {
+                rotated_except_every(self.no_rope_layer_interval.unwrap_or(4), layers)
+            }
+            _ => vec![true; layers],
+        };
+        Ok(Family {
+            architecture,
+            qkv_bias: architecture == Architecture::Qwen2,
+            qk_norm: architecture == Architecture::Qwen3,
+            rotated_layers,
+        })
     }
 
     pub fn num_kv_heads(&self) -> usize {
@@ -218,17 +308,14 @@ impl LlamaConfig {
                 reason,
             }
         }
-        if let Some(arch) = self
-            .architectures
-            .iter()
-            .find(|arch| arch.as_str() != "LlamaForCausalLM")
-        {
+        if self.architectures.len() > 1 {
             return Err(unsupported(
                 "architectures",
-                arch,
-                "only LlamaForCausalLM is supported",
+                self.architectures.join(", "),
+                "a checkpoint names one architecture",
             ));
         }
+        let family = self.family()?;
         self.rope_scaling()?;
         if let Some(act) = self.hidden_act.as_deref().filter(|act| *act != "silu") {
             return Err(unsupported(
@@ -237,11 +324,39 @@ impl LlamaConfig {
                 "only silu (SwiGLU) is supported",
             ));
         }
-        if self.attention_bias {
+        // Qwen2's biases are its architecture's, whatever this says; elsewhere it would put
+        // one on the output projection too.
+        if self.attention_bias && family.architecture != Architecture::Qwen2 {
             return Err(unsupported(
                 "attention_bias",
                 true,
-                "biased projections are not supported",
+                "biased projections are not supported in this architecture",
+            ));
+        }
+        if self.use_sliding_window {
+            return Err(unsupported(
+                "use_sliding_window",
+                true,
+                "sliding-window attention is not supported in this architecture",
+            ));
+        }
+        if let Some(kind) = self
+            .layer_types
+            .iter()
+            .flatten()
+            .find(|kind| kind.as_str() != "full_attention")
+        {
+            return Err(unsupported(
+                "layer_types",
+                kind,
+                "only full_attention layers are supported in this architecture",
+            ));
+        }
+        if family.rotated_layers.len() != self.num_hidden_layers {
+            return Err(unsupported(
+                "no_rope_layers",
+                family.rotated_layers.len(),
+                "needs one entry per layer",
             ));
         }
         if self.mlp_bias {
@@ -316,7 +431,7 @@ mod tests {
     }
 
     fn rejected_field(json: &str) -> &'static str {
-        match LlamaConfig::from_json(json) {
+        match ModelConfig::from_json(json) {
             Err(ModelError::UnsupportedConfig { field, .. }) => field,
             other => panic!("expected an unsupported-config error, got {other:?}"),
         }
@@ -324,7 +439,7 @@ mod tests {
 
     #[test]
     fn reads_smollm2_config() {
-        let config = LlamaConfig::from_json(SMOLLM2).expect("valid config");
+        let config = ModelConfig::from_json(SMOLLM2).expect("valid config");
         assert_eq!(config.hidden_size, 576);
         assert_eq!(config.num_hidden_layers, 30);
         assert_eq!(config.num_attention_heads, 9);
@@ -347,7 +462,7 @@ mod tests {
         json.as_object_mut()
             .expect("object")
             .remove("num_key_value_heads");
-        let config = LlamaConfig::from_json(&json.to_string()).expect("valid config");
+        let config = ModelConfig::from_json(&json.to_string()).expect("valid config");
         assert_eq!(config.head_dim(), 32);
         assert_eq!(config.num_kv_heads(), 9);
         assert_eq!(config.group_size(), 1);
@@ -356,9 +471,74 @@ mod tests {
     #[test]
     fn rejects_other_architectures() {
         let json = with("architectures", serde_json::json!(["MistralForCausalLM"]));
-        assert_eq!(rejected_field(&json), "architectures");
-        let message = LlamaConfig::from_json(&json).unwrap_err().to_string();
+        let message = ModelConfig::from_json(&json).unwrap_err().to_string();
         assert!(message.contains("MistralForCausalLM"), "{message}");
+        assert!(message.contains("Qwen3ForCausalLM"), "{message}");
+    }
+
+    #[test]
+    fn each_family_reads_its_changes_from_config_json() {
+        let family = |class: &str, extra: serde_json::Value| {
+            let mut json: serde_json::Value = serde_json::from_str(SMOLLM2).expect("JSON");
+            json["architectures"] = serde_json::json!([class]);
+            json["num_hidden_layers"] = 8.into();
+            for (key, value) in extra.as_object().expect("object") {
+                json[key] = value.clone();
+            }
+            ModelConfig::from_json(&json.to_string())
+                .and_then(|config| config.family())
+                .expect("a supported family")
+        };
+        let qwen2 = family("Qwen2ForCausalLM", serde_json::json!({}));
+        assert!(qwen2.qkv_bias && !qwen2.qk_norm);
+        let qwen3 = family("Qwen3ForCausalLM", serde_json::json!({"head_dim": 128}));
+        assert!(qwen3.qk_norm && !qwen3.qkv_bias);
+        let smollm3 = family("SmolLM3ForCausalLM", serde_json::json!({}));
+        let unrotated: Vec<usize> = (0..8).filter(|&layer| !smollm3.rotates(layer)).collect();
+        assert_eq!(unrotated, [3, 7]);
+        let listed = family(
+            "SmolLM3ForCausalLM",
+            serde_json::json!({"no_rope_layers": [0, 1, 1, 1, 1, 1, 1, 1]}),
+        );
+        assert!(!listed.rotates(0) && listed.rotates(3));
+    }
+
+    #[test]
+    fn refuses_what_the_families_do_not_implement_yet() {
+        let mut json: serde_json::Value = serde_json::from_str(SMOLLM2).expect("JSON");
+        json["architectures"] = serde_json::json!(["Qwen2ForCausalLM"]);
+        json["use_sliding_window"] = true.into();
+        assert_eq!(rejected_field(&json.to_string()), "use_sliding_window");
+        json["use_sliding_window"] = false.into();
+        json["layer_types"] = serde_json::json!(vec!["sliding_attention"; 30]);
+        assert_eq!(rejected_field(&json.to_string()), "layer_types");
+        let mut json: serde_json::Value = serde_json::from_str(SMOLLM2).expect("JSON");
+        json["architectures"] = serde_json::json!(["SmolLM3ForCausalLM"]);
+        json["no_rope_layers"] = serde_json::json!([1, 1, 0]);
+        assert_eq!(rejected_field(&json.to_string()), "no_rope_layers");
+        json["no_rope_layers"] = serde_json::Value::Null;
+        json["attention_bias"] = true.into();
+        assert_eq!(rejected_field(&json.to_string()), "attention_bias");
+    }
+
+    #[test]
+    fn reads_transformers_5_rope_parameters() {
+        let mut json: serde_json::Value = serde_json::from_str(SMOLLM2).expect("JSON");
+        json.as_object_mut().expect("object").remove("rope_theta");
+        json["rope_parameters"] = serde_json::json!({"rope_theta": 1e6, "rope_type": "default"});
+        let config = ModelConfig::from_json(&json.to_string()).expect("valid");
+        assert_eq!(config.rope_theta, 1e6);
+        assert_eq!(config.rope_scaling().expect("no scaling"), None);
+        json["rope_parameters"] = serde_json::json!({
+            "rope_theta": 5e5, "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192
+        });
+        let config = ModelConfig::from_json(&json.to_string()).expect("valid");
+        assert_eq!(config.rope_theta, 5e5);
+        assert!(matches!(
+            config.rope_scaling(),
+            Ok(Some(RopeScaling::Llama3(_)))
+        ));
     }
 
     #[test]
@@ -372,7 +552,7 @@ mod tests {
             "rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 8192
         });
-        let config = LlamaConfig::from_json(&with("rope_scaling", llama3.clone())).unwrap();
+        let config = ModelConfig::from_json(&with("rope_scaling", llama3.clone())).unwrap();
         assert_eq!(
             config.rope_scaling().unwrap(),
             Some(RopeScaling::Llama3(Llama3RopeScaling {
@@ -383,7 +563,7 @@ mod tests {
             }))
         );
         let gguf_factors = serde_json::json!({"rope_type": "rope_freqs.weight"});
-        let config = LlamaConfig::from_json(&with("rope_scaling", gguf_factors)).unwrap();
+        let config = ModelConfig::from_json(&with("rope_scaling", gguf_factors)).unwrap();
         assert_eq!(
             config.rope_scaling().unwrap(),
             Some(RopeScaling::StoredFactors)
@@ -409,7 +589,7 @@ mod tests {
 
     #[test]
     fn rejects_heads_not_divisible_by_kv_heads() {
-        let message = LlamaConfig::from_json(&with("num_key_value_heads", 2.into()))
+        let message = ModelConfig::from_json(&with("num_key_value_heads", 2.into()))
             .unwrap_err()
             .to_string();
         assert!(message.contains("num_key_value_heads = 2"), "{message}");
@@ -432,7 +612,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("config.json");
         std::fs::write(&path, "{ not json").expect("write");
-        let message = LlamaConfig::from_file(&path).unwrap_err().to_string();
+        let message = ModelConfig::from_file(&path).unwrap_err().to_string();
         assert!(message.contains(&path.display().to_string()), "{message}");
     }
 }

@@ -24,6 +24,8 @@ pub enum ModelError {
         value: String,
         reason: &'static str,
     },
+    #[error("architecture {name} is not supported (smolchat runs {supported})")]
+    UnsupportedArchitecture { name: String, supported: String },
     #[error("{path} is not a valid safetensors file: {reason}")]
     CorruptWeights { path: PathBuf, reason: String },
     #[error("tensor `{name}` is missing from {location}")]

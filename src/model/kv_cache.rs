@@ -1,6 +1,6 @@
 use burn::tensor::{DType, Device, Tensor};
 
-use super::config::LlamaConfig;
+use super::config::ModelConfig;
 use super::cpu;
 
 /// Cached keys and values of every layer for the tokens seen so far.
@@ -52,7 +52,7 @@ struct LayerTensors {
 const FIRST_BLOCK: usize = 256;
 
 impl KvCache {
-    pub fn new(config: &LlamaConfig, device: &Device, dtype: DType) -> Self {
+    pub fn new(config: &ModelConfig, device: &Device, dtype: DType) -> Self {
         let layers = config.num_hidden_layers;
         let store = if cpu::is_host(device) {
             Store::Host((0..layers).map(|_| CachedRows::default()).collect())

@@ -8,12 +8,15 @@ use super::cpu;
 use super::gpu;
 use super::rms_norm::RmsNorm;
 
-/// A bias-free projection `y = x Wᵀ` with `W` kept in Hugging Face's `[out, in]` layout.
+/// A projection `y = x Wᵀ (+ b)` with `W` kept in Hugging Face's `[out, in]` layout.
 ///
 /// Keeping the stored layout means loading needs no transpose, fused projections are plain
 /// row-stacks of their parts, and the tied LM head is the embedding matrix itself.
 #[derive(Module, Debug)]
 pub struct Linear {
+    /// `[out]`, added after the product; only Qwen2's query, key and value projections have
+    /// one.
+    bias: Option<Param<Tensor<1>>>,
     /// `None` when the weight is held only as the CPU kernels read it (a GGUF file's
     /// integers, which no Burn tensor type holds exactly).
     weight: Option<Param<Tensor<2>>>,
@@ -26,6 +29,7 @@ pub struct Linear {
 impl Linear {
     pub fn new(weight: Tensor<2>) -> Self {
         Self {
+            bias: None,
             kernel_weight: cpu::Weight::of(&weight),
             weight: Some(Param::from_tensor(weight)),
         }
@@ -34,8 +38,17 @@ impl Linear {
     /// A projection by integer weights, multiplied as stored by the CPU kernels.
     pub fn integers(weight: Arc<cpu::IntegerWeights>) -> Self {
         Self {
+            bias: None,
             weight: None,
             kernel_weight: Some(cpu::Weight::Integers(weight)),
+        }
+    }
+
+    /// The same projection plus `bias`: `[out]`.
+    pub fn with_bias(self, bias: Tensor<1>) -> Self {
+        Self {
+            bias: Some(Param::from_tensor(bias)),
+            ..self
         }
     }
 
@@ -45,7 +58,12 @@ impl Linear {
             return self;
         };
         let weight = weight.val();
-        Self::new(cpu::quantize(&weight, scheme).unwrap_or_else(|| weight.quantize_dynamic(scheme)))
+        Self {
+            bias: self.bias,
+            ..Self::new(
+                cpu::quantize(&weight, scheme).unwrap_or_else(|| weight.quantize_dynamic(scheme)),
+            )
+        }
     }
 
     /// `x`: `[tokens, in]` → `[tokens, out]`.
@@ -69,7 +87,7 @@ impl Linear {
                 eps: norm.eps(),
             };
             if let Some(y) = self.on_gpu(input, None) {
-                return y;
+                return self.biased(y);
             }
         }
         self.forward(norm.forward(x))
@@ -84,6 +102,7 @@ impl Linear {
         gated: impl FnOnce(Tensor<2>) -> Tensor<2>,
     ) -> Tensor<2> {
         if self.may_run_on_gpu()
+            && self.bias.is_none()
             && let Some(y) = self.on_gpu(gpu::Input::Gated(&x), Some(&residual))
         {
             return y;
@@ -102,10 +121,31 @@ impl Linear {
         gpu::project(&weight, input, residual)
     }
 
+    /// `y + b`, when the projection has a bias.
+    fn biased(&self, y: Tensor<2>) -> Tensor<2> {
+        match &self.bias {
+            Some(bias) => y + bias.val().unsqueeze::<2>(),
+            None => y,
+        }
+    }
+
+    /// `x Wᵀ + b` (plus `residual`, for projections without a bias).
+    fn product(&self, x: Tensor<2>, residual: Option<Tensor<2>>) -> Tensor<2> {
+        if self.bias.is_some() {
+            let y = self.unbiased_product(x, None);
+            let y = self.biased(y);
+            return match residual {
+                Some(residual) => residual + y,
+                None => y,
+            };
+        }
+        self.unbiased_product(x, residual)
+    }
+
     /// `x Wᵀ` (plus `residual`): the CPU kernels where they apply, else Burn's matmul, kept
     /// 2-D (a batched 3-D matmul against a transposed view is an order of magnitude slower on
     /// the CPU backends).
-    fn product(&self, x: Tensor<2>, residual: Option<Tensor<2>>) -> Tensor<2> {
+    fn unbiased_product(&self, x: Tensor<2>, residual: Option<Tensor<2>>) -> Tensor<2> {
         if let Some(y) = self
             .kernel_weight
             .as_ref()

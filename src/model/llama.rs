@@ -7,9 +7,10 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 use super::attention::Attention;
 use super::checkpoint::safetensors::SafetensorsCheckpoint;
 use super::checkpoint::{Checkpoint, LayerRole, TensorRole};
-use super::config::{LlamaConfig, RopeScaling};
+use super::config::{ModelConfig, RopeScaling};
 use super::embedding::Embedding;
 use super::error::{ModelError, Result};
+use super::family::Family;
 use super::kv_cache::KvCache;
 use super::linear::Linear;
 use super::loader::Loader;
@@ -25,16 +26,23 @@ pub struct DecoderLayer {
     attention: Attention,
     mlp_norm: RmsNorm,
     mlp: Mlp,
+    /// Which of the model's rotations ([`Llama::rotations`]) this layer's queries and keys take.
+    rotation: usize,
 }
 
 impl DecoderLayer {
-    fn load(loader: &mut Loader, layer: usize) -> Result<Self> {
+    fn load(loader: &mut Loader, layer: usize, family: &Family) -> Result<Self> {
         let norm = |role| TensorRole::Layer(layer, role);
         Ok(Self {
             attention_norm: RmsNorm::load(loader, norm(LayerRole::AttentionNorm))?,
-            attention: Attention::load(loader, layer)?,
+            attention: Attention::load(loader, layer, family)?,
             mlp_norm: RmsNorm::load(loader, norm(LayerRole::MlpNorm))?,
             mlp: Mlp::load(loader, layer)?,
+            rotation: if family.rotates(layer) {
+                ROTATED
+            } else {
+                UNROTATED
+            },
         })
     }
 
@@ -56,21 +64,29 @@ impl DecoderLayer {
     }
 }
 
-/// A Llama-architecture causal language model, written once for every Burn backend: the
-/// device it was loaded on decides where it runs.
+/// A causal language model of any supported family (Llama's block as its [`Family`] changes
+/// it), written once for every Burn backend: the device it was loaded on decides where it runs.
 #[derive(Module, Debug)]
 pub struct Llama {
     embedding: Embedding,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Linear,
+    /// The rotary embeddings the layers take, by index: the config's, then for families with
+    /// layers that see no positions (SmolLM3) one of zero frequencies, which rotates by angle
+    /// zero and so leaves queries and keys exactly as they are.
     #[module(skip)]
-    rope: RotaryEmbedding,
+    rotations: Vec<RotaryEmbedding>,
     #[module(skip)]
-    config: LlamaConfig,
+    config: ModelConfig,
     #[module(skip)]
     dtype: DType,
 }
+
+/// [`Llama::rotations`]' index of the config's rotary embedding.
+const ROTATED: usize = 0;
+/// [`Llama::rotations`]' index of the identity, when a layer takes it.
+const UNROTATED: usize = 1;
 
 /// Which rows of logits a forward pass should produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +102,7 @@ impl Llama {
     /// Loads `config.json` and the safetensors weights of a checkpoint folder onto `device`,
     /// holding weights and activations in `dtype` (F32, BF16 or F16).
     pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
-        let config = LlamaConfig::from_file(&dir.join("config.json"))?;
+        let config = ModelConfig::from_file(&dir.join("config.json"))?;
         Self::read(
             config,
             &SafetensorsCheckpoint::open(dir)?,
@@ -99,14 +115,14 @@ impl Llama {
     /// Loads at a precision the user picked: compute in its float type, and quantize the
     /// projection weights when it asks for integers.
     pub fn load_in(dir: &Path, device: &Device, precision: Precision) -> Result<Self> {
-        let config = LlamaConfig::from_file(&dir.join("config.json"))?;
+        let config = ModelConfig::from_file(&dir.join("config.json"))?;
         let checkpoint = SafetensorsCheckpoint::open(dir)?;
         Self::from_checkpoint(config, &checkpoint, device, precision)
     }
 
     /// Loads the weights of any format: whatever reads them implements [`Checkpoint`].
     pub fn from_checkpoint(
-        config: LlamaConfig,
+        config: ModelConfig,
         checkpoint: &dyn Checkpoint,
         device: &Device,
         precision: Precision,
@@ -122,7 +138,7 @@ impl Llama {
     }
 
     fn read(
-        config: LlamaConfig,
+        config: ModelConfig,
         checkpoint: &dyn Checkpoint,
         device: &Device,
         dtype: DType,
@@ -133,10 +149,11 @@ impl Llama {
                 dtype: format!("{dtype:?}"),
             });
         }
+        let family = config.family()?;
         let mut loader = Loader::new(checkpoint, &config, device, dtype, quantization);
         let embedding = Embedding::load(&mut loader)?;
         let layers = (0..config.num_hidden_layers)
-            .map(|layer| DecoderLayer::load(&mut loader, layer))
+            .map(|layer| DecoderLayer::load(&mut loader, layer, &family))
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(&mut loader, TensorRole::FinalNorm)?;
         let lm_head = load_lm_head(&mut loader, &embedding)?;
@@ -149,18 +166,22 @@ impl Llama {
             device,
             dtype,
         );
+        let mut rotations = vec![rope];
+        if layers.iter().any(|layer| layer.rotation == UNROTATED) {
+            rotations.push(RotaryEmbedding::identity(config.head_dim(), device, dtype));
+        }
         Ok(Self {
             embedding,
             layers,
             norm,
             lm_head,
-            rope,
+            rotations,
             config,
             dtype,
         })
     }
 
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &ModelConfig {
         &self.config
     }
 
@@ -212,9 +233,14 @@ impl Llama {
         let mut hidden = self.embedding.forward(tokens).cast(self.dtype);
         let mask =
             (count > 1 && !cache.is_host()).then(|| self.causal_mask(start, count, &self.device()));
-        let rope = self.rope.positions(start..start + count);
+        let rotations: Vec<RopeRows> = self
+            .rotations
+            .iter()
+            .map(|rotation| rotation.positions(start..start + count))
+            .collect();
         for layer in &self.layers {
-            hidden = layer.forward(hidden, &rope, cache, mask.as_ref())?;
+            let rope = &rotations[layer.rotation];
+            hidden = layer.forward(hidden, rope, cache, mask.as_ref())?;
         }
         cache.advance(tokens);
 
@@ -258,7 +284,7 @@ fn load_lm_head(loader: &mut Loader, embedding: &Embedding) -> Result<Linear> {
 
 /// The config's RoPE scaling, with a GGUF file's stored factors read from its weights.
 fn frequency_scaling(
-    config: &LlamaConfig,
+    config: &ModelConfig,
     checkpoint: &dyn Checkpoint,
 ) -> Result<Option<FrequencyScaling>> {
     Ok(match config.rope_scaling()? {
@@ -284,7 +310,7 @@ fn frequency_scaling(
 
 /// A checkpoint with more layers than `num_hidden_layers` means the config belongs to another
 /// model; running a prefix of its layers would produce fluent-looking nonsense.
-fn check_no_extra_layers(config: &LlamaConfig, checkpoint: &dyn Checkpoint) -> Result<()> {
+fn check_no_extra_layers(config: &ModelConfig, checkpoint: &dyn Checkpoint) -> Result<()> {
     let extra = TensorRole::Layer(config.num_hidden_layers, LayerRole::AttentionNorm);
     if checkpoint.contains(extra) {
         return Err(ModelError::UnsupportedConfig {

@@ -7,7 +7,7 @@ use burn::tensor::quantization::QuantScheme;
 use burn::tensor::{DType, Device, Tensor};
 
 use super::checkpoint::{Checkpoint, TensorRole};
-use super::config::LlamaConfig;
+use super::config::ModelConfig;
 use super::cpu;
 use super::error::Result;
 use super::linear::Linear;
@@ -18,7 +18,7 @@ use super::weight_arena::WeightArena;
 /// convert them to the device's default float type).
 pub struct Loader<'a> {
     checkpoint: &'a dyn Checkpoint,
-    config: &'a LlamaConfig,
+    config: &'a ModelConfig,
     device: &'a Device,
     dtype: DType,
     /// Where float weights are decoded on the CPU.
@@ -32,7 +32,7 @@ pub struct Loader<'a> {
 impl<'a> Loader<'a> {
     pub fn new(
         checkpoint: &'a dyn Checkpoint,
-        config: &'a LlamaConfig,
+        config: &'a ModelConfig,
         device: &'a Device,
         dtype: DType,
         quantization: Option<QuantScheme>,
@@ -53,7 +53,7 @@ impl<'a> Loader<'a> {
         }
     }
 
-    pub fn config(&self) -> &'a LlamaConfig {
+    pub fn config(&self) -> &'a ModelConfig {
         self.config
     }
 

@@ -1,4 +1,5 @@
-//! The Llama-architecture language model: config, weights, layers and the KV cache.
+//! The language model, one code for every supported family (see [`Family`]): config,
+//! weights, layers and the KV cache.
 
 mod attention;
 pub mod checkpoint;
@@ -6,6 +7,7 @@ mod config;
 mod cpu;
 mod embedding;
 mod error;
+mod family;
 mod gpu;
 mod kv_cache;
 mod linear;
@@ -18,9 +20,10 @@ mod rms_norm;
 mod rope;
 mod weight_arena;
 
-pub use config::LlamaConfig;
+pub use config::ModelConfig;
 pub use cpu::{IntegerValues, IntegerWeights};
 pub use error::{ModelError, Result};
+pub use family::{Architecture, Family};
 pub use gpu::top_entries;
 pub use kv_cache::KvCache;
 pub use llama::{Llama, Logits, logits_to_vec};

@@ -10,7 +10,7 @@ use safetensors::tensor::{Dtype, TensorView};
 
 use super::checkpoint::TensorRole;
 use super::checkpoint::safetensors::SINGLE_FILE;
-use super::config::LlamaConfig;
+use super::config::ModelConfig;
 use super::error::{ModelError, Result};
 
 /// How the random weights are stored on disk.
@@ -57,22 +57,24 @@ impl StorageDtype {
 /// Writes `model.safetensors` with random weights for `config` into `dir`.
 ///
 /// Matrices are uniform with the standard deviation of the config's `initializer_range`
-/// (0.02 when absent), norm weights near one: the statistics of a freshly initialised model,
+/// (0.02 when absent), as are biases, and norm weights near one: the statistics of a freshly initialised model,
 /// so activations stay in a realistic range.
 pub fn write_random_weights(
-    config: &LlamaConfig,
+    config: &ModelConfig,
     dtype: StorageDtype,
     seed: u64,
     dir: &Path,
 ) -> Result<()> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let half_width = config.initializer_range.unwrap_or(0.02) as f32 * 3f32.sqrt();
-    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = TensorRole::all(config)
+    let family = config.family()?;
+    let tensors: Vec<(String, Vec<usize>, Vec<u8>)> = TensorRole::all(config, &family)
         .into_iter()
         .map(|role| {
             let shape = role.shape(config);
             let count = shape.iter().product();
-            let values: Vec<f32> = if shape.len() == 1 {
+            let is_bias = matches!(role, TensorRole::Layer(_, layer_role) if layer_role.is_bias());
+            let values: Vec<f32> = if shape.len() == 1 && !is_bias {
                 (0..count)
                     .map(|_| 1.0 + rng.random_range(-0.1..0.1))
                     .collect()

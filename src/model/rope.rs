@@ -59,6 +59,17 @@ impl RotaryEmbedding {
         }
     }
 
+    /// The rotation by angle zero at every position (cosines one, sines zero): the layers
+    /// of a family that gives some layers no positions multiply by it and come out
+    /// unchanged, bit for bit, through the same kernels as the others.
+    pub fn identity(head_dim: usize, device: &Device, dtype: DType) -> Self {
+        Self {
+            inv_freq: vec![0.0; head_dim / 2],
+            device: device.clone(),
+            dtype,
+        }
+    }
+
     /// The cosines and sines of the positions `positions`.
     pub fn positions(&self, positions: Range<usize>) -> RopeRows {
         let head_dim = 2 * self.inv_freq.len();

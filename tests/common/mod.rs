@@ -222,7 +222,7 @@ pub fn random_model(
 ) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     std::fs::write(dir.path().join("config.json"), config.to_string()).expect("write config");
-    let config = smolchat::model::LlamaConfig::from_file(&dir.path().join("config.json"))
+    let config = smolchat::model::ModelConfig::from_file(&dir.path().join("config.json"))
         .expect("valid config");
     smolchat::model::random_checkpoint::write_random_weights(&config, dtype, seed, dir.path())
         .expect("write weights");

@@ -70,7 +70,7 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
         builder = builder.tensor(name, &[COLS as u64, *rows as u64], ty.id(), data);
     }
     let file = GgufFile::from_bytes("mixed.gguf", builder.build()).expect("a valid file");
-    let checkpoint = GgufCheckpoint::new(file, HEAD_DIM);
+    let checkpoint = GgufCheckpoint::new(file, Some(HEAD_DIM));
     let shaped: Vec<(TensorRole, Vec<usize>)> = parts
         .iter()
         .map(|(role, _, _, rows, _)| (TensorRole::Layer(0, *role), vec![*rows, COLS]))
@@ -112,7 +112,10 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
             &vec![0.5; 8 * COLS],
         )
         .build();
-    let checkpoint = GgufCheckpoint::new(GgufFile::from_bytes("f.gguf", float).unwrap(), HEAD_DIM);
+    let checkpoint = GgufCheckpoint::new(
+        GgufFile::from_bytes("f.gguf", float).unwrap(),
+        Some(HEAD_DIM),
+    );
     let query = [(TensorRole::Layer(0, LayerRole::Query), vec![8, COLS])];
     assert!(checkpoint.integer_stacked(&query).unwrap().is_none());
 }

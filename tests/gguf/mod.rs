@@ -2,7 +2,7 @@
 //! config, dequantization against an independent implementation, fuzzed headers, and the
 //! genuine SmolLM2-135M-Instruct file with a tokenizer that must match `tokenizer.json`.
 
-mod builder;
+pub mod builder;
 mod config_and_tokenizer;
 mod dequant_reference;
 mod fuzz;

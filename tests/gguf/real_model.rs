@@ -18,12 +18,14 @@ fn metadata_and_config() {
     assert_eq!(file.tensors().len(), 272);
     let config = GgufConfig::from_gguf(&file).unwrap();
     let expected = GgufConfig {
+        architecture: "llama".into(),
         context_length: 8192,
         embedding_length: 576,
         block_count: 30,
         feed_forward_length: 1536,
         head_count: 9,
         head_count_kv: 3,
+        key_length: 64,
         rope_freq_base: 100_000.0,
         rms_norm_eps: 1e-5,
         vocab_size: 49152,

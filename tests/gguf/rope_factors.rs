@@ -6,7 +6,7 @@
 use burn::tensor::{DType, Device};
 use smolchat::gguf::{GgufConfig, GgufFile, qk_gguf_row};
 use smolchat::model::checkpoint::gguf::GgufCheckpoint;
-use smolchat::model::{Llama, LlamaConfig, Logits, Precision, logits_to_vec};
+use smolchat::model::{Llama, Logits, ModelConfig, Precision, logits_to_vec};
 
 use super::builder::{Builder, V};
 
@@ -85,9 +85,9 @@ fn converter_factors() -> Vec<f32> {
 /// The logits of 48 tokens, far past the original context.
 fn logits(model: Builder) -> Result<Vec<f32>, String> {
     let file = GgufFile::from_bytes("tiny.gguf", model.build()).map_err(|e| e.to_string())?;
-    let config = LlamaConfig::from_gguf(&GgufConfig::from_gguf(&file).map_err(|e| e.to_string())?)
+    let config = ModelConfig::from_gguf(&GgufConfig::from_gguf(&file).map_err(|e| e.to_string())?)
         .map_err(|e| e.to_string())?;
-    let checkpoint = GgufCheckpoint::new(file, config.head_dim());
+    let checkpoint = GgufCheckpoint::new(file, Some(config.head_dim()));
     let device = Device::flex();
     let model = Llama::from_checkpoint(config, &checkpoint, &device, Precision::F32)
         .map_err(|e| e.to_string())?;

@@ -4,7 +4,7 @@ use clap::Subcommand;
 
 mod chat;
 
-use crate::model::LlamaConfig;
+use crate::model::ModelConfig;
 use crate::model::random_checkpoint::{StorageDtype, write_random_weights};
 
 /// Files copied next to a random checkpoint so that it is a complete model folder.
@@ -55,7 +55,7 @@ fn random_checkpoint(
     dtype: Option<StorageDtype>,
     seed: u64,
 ) -> Result<(), String> {
-    let config = LlamaConfig::from_file(config_path).map_err(|err| err.to_string())?;
+    let config = ModelConfig::from_file(config_path).map_err(|err| err.to_string())?;
     std::fs::create_dir_all(out)
         .map_err(|err| format!("cannot create {}: {err}", out.display()))?;
     let source_dir = config_path.parent().unwrap_or(Path::new("."));

@@ -16,16 +16,20 @@ use crate::model::weight_arena::WeightArena;
 
 pub struct GgufCheckpoint {
     file: GgufFile,
-    head_dim: usize,
+    /// The head width within which the converter reordered query and key rows, if it did.
+    reordered_heads: Option<usize>,
 }
 
 impl GgufCheckpoint {
-    /// `head_dim` is the config's: the query and key rows are reordered within heads of it.
+    /// `reordered_heads`: the config's head dimension for families whose query and key rows
+    /// llama.cpp's converter reorders ([`Architecture::gguf_reorders_qk`]), else `None`.
     /// The file's metadata is dropped (see [`GgufFile::without_metadata`]).
-    pub fn new(file: GgufFile, head_dim: usize) -> Self {
+    ///
+    /// [`Architecture::gguf_reorders_qk`]: crate::model::Architecture::gguf_reorders_qk
+    pub fn new(file: GgufFile, reordered_heads: Option<usize>) -> Self {
         Self {
             file: file.without_metadata(),
-            head_dim,
+            reordered_heads,
         }
     }
 
@@ -69,9 +73,9 @@ impl GgufCheckpoint {
 
     /// The GGUF row that holds Hugging Face row `row` of `role`.
     fn stored_row(&self, role: TensorRole, row: usize) -> usize {
-        match role {
-            TensorRole::Layer(_, LayerRole::Query | LayerRole::Key) => {
-                qk_gguf_row(row, self.head_dim)
+        match (role, self.reordered_heads) {
+            (TensorRole::Layer(_, LayerRole::Query | LayerRole::Key), Some(head_dim)) => {
+                qk_gguf_row(row, head_dim)
             }
             _ => row,
         }

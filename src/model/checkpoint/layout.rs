@@ -5,7 +5,8 @@
 //! so a second format is a second column here and a second reader, with no change to the
 //! model: `safetensors.rs` reads the first column, `gguf.rs` the second (llama.cpp's names).
 
-use crate::model::config::LlamaConfig;
+use crate::model::config::ModelConfig;
+use crate::model::family::Family;
 
 /// A tensor of the model, by what it does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +32,13 @@ pub enum LayerRole {
     Query,
     Key,
     Value,
+    /// Qwen2's biases of the query, key and value projections.
+    QueryBias,
+    KeyBias,
+    ValueBias,
+    /// Qwen3's RMSNorm weights over each query head and each key head.
+    QueryNorm,
+    KeyNorm,
     AttentionOutput,
     MlpNorm,
     Gate,
@@ -38,20 +46,33 @@ pub enum LayerRole {
     Down,
 }
 
-/// One role's names: Hugging Face safetensors (`model.layers.{i}.` + name + `.weight` in a
-/// layer) and GGUF (`blk.{i}.` + name + `.weight`).
+/// One role's names: Hugging Face safetensors (`model.layers.{i}.` + name) and GGUF
+/// (`blk.{i}.` + name), each followed by `.weight`, or `.bias` for a bias.
 struct Names {
     safetensors: &'static str,
     gguf: &'static str,
+    suffix: &'static str,
 }
 
-const fn names(safetensors: &'static str, gguf: &'static str) -> Names {
-    Names { safetensors, gguf }
+const fn weight(safetensors: &'static str, gguf: &'static str) -> Names {
+    Names {
+        safetensors,
+        gguf,
+        suffix: "weight",
+    }
+}
+
+const fn bias(safetensors: &'static str, gguf: &'static str) -> Names {
+    Names {
+        safetensors,
+        gguf,
+        suffix: "bias",
+    }
 }
 
 impl LayerRole {
-    /// A layer's tensors in the order its forward pass uses them.
-    pub const ALL: [LayerRole; 9] = [
+    /// Every layer's tensors in the order its forward pass uses them.
+    pub const LLAMA: [LayerRole; 9] = [
         Self::AttentionNorm,
         Self::Query,
         Self::Key,
@@ -63,30 +84,54 @@ impl LayerRole {
         Self::Down,
     ];
 
+    /// A layer's tensors in `family`: Llama's, then the family's own.
+    pub fn all(family: &Family) -> Vec<LayerRole> {
+        let biases = [Self::QueryBias, Self::KeyBias, Self::ValueBias];
+        let norms = [Self::QueryNorm, Self::KeyNorm];
+        let mut roles = Self::LLAMA.to_vec();
+        if family.qkv_bias {
+            roles.extend(biases);
+        }
+        if family.qk_norm {
+            roles.extend(norms);
+        }
+        roles
+    }
+
     fn names(self) -> Names {
         match self {
-            Self::AttentionNorm => names("input_layernorm", "attn_norm"),
-            Self::Query => names("self_attn.q_proj", "attn_q"),
-            Self::Key => names("self_attn.k_proj", "attn_k"),
-            Self::Value => names("self_attn.v_proj", "attn_v"),
-            Self::AttentionOutput => names("self_attn.o_proj", "attn_output"),
-            Self::MlpNorm => names("post_attention_layernorm", "ffn_norm"),
-            Self::Gate => names("mlp.gate_proj", "ffn_gate"),
-            Self::Up => names("mlp.up_proj", "ffn_up"),
-            Self::Down => names("mlp.down_proj", "ffn_down"),
+            Self::AttentionNorm => weight("input_layernorm", "attn_norm"),
+            Self::Query => weight("self_attn.q_proj", "attn_q"),
+            Self::Key => weight("self_attn.k_proj", "attn_k"),
+            Self::Value => weight("self_attn.v_proj", "attn_v"),
+            Self::QueryBias => bias("self_attn.q_proj", "attn_q"),
+            Self::KeyBias => bias("self_attn.k_proj", "attn_k"),
+            Self::ValueBias => bias("self_attn.v_proj", "attn_v"),
+            Self::QueryNorm => weight("self_attn.q_norm", "attn_q_norm"),
+            Self::KeyNorm => weight("self_attn.k_norm", "attn_k_norm"),
+            Self::AttentionOutput => weight("self_attn.o_proj", "attn_output"),
+            Self::MlpNorm => weight("post_attention_layernorm", "ffn_norm"),
+            Self::Gate => weight("mlp.gate_proj", "ffn_gate"),
+            Self::Up => weight("mlp.up_proj", "ffn_up"),
+            Self::Down => weight("mlp.down_proj", "ffn_down"),
         }
     }
 
     pub fn safetensors_name(self, layer: usize) -> String {
-        format!("model.layers.{layer}.{}.weight", self.names().safetensors)
+        let names = self.names();
+        format!(
+            "model.layers.{layer}.{}.{}",
+            names.safetensors, names.suffix
+        )
     }
 
     pub fn gguf_name(self, layer: usize) -> String {
-        format!("blk.{layer}.{}.weight", self.names().gguf)
+        let names = self.names();
+        format!("blk.{layer}.{}.{}", names.gguf, names.suffix)
     }
 
     /// The shape `config` implies, matrices in Hugging Face's `[out, in]` layout.
-    pub fn shape(self, config: &LlamaConfig) -> Vec<usize> {
+    pub fn shape(self, config: &ModelConfig) -> Vec<usize> {
         let hidden = config.hidden_size;
         let queries = config.num_attention_heads * config.head_dim();
         let keys = config.num_kv_heads() * config.head_dim();
@@ -95,18 +140,31 @@ impl LayerRole {
             Self::AttentionNorm | Self::MlpNorm => vec![hidden],
             Self::Query => vec![queries, hidden],
             Self::Key | Self::Value => vec![keys, hidden],
+            Self::QueryBias => vec![queries],
+            Self::KeyBias | Self::ValueBias => vec![keys],
+            Self::QueryNorm | Self::KeyNorm => vec![config.head_dim()],
             Self::AttentionOutput => vec![hidden, queries],
             Self::Gate | Self::Up => vec![inter, hidden],
             Self::Down => vec![hidden, inter],
         }
     }
+
+    /// Whether the role is a bias, which random weights draw near zero rather than one.
+    pub fn is_bias(self) -> bool {
+        self.names().suffix == "bias"
+    }
 }
 
 impl TensorRole {
-    /// Every tensor a checkpoint of `config` holds, in the order the forward pass uses them.
-    pub fn all(config: &LlamaConfig) -> Vec<TensorRole> {
-        let layers = (0..config.num_hidden_layers)
-            .flat_map(|layer| LayerRole::ALL.map(|role| TensorRole::Layer(layer, role)));
+    /// Every tensor a checkpoint of `config`'s `family` holds, in the order the forward pass
+    /// uses them.
+    pub fn all(config: &ModelConfig, family: &Family) -> Vec<TensorRole> {
+        let layer_roles = LayerRole::all(family);
+        let layers = (0..config.num_hidden_layers).flat_map(|layer| {
+            layer_roles
+                .iter()
+                .map(move |&role| TensorRole::Layer(layer, role))
+        });
         let head = (!config.tie_word_embeddings).then_some(TensorRole::LmHead);
         std::iter::once(TensorRole::Embedding)
             .chain(layers)
@@ -137,7 +195,7 @@ impl TensorRole {
     }
 
     /// The shape `config` implies, matrices in Hugging Face's `[out, in]` layout.
-    pub fn shape(self, config: &LlamaConfig) -> Vec<usize> {
+    pub fn shape(self, config: &ModelConfig) -> Vec<usize> {
         match self {
             Self::Layer(_, role) => role.shape(config),
             Self::Embedding | Self::LmHead => vec![config.vocab_size, config.hidden_size],
@@ -152,18 +210,21 @@ mod tests {
     use std::collections::HashSet;
 
     use super::TensorRole;
-    use crate::model::config::LlamaConfig;
+    use crate::model::config::ModelConfig;
 
     /// Two roles under one name would load one tensor twice and never read the other.
     #[test]
     fn every_role_has_its_own_name_in_each_format() {
-        let config = LlamaConfig::from_json(
+        let config = ModelConfig::from_json(
             r#"{"hidden_size": 8, "num_hidden_layers": 2, "num_attention_heads": 2,
                 "intermediate_size": 16, "vocab_size": 10, "max_position_embeddings": 4}"#,
         )
         .expect("config");
-        let roles = TensorRole::all(&config);
-        assert_eq!(roles.len(), 1 + 2 * 9 + 1 + 1);
+        let mut family = config.family().expect("family");
+        family.qkv_bias = true;
+        family.qk_norm = true;
+        let roles = TensorRole::all(&config, &family);
+        assert_eq!(roles.len(), 1 + 2 * 14 + 1 + 1);
         for name in [TensorRole::safetensors_name, TensorRole::gguf_name] {
             let names: HashSet<String> = roles.iter().map(|&role| name(role)).collect();
             assert_eq!(names.len(), roles.len());

@@ -1,0 +1,96 @@
+//! The model families smolchat runs. Each is Llama's decoder block with a few changes, and a
+//! [`Family`] says which: the block's load and forward read it, so that one model code serves
+//! them all and a new family is a new row here, not a new model.
+
+use std::fmt;
+
+/// A family by the names its files give it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// Llama 1, 2 and 3.x, TinyLlama, SmolLM2.
+    Llama,
+    /// Qwen2 and Qwen2.5.
+    Qwen2,
+    /// Qwen3 (dense).
+    Qwen3,
+    SmolLm3,
+}
+
+impl Architecture {
+    pub const ALL: [Self; 4] = [Self::Llama, Self::Qwen2, Self::Qwen3, Self::SmolLm3];
+
+    /// The class transformers names in `config.json`'s `architectures`.
+    pub fn transformers_class(self) -> &'static str {
+        match self {
+            Self::Llama => "LlamaForCausalLM",
+            Self::Qwen2 => "Qwen2ForCausalLM",
+            Self::Qwen3 => "Qwen3ForCausalLM",
+            Self::SmolLm3 => "SmolLM3ForCausalLM",
+        }
+    }
+
+    /// `general.architecture` in a GGUF file, which also prefixes its hyper-parameter keys.
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Qwen2 => "qwen2",
+            Self::Qwen3 => "qwen3",
+            Self::SmolLm3 => "smollm3",
+        }
+    }
+
+    /// Whether llama.cpp's converter reorders the query and key rows of each head, as it
+    /// does for the families llama.cpp rotates in adjacent pairs rather than in halves.
+    pub fn gguf_reorders_qk(self) -> bool {
+        matches!(self, Self::Llama | Self::SmolLm3)
+    }
+
+    pub fn from_transformers_class(class: &str) -> Option<Self> {
+        Self::ALL
+            .into_iter()
+            .find(|arch| arch.transformers_class() == class)
+    }
+
+    pub fn from_gguf_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|arch| arch.gguf_name() == name)
+    }
+
+    /// The names an error lists when a file names a family smolchat does not run.
+    pub fn supported(names: fn(Self) -> &'static str) -> String {
+        Self::ALL.map(names).join(", ")
+    }
+}
+
+impl fmt::Display for Architecture {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.transformers_class())
+    }
+}
+
+/// How a family's decoder block differs from Llama's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Family {
+    pub architecture: Architecture,
+    /// Biases on the query, key and value projections (Qwen2); the output projection has none.
+    pub qkv_bias: bool,
+    /// An RMSNorm over each query head and each key head, before the rotation (Qwen3).
+    pub qk_norm: bool,
+    /// For each layer, whether its queries and keys are rotated: SmolLM3 leaves every fourth
+    /// layer without positions.
+    pub rotated_layers: Vec<bool>,
+}
+
+impl Family {
+    pub fn rotates(&self, layer: usize) -> bool {
+        self.rotated_layers.get(layer).copied().unwrap_or(true)
+    }
+}
+
+/// SmolLM3's default: every `interval`-th layer (counting from one) is not rotated, as
+/// transformers derives `no_rope_layers` from `no_rope_layer_interval` and llama.cpp from its
+/// fixed step of 4.
+pub fn rotated_except_every(interval: usize, layers: usize) -> Vec<bool> {
+    (0..layers)
+        .map(|layer| interval == 0 || !(layer + 1).is_multiple_of(interval))
+        .collect()
+}

@@ -1,0 +1,218 @@
+//! The families beside Llama (Qwen2 with its biases, Qwen3 with its head norms and wide heads,
+//! SmolLM3 with its unrotated layers) against transformers' own float32 logits for tiny random
+//! checkpoints written by `tests/reference/families_reference.py`: on every backend, a prompt in
+//! one pass and token by token through the KV cache, from the Hugging Face folder and from a
+//! GGUF file holding the same weights under llama.cpp's names.
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::DType;
+use safetensors::SafeTensors;
+use smolchat::backend::BackendKind;
+use smolchat::gguf::{GgufConfig, GgufFile, qk_gguf_row};
+use smolchat::model::checkpoint::gguf::GgufCheckpoint;
+use smolchat::model::checkpoint::{LayerRole, TensorRole};
+use smolchat::model::{Architecture, Llama, ModelConfig, ModelError, Precision};
+
+use crate::common::{self, assert_close, full_forward, greedy_ids, one_token_at_a_time};
+use crate::gguf::builder::{Builder, V};
+
+const FAMILIES: [&str; 3] = ["qwen2", "qwen3", "smollm3"];
+const BACKENDS: [BackendKind; 3] = [BackendKind::Flex, BackendKind::Ndarray, BackendKind::Gpu];
+
+fn family_dir(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/families/{name}"))
+}
+
+struct Reference {
+    input_ids: Vec<u32>,
+    /// Every position's logits, row after row.
+    logits: Vec<f64>,
+    greedy_ids: Vec<u32>,
+}
+
+impl Reference {
+    fn load(dir: &Path) -> Self {
+        let text = std::fs::read_to_string(dir.join("reference.json")).expect("reference.json");
+        let json: serde_json::Value = serde_json::from_str(&text).expect("reference is JSON");
+        let ids = |key: &str| -> Vec<u32> {
+            json[key]
+                .as_array()
+                .unwrap_or_else(|| panic!("{key}"))
+                .iter()
+                .map(|id| id.as_u64().expect("an id") as u32)
+                .collect()
+        };
+        let logits = json["logits"]
+            .as_array()
+            .expect("logits")
+            .iter()
+            .flat_map(|row| row.as_array().expect("a row of logits").clone())
+            .map(|v| v.as_f64().expect("a logit"))
+            .collect();
+        Self {
+            input_ids: ids("input_ids"),
+            logits,
+            greedy_ids: ids("greedy_ids"),
+        }
+    }
+}
+
+fn load(dir: &Path, backend: BackendKind) -> Llama {
+    Llama::load(dir, &common::device(backend), DType::F32)
+        .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
+}
+
+#[test]
+fn each_family_matches_transformers_on_every_backend() {
+    for family in FAMILIES {
+        let dir = family_dir(family);
+        let reference = Reference::load(&dir);
+        for backend in BACKENDS {
+            let model = load(&dir, backend);
+            let what = format!("{family} on {backend}");
+            let tolerance = common::logit_tolerance(backend);
+            let prompt = full_forward(&model, &reference.input_ids);
+            assert_close(
+                &prompt,
+                &reference.logits,
+                tolerance,
+                &format!("{what}, prompt"),
+            );
+            let steps = one_token_at_a_time(&model, &reference.input_ids);
+            assert_close(
+                &steps,
+                &reference.logits,
+                tolerance,
+                &format!("{what}, steps"),
+            );
+            let greedy = greedy_ids(&model, &reference.input_ids, reference.greedy_ids.len());
+            assert_eq!(greedy, reference.greedy_ids, "{what}: greedy ids");
+        }
+    }
+}
+
+/// The same weights as a GGUF file of the family's `general.architecture`, laid out as
+/// llama.cpp's converter lays them out (query and key rows reordered where it does so).
+fn gguf_of(dir: &Path) -> GgufFile {
+    let config = ModelConfig::from_file(&dir.join("config.json")).expect("config");
+    let family = config.family().expect("family");
+    let arch = family.architecture.gguf_name();
+    let bytes = std::fs::read(dir.join("model.safetensors")).expect("weights");
+    let weights = SafeTensors::deserialize(&bytes).expect("safetensors");
+    let key = |name: &str| format!("{arch}.{name}");
+    let count = |n: usize| V::U32(n as u32);
+    let tokens: Vec<String> = (0..config.vocab_size).map(|i| format!("t{i}")).collect();
+    let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    let mut builder = Builder::default()
+        .kv("general.architecture", V::str(arch))
+        .kv(
+            &key("context_length"),
+            count(config.max_position_embeddings),
+        )
+        .kv(&key("embedding_length"), count(config.hidden_size))
+        .kv(&key("block_count"), count(config.num_hidden_layers))
+        .kv(&key("feed_forward_length"), count(config.intermediate_size))
+        .kv(
+            &key("attention.head_count"),
+            count(config.num_attention_heads),
+        )
+        .kv(
+            &key("attention.head_count_kv"),
+            count(config.num_kv_heads()),
+        )
+        .kv(&key("attention.key_length"), count(config.head_dim()))
+        .kv(&key("attention.value_length"), count(config.head_dim()))
+        .kv(&key("rope.freq_base"), V::F32(config.rope_theta as f32))
+        .kv(
+            &key("attention.layer_norm_rms_epsilon"),
+            V::F32(config.rms_norm_eps as f32),
+        )
+        .kv("tokenizer.ggml.tokens", V::strs(&tokens));
+    for role in TensorRole::all(&config, &family) {
+        let view = weights
+            .tensor(&role.safetensors_name())
+            .expect("tensor in the fixture");
+        let values: Vec<f32> = view
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let shape = view.shape().to_vec();
+        let mut stored = values.clone();
+        let reordered = matches!(
+            role,
+            TensorRole::Layer(_, LayerRole::Query | LayerRole::Key)
+        );
+        if reordered && family.architecture.gguf_reorders_qk() {
+            let cols = shape[1];
+            for row in 0..shape[0] {
+                let at = qk_gguf_row(row, config.head_dim());
+                stored[at * cols..(at + 1) * cols]
+                    .copy_from_slice(&values[row * cols..(row + 1) * cols]);
+            }
+        }
+        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
+        builder = builder.f32_tensor(&role.gguf_name(), &dims, &stored);
+    }
+    GgufFile::from_bytes(format!("{}.gguf", arch), builder.build()).expect("a valid GGUF image")
+}
+
+#[test]
+fn each_family_from_gguf_matches_transformers() {
+    for family in FAMILIES {
+        let dir = family_dir(family);
+        let reference = Reference::load(&dir);
+        let file = gguf_of(&dir);
+        let config = ModelConfig::from_gguf(&GgufConfig::from_gguf(&file).expect("metadata"))
+            .expect("config");
+        let architecture = config.architecture().expect("architecture");
+        assert_eq!(architecture.gguf_name(), family, "the file's family");
+        let reordered = architecture.gguf_reorders_qk().then(|| config.head_dim());
+        let checkpoint = GgufCheckpoint::new(file, reordered);
+        let device = common::device(BackendKind::Flex);
+        let model = Llama::from_checkpoint(config, &checkpoint, &device, Precision::F32)
+            .unwrap_or_else(|err| panic!("{family} from GGUF: {err}"));
+        let logits = full_forward(&model, &reference.input_ids);
+        let tolerance = common::logit_tolerance(BackendKind::Flex);
+        assert_close(
+            &logits,
+            &reference.logits,
+            tolerance,
+            &format!("{family} GGUF"),
+        );
+    }
+}
+
+/// A file of a family smolchat does not run names it and lists those it does.
+#[test]
+fn an_unsupported_architecture_is_refused_with_the_supported_list() {
+    let text = std::fs::read_to_string(family_dir("qwen3").join("config.json")).expect("config");
+    let text = text.replace("Qwen3ForCausalLM", "MistralForCausalLM");
+    let err = ModelConfig::from_json(&text).expect_err("Mistral is refused");
+    assert!(
+        matches!(err, ModelError::UnsupportedArchitecture { .. }),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(message.contains("MistralForCausalLM"), "{message}");
+    for architecture in Architecture::ALL {
+        assert!(
+            message.contains(architecture.transformers_class()),
+            "{message}"
+        );
+    }
+}
+
+/// transformers 5 writes `rope_theta` inside `rope_parameters`; the fixture's Qwen3 uses a
+/// theta of 100, far from the default, so reading the old key alone would be caught above too.
+#[test]
+fn rope_theta_is_read_from_rope_parameters() {
+    let config = ModelConfig::from_file(&family_dir("qwen3").join("config.json")).expect("config");
+    assert_eq!(config.rope_theta, 100.0);
+    assert_eq!(config.head_dim(), 32);
+    let config =
+        ModelConfig::from_file(&family_dir("smollm3").join("config.json")).expect("config");
+    let family = config.family().expect("family");
+    assert_eq!(family.rotated_layers, [true, true, true, false]);
+}
