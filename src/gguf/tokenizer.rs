@@ -37,6 +37,9 @@ const GPT2_REGEX: &str =
 /// with the whitespace before them.
 const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// Qwen2's split (Qwen2, Qwen2.5 and Qwen3 share it): Llama 3's, but every digit alone.
+const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// How one `tokenizer.ggml.pre` name pre-tokenizes.
 struct PreTokenizerSpec {
     /// `tokenizer.ggml.pre` values llama.cpp treats this way.
@@ -61,6 +64,12 @@ const PRE_TOKENIZERS: &[PreTokenizerSpec] = &[
     PreTokenizerSpec {
         names: &["gpt-2"],
         regexes: &[GPT2_REGEX],
+        ignore_merges: false,
+        add_bos_default: false,
+    },
+    PreTokenizerSpec {
+        names: &["qwen2", "deepseek-r1-qwen"],
+        regexes: &[QWEN2_REGEX],
         ignore_merges: false,
         add_bos_default: false,
     },
@@ -194,7 +203,7 @@ impl GgufTokenizer {
             .get_bool_opt("tokenizer.ggml.add_eos_token")?
             .unwrap_or(false);
 
-        let special_token_ids = match file.metadata().get("tokenizer.ggml.token_type") {
+        let types = match file.metadata().get("tokenizer.ggml.token_type") {
             None => Vec::new(),
             Some(_) => {
                 let types = file.get_i32_array("tokenizer.ggml.token_type")?;
@@ -205,23 +214,29 @@ impl GgufTokenizer {
                         tokens.len()
                     )));
                 }
-                (0..n_tokens)
-                    .filter(|&id| {
-                        matches!(
-                            types[id as usize],
-                            token_type::CONTROL | token_type::USER_DEFINED
-                        )
-                    })
-                    .collect()
+                types.to_vec()
             }
         };
-        // Added as special tokens they are matched whole in input text, never split by the
-        // pre-tokenizer, and `decode(.., skip_special_tokens = true)` drops them.
-        let added: Vec<AddedToken> = special_token_ids
-            .iter()
-            .map(|&id| AddedToken::from(tokens[id as usize].clone(), true).normalized(false))
-            .collect();
-        tokenizer.add_special_tokens(&added);
+        let of_type = |wanted: i32| -> Vec<u32> {
+            (0..n_tokens)
+                .filter(|&id| types.get(id as usize) == Some(&wanted))
+                .collect()
+        };
+        let added = |ids: &[u32], special: bool| -> Vec<AddedToken> {
+            ids.iter()
+                .map(|&id| AddedToken::from(tokens[id as usize].clone(), special).normalized(false))
+                .collect()
+        };
+        // Both kinds are matched whole in input text, never split by the pre-tokenizer.
+        // Control tokens are special: `decode(.., skip_special_tokens = true)` drops them.
+        // User-defined ones are text that llama.cpp, like transformers, shows: Qwen3's
+        // `<think>` and `</think>`, which a reply's reader must see.
+        let control = of_type(token_type::CONTROL);
+        let user_defined = of_type(token_type::USER_DEFINED);
+        tokenizer.add_special_tokens(&added(&control, true));
+        tokenizer.add_tokens(&added(&user_defined, false));
+        let mut special_token_ids = [control, user_defined].concat();
+        special_token_ids.sort_unstable();
 
         if add_bos_token || add_eos_token {
             let processor = post_processor(

@@ -1,7 +1,7 @@
 //! llama.cpp's own tokenizer tests, run against our GGUF tokenizer: vocabulary-only GGUF files
 //! with inputs and the ids Hugging Face's tokenizer gave for them. These cover pre-tokenizers
-//! the SmolLM2 file does not use (Llama 3's `llama-bpe`, `gpt2`) and a second vocabulary for
-//! SmolLM2's regexes (`starcoder`), and a GGUF with no tensors at all.
+//! the SmolLM2 file does not use (Llama 3's `llama-bpe`, `gpt2`, Qwen's `qwen2`) and a second
+//! vocabulary for SmolLM2's regexes (`starcoder`), and a GGUF with no tensors at all.
 
 use smolchat::gguf::{GgufFile, GgufTokenizer};
 
@@ -67,4 +67,11 @@ fn starcoder_shares_smollm_regexes() {
 fn gpt2() {
     let n = check("gpt-2", "gpt-2");
     eprintln!("gpt-2: {n} cases");
+}
+
+/// Qwen2, Qwen2.5 and Qwen3 share this vocabulary and split.
+#[test]
+fn qwen2() {
+    let n = check("qwen2", "qwen2");
+    eprintln!("qwen2: {n} cases");
 }
