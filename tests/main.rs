@@ -3,6 +3,7 @@
 //! clean CI machine's disk and spent most of its build time linking.
 //! `tests/server_load.rs` stays its own binary because it measures its process's memory.
 
+mod chat_templates;
 mod cli;
 mod common;
 mod durability;

@@ -81,7 +81,12 @@ fn reference(
                 policy: OverflowPolicy::Stop,
             };
             window
-                .fit(messages, &loaded.template, &loaded.tokenizer)
+                .fit(
+                    messages,
+                    &loaded.template,
+                    &Default::default(),
+                    &loaded.tokenizer,
+                )
                 .expect("fits")
                 .ids
         }

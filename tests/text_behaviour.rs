@@ -363,7 +363,12 @@ fn fit(
     policy: OverflowPolicy,
 ) -> Result<(Vec<u32>, usize), TextError> {
     window(limit, policy)
-        .fit(messages, &fixture_template(), &tokenizer())
+        .fit(
+            messages,
+            &fixture_template(),
+            &Default::default(),
+            &tokenizer(),
+        )
         .map(|fitted| (fitted.ids, fitted.dropped_messages))
 }
 

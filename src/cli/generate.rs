@@ -9,7 +9,8 @@ use crate::generation::{
 };
 use crate::model::Precision;
 use crate::stats::memory;
-use crate::text::{ChatMessage, ContextWindow, OverflowPolicy};
+use crate::text::reasoning::THINKING_VARIABLE;
+use crate::text::{ChatMessage, ContextWindow, OverflowPolicy, TemplateVariables};
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
@@ -25,6 +26,10 @@ pub struct GenerateArgs {
     /// A system prompt (chat mode only).
     #[arg(long, conflicts_with = "raw")]
     system: Option<String>,
+    /// Ask a reasoning model (Qwen3, SmolLM3) to answer without thinking first: its template's
+    /// `enable_thinking` set to false.
+    #[arg(long, conflicts_with = "raw")]
+    no_thinking: bool,
     #[arg(long, default_value_t = 256)]
     max_tokens: usize,
     #[command(flatten)]
@@ -119,8 +124,12 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
             reserve_for_reply: 1,
             policy: OverflowPolicy::Stop,
         };
+        let mut variables = TemplateVariables::new();
+        if args.no_thinking {
+            variables.insert(THINKING_VARIABLE.into(), false.into());
+        }
         window
-            .fit(&messages, &loaded.template, &loaded.tokenizer)
+            .fit(&messages, &loaded.template, &variables, &loaded.tokenizer)
             .map_err(|err| err.to_string())?
             .ids
     };

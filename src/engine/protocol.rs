@@ -10,7 +10,9 @@ use super::error::EngineError;
 use crate::generation::{FinishReason, GenerationStats, ModelOptions, TokenEvent};
 use crate::hub::DownloadProgress;
 use crate::model_source::ModelSource;
-use crate::text::{ChatMessage, OverflowPolicy, SamplingDefaults, SamplingParams};
+use crate::text::{
+    ChatMessage, OverflowPolicy, SamplingDefaults, SamplingParams, TemplateVariables,
+};
 
 /// Identifies one generation, so that late events of an old request cannot be mistaken for
 /// the current one. Unique across all the clients of an engine.
@@ -62,6 +64,9 @@ pub struct GenerateRequest {
     /// Report each token's log-probability and this many alternatives' (see
     /// [`crate::generation::TokenLogprobs`]); `None` computes nothing.
     pub logprobs: Option<usize>,
+    /// More variables for a chat's template (`enable_thinking`, say); see
+    /// [`crate::text::ChatTemplate::render_with`].
+    pub template_variables: TemplateVariables,
 }
 
 impl GenerateRequest {
@@ -78,6 +83,7 @@ impl GenerateRequest {
             max_new_tokens: Some(max_new_tokens),
             overflow,
             logprobs: None,
+            template_variables: TemplateVariables::new(),
         }
     }
 }
@@ -127,6 +133,8 @@ pub struct ModelInfo {
     pub load_time: Duration,
     /// The folder has no chat template of its own; ChatML is used.
     pub fallback_template: bool,
+    /// The template lets thinking be turned off (`enable_thinking`, Qwen3's and SmolLM3's).
+    pub thinking_switch: bool,
     /// Why the model runs on another backend than the one asked for (no usable GPU).
     pub backend_fallback: Option<String>,
     /// The GPU backend runs on a software rasterizer (see

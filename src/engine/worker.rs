@@ -18,6 +18,7 @@ use crate::model::KvCache;
 use crate::model_source::{ModelSource, model_name};
 use crate::stats::memory;
 use crate::text::ContextWindow;
+use crate::text::reasoning::THINKING_VARIABLE;
 
 /// How often a generation reports its live figures: as often as the window redraws for them.
 /// Per token, the extra event, memory reading and wake-up of the client's thread took time
@@ -158,7 +159,12 @@ fn prompt_ids(
                 policy: request.overflow,
             };
             let fitted = window
-                .fit(messages, &loaded.template, &loaded.tokenizer)
+                .fit(
+                    messages,
+                    &loaded.template,
+                    &request.template_variables,
+                    &loaded.tokenizer,
+                )
                 .map_err(EngineError::from_text)?;
             Ok((fitted.ids, fitted.dropped_messages))
         }
@@ -289,6 +295,7 @@ impl Worker {
                     options: loaded.options,
                     load_time: loaded.load_time,
                     fallback_template: loaded.template.is_fallback(),
+                    thinking_switch: loaded.template.reads(THINKING_VARIABLE),
                     backend_fallback: loaded.device.fallback.clone(),
                     software_gpu: loaded.device.is_software_renderer(),
                     sampling_defaults: loaded.sampling_defaults,

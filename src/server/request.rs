@@ -6,7 +6,9 @@ use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use crate::engine::{GenerateRequest, Prompt};
-use crate::text::{ChatMessage, OverflowPolicy, Role, SamplingError, SamplingParams};
+use crate::text::{
+    ChatMessage, OverflowPolicy, Role, SamplingError, SamplingParams, TemplateVariables,
+};
 
 /// The most alternatives per token OpenAI's chat API allows; completions allow 5, and we
 /// accept up to this many there too.
@@ -128,12 +130,30 @@ pub fn parse(endpoint: Endpoint, body: &[u8], served: &[String]) -> Result<Job, 
             max_new_tokens,
             overflow: OverflowPolicy::Stop,
             logprobs,
+            template_variables: template_variables(&fields, endpoint)?,
         },
         stream,
         include_usage,
         stop: stop_strings(&fields)?,
         logprobs,
     })
+}
+
+/// `chat_template_kwargs`, as llama-server and vLLM take it: variables for the chat template,
+/// `{"enable_thinking": false}` for a reasoning model that should answer at once.
+fn template_variables(fields: &Fields, endpoint: Endpoint) -> Result<TemplateVariables, ApiError> {
+    match (fields.get("chat_template_kwargs"), endpoint) {
+        (None | Some(Value::Null), _) => Ok(TemplateVariables::new()),
+        (Some(Value::Object(variables)), Endpoint::Chat) => Ok(variables.clone()),
+        (Some(_), Endpoint::Chat) => Err(ApiError::invalid(
+            "chat_template_kwargs",
+            "must be an object of template variables",
+        )),
+        (Some(_), Endpoint::Completions) => Err(ApiError::invalid(
+            "chat_template_kwargs",
+            "applies to /v1/chat/completions only",
+        )),
+    }
 }
 
 /// Options we cannot honour: refused when set to anything but their neutral value.
@@ -255,7 +275,23 @@ fn messages(fields: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
                     .concat(),
                 _ => return Err(ApiError::invalid(&field("content"), "must be a string")),
             };
-            Ok(ChatMessage::new(role, content))
+            if role != Role::Assistant {
+                return Ok(ChatMessage::new(role, content));
+            }
+            // An earlier reply's thinking, sent back apart (as this server returns it) or
+            // inside its text; each template decides whether the model sees it again.
+            let mut reply = ChatMessage::reply(&content);
+            match message.get("reasoning_content") {
+                None | Some(Value::Null) => {}
+                Some(Value::String(thinking)) => reply.reasoning = Some(thinking.clone()),
+                Some(_) => {
+                    return Err(ApiError::invalid(
+                        &field("reasoning_content"),
+                        "must be a string",
+                    ));
+                }
+            }
+            Ok(reply)
         })
         .collect()
 }
@@ -406,5 +442,68 @@ impl Fields<'_> {
                 })
             })
             .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{Endpoint, Job, parse};
+    use crate::engine::Prompt;
+    use crate::server::error::ApiError;
+    use crate::text::ChatMessage;
+
+    fn parsed(endpoint: Endpoint, body: serde_json::Value) -> Result<Job, ApiError> {
+        parse(endpoint, body.to_string().as_bytes(), &["m".to_owned()])
+    }
+
+    #[test]
+    fn chat_template_kwargs_reach_the_template() {
+        let body = json!({
+            "messages": [{"role": "user", "content": "Hi"}],
+            "chat_template_kwargs": {"enable_thinking": false},
+        });
+        let job = parsed(Endpoint::Chat, body).expect("valid");
+        assert_eq!(
+            job.generate.template_variables["enable_thinking"],
+            json!(false)
+        );
+        let wrong = json!({
+            "messages": [{"role": "user", "content": "Hi"}],
+            "chat_template_kwargs": "no",
+        });
+        let err = parsed(Endpoint::Chat, wrong).expect_err("refused");
+        assert_eq!(err.param.as_deref(), Some("chat_template_kwargs"));
+        let raw = json!({"prompt": "Hi", "chat_template_kwargs": {}});
+        let err = parsed(Endpoint::Completions, raw).expect_err("refused");
+        assert_eq!(err.param.as_deref(), Some("chat_template_kwargs"));
+    }
+
+    /// An earlier reply's thinking, sent back apart or inside its text, stays apart from its
+    /// answer, for the template to show or leave out.
+    #[test]
+    fn an_earlier_reply_keeps_its_thinking_apart() {
+        let body = json!({"messages": [
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello.", "reasoning_content": "A greeting."},
+            {"role": "user", "content": "And?"},
+            {"role": "assistant", "content": "<think>\nMore.\n</think>\n\nMore."},
+            {"role": "user", "content": "Bye"},
+        ]});
+        let job = parsed(Endpoint::Chat, body).expect("valid");
+        let Prompt::Chat(messages) = job.generate.prompt else {
+            panic!("a chat prompt");
+        };
+        let expected = |answer: &str, thinking: &str| ChatMessage {
+            reasoning: Some(thinking.to_owned()),
+            ..ChatMessage::assistant(answer)
+        };
+        assert_eq!(messages[1], expected("Hello.", "A greeting."));
+        assert_eq!(messages[3], expected("More.", "More."));
+        let bad =
+            json!({"messages": [{"role": "assistant", "content": "x", "reasoning_content": 1}]});
+        let err = parsed(Endpoint::Chat, bad).expect_err("refused");
+        assert_eq!(err.param.as_deref(), Some("messages[0].reasoning_content"));
     }
 }

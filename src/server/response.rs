@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use super::request::Endpoint;
 use crate::generation::TokenEvent;
+use crate::text::reasoning::{ReplyPart, ThinkingSplitter, split_reply};
 
 /// JSON has no infinity; OpenAI reports a token the model rules out with this.
 const IMPOSSIBLE_LOGPROB: f32 = -9999.0;
@@ -14,6 +15,28 @@ fn logprob_value(logprob: f32) -> f32 {
         logprob
     } else {
         IMPOSSIBLE_LOGPROB
+    }
+}
+
+/// A chat delta of `pieces`: `reasoning_content` for thinking, `content` for the answer, or
+/// `empty` when they hold no text.
+fn delta(pieces: Vec<(ReplyPart, String)>, empty: Value) -> Value {
+    let mut delta = serde_json::Map::new();
+    for (part, text) in pieces {
+        let field = match part {
+            ReplyPart::Thinking => "reasoning_content",
+            ReplyPart::Answer => "content",
+        };
+        let joined = match delta.remove(field) {
+            Some(Value::String(before)) => before + &text,
+            _ => text,
+        };
+        delta.insert(field.to_owned(), Value::String(joined));
+    }
+    if delta.is_empty() {
+        empty
+    } else {
+        Value::Object(delta)
     }
 }
 
@@ -29,6 +52,9 @@ pub struct Responder {
     pub logprobs: bool,
     pub prompt_tokens: usize,
     text_offset: usize,
+    /// A chat reply's thinking goes out as `reasoning_content` beside `content`, as
+    /// llama-server sends it.
+    thinking: ThinkingSplitter,
 }
 
 impl Responder {
@@ -52,6 +78,7 @@ impl Responder {
             logprobs,
             prompt_tokens,
             text_offset: 0,
+            thinking: ThinkingSplitter::new(false),
         }
     }
 
@@ -73,12 +100,19 @@ impl Responder {
     ) -> Value {
         let logprobs = self.logprobs_of(tokens);
         let choice = match self.endpoint {
-            Endpoint::Chat => json!({
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": logprobs,
-                "finish_reason": reason,
-            }),
+            Endpoint::Chat => {
+                let (thinking, answer) = split_reply(&text);
+                let mut message = json!({"role": "assistant", "content": answer});
+                if let Some(thinking) = thinking {
+                    message["reasoning_content"] = thinking.into();
+                }
+                json!({
+                    "index": 0,
+                    "message": message,
+                    "logprobs": logprobs,
+                    "finish_reason": reason,
+                })
+            }
             Endpoint::Completions => json!({
                 "index": 0,
                 "text": text,
@@ -103,17 +137,21 @@ impl Responder {
     pub fn text_chunk(&mut self, text: String, tokens: &[TokenEvent]) -> Value {
         let logprobs = self.logprobs_of(tokens);
         match self.endpoint {
-            Endpoint::Chat => self.chunk(json!({"content": text}), logprobs, None),
+            Endpoint::Chat => {
+                let pieces = self.thinking.push(&text);
+                self.chunk(delta(pieces, json!({"content": ""})), logprobs, None)
+            }
             Endpoint::Completions => self.chunk(Value::String(text), logprobs, None),
         }
     }
 
-    pub fn final_chunk(&self, reason: &str) -> Value {
-        let empty = match self.endpoint {
-            Endpoint::Chat => json!({}),
+    /// The last chunk, with whatever text the thinking splitter still held.
+    pub fn final_chunk(&mut self, reason: &str) -> Value {
+        let rest = match self.endpoint {
+            Endpoint::Chat => delta(self.thinking.finish(), json!({})),
             Endpoint::Completions => json!(""),
         };
-        self.chunk(empty, Value::Null, Some(reason))
+        self.chunk(rest, Value::Null, Some(reason))
     }
 
     /// `stream_options.include_usage`: no choices, the counts.
@@ -215,5 +253,71 @@ impl Responder {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::Responder;
+    use crate::server::request::Endpoint;
+
+    fn chat() -> Responder {
+        Responder::new(Endpoint::Chat, 1, 0, "m".into(), false, 3)
+    }
+
+    /// A reasoning model's thinking streams as `reasoning_content` deltas, its answer as
+    /// `content`, whatever the pieces the text arrives in.
+    #[test]
+    fn thinking_streams_as_reasoning_content() {
+        let mut responder = chat();
+        let deltas: Vec<_> = ["<think>\nTwo", " and two.</th", "ink>\n\nFour", "."]
+            .into_iter()
+            .map(|text| responder.text_chunk(text.into(), &[])["choices"][0]["delta"].clone())
+            .collect();
+        assert_eq!(
+            deltas,
+            [
+                json!({"reasoning_content": "Two"}),
+                json!({"reasoning_content": " and two."}),
+                json!({"content": "Four"}),
+                json!({"content": "."}),
+            ]
+        );
+        let last = responder.final_chunk("stop");
+        assert_eq!(last["choices"][0]["delta"], json!({}));
+        assert_eq!(last["choices"][0]["finish_reason"], "stop");
+    }
+
+    #[test]
+    fn text_held_back_as_a_possible_marker_comes_out_at_the_end() {
+        let mut responder = chat();
+        let first = responder.text_chunk("<thi".into(), &[]);
+        assert_eq!(first["choices"][0]["delta"], json!({"content": ""}));
+        let last = responder.final_chunk("length");
+        assert_eq!(last["choices"][0]["delta"], json!({"content": "<thi"}));
+    }
+
+    #[test]
+    fn a_whole_reply_carries_its_thinking_apart() {
+        let body = chat().complete("<think>\nHm.\n</think>\n\nYes.".into(), &[], "stop", 9);
+        let message = &body["choices"][0]["message"];
+        assert_eq!(message["content"], "Yes.");
+        assert_eq!(message["reasoning_content"], "Hm.");
+        let plain = chat().complete("Yes.".into(), &[], "stop", 2);
+        assert!(
+            plain["choices"][0]["message"]
+                .get("reasoning_content")
+                .is_none()
+        );
+    }
+
+    /// Plain completions are text as written: nothing is taken apart.
+    #[test]
+    fn completions_keep_think_tags_as_text() {
+        let mut responder = Responder::new(Endpoint::Completions, 1, 0, "m".into(), false, 3);
+        let chunk = responder.text_chunk("<think>x</think>y".into(), &[]);
+        assert_eq!(chunk["choices"][0]["text"], "<think>x</think>y");
     }
 }

@@ -32,6 +32,10 @@ pub struct Conversation {
     /// (and in files written before chats had one): the default in the settings applies.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_prompt: Option<String>,
+    /// Whether a reasoning model thinks before it answers in this chat; `None`: as its
+    /// template does by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<bool>,
     pub messages: Vec<StoredMessage>,
 }
 
@@ -125,7 +129,10 @@ impl StoredMessage {
     }
 
     pub fn to_chat_message(&self) -> ChatMessage {
-        ChatMessage::new(self.role, self.content.clone())
+        match self.role {
+            Role::Assistant => ChatMessage::reply(&self.content),
+            role => ChatMessage::new(role, self.content.clone()),
+        }
     }
 
     /// The tokens of a generated reply, with their probabilities; none for other messages.
@@ -189,6 +196,7 @@ impl Conversation {
             title: "New chat".into(),
             created_unix_ms: now,
             system_prompt: None,
+            thinking: None,
             messages: Vec::new(),
         }
     }

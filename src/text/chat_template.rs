@@ -11,6 +11,7 @@ use serde_json::Value as Json;
 
 use super::error::{Result, TextError};
 use super::json_files::{read_optional_json, special_token};
+use super::reasoning::{THINK_CLOSE, THINK_OPEN, split_reply};
 use super::template_env::python_like_environment;
 
 pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
@@ -28,6 +29,9 @@ const CHATML_TEMPLATE: &str = "{% for message in messages %}\
 
 const TEMPLATE_NAME: &str = "chat_template";
 
+/// Variables a template reads beside the conversation, by name.
+pub type TemplateVariables = serde_json::Map<String, Json>;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -40,6 +44,14 @@ pub enum Role {
 pub struct ChatMessage {
     pub role: Role,
     pub content: String,
+    /// A reasoning model's thinking before this reply, apart from it, under the name the
+    /// templates of Qwen3 and its peers read (each decides whether earlier turns show it).
+    #[serde(
+        rename = "reasoning_content",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reasoning: Option<String>,
 }
 
 impl ChatMessage {
@@ -47,6 +59,32 @@ impl ChatMessage {
         Self {
             role,
             content: content.into(),
+            reasoning: None,
+        }
+    }
+
+    /// A reply as the model wrote it: its thinking, if any, back inside `<think>…</think>`
+    /// before the answer, as Qwen3 and SmolLM3 write them. What continuing a reply appends.
+    pub fn written(&self) -> String {
+        match &self.reasoning {
+            Some(thinking) => format!(
+                "{THINK_OPEN}\n{thinking}\n{THINK_CLOSE}\n\n{}",
+                self.content
+            ),
+            None => self.content.clone(),
+        }
+    }
+
+    /// A reply as the model wrote it, its closed thinking apart from the answer (what the
+    /// templates of reasoning models expect); an unclosed thinking stays in `content`, so
+    /// that continuing it goes on where it stopped.
+    pub fn reply(content: &str) -> Self {
+        match split_reply(content) {
+            (Some(thinking), answer) if content.contains(THINK_CLOSE) => Self {
+                reasoning: Some(thinking),
+                ..Self::assistant(answer)
+            },
+            _ => Self::assistant(content),
         }
     }
 
@@ -177,6 +215,14 @@ impl ChatTemplate {
         &self.source
     }
 
+    /// Whether the template reads the variable `name` (a plain search of its source, which
+    /// is what a template's optional switches need: they are read, or they do nothing).
+    pub fn reads(&self, name: &str) -> bool {
+        self.env
+            .get_template(TEMPLATE_NAME)
+            .is_ok_and(|template| template.source().contains(name))
+    }
+
     /// True when the model folder had no template and ChatML is being assumed.
     pub fn is_fallback(&self) -> bool {
         self.source == TemplateSource::FallbackChatMl
@@ -193,11 +239,28 @@ impl ChatTemplate {
     /// Renders the prompt text. With `add_generation_prompt` the text ends with the
     /// assistant header, so the model's next tokens are the reply.
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_with(messages, add_generation_prompt, &TemplateVariables::new())
+    }
+
+    /// [`ChatTemplate::render`] with more variables for the template, as transformers'
+    /// `apply_chat_template` passes its keyword arguments: `enable_thinking` for Qwen3's and
+    /// SmolLM3's templates, for example.
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        variables: &TemplateVariables,
+    ) -> Result<String> {
         let mut context: BTreeMap<&str, Value> = self
             .special_tokens
             .iter()
             .map(|(name, token)| (*name, Value::from(token.as_str())))
             .collect();
+        context.extend(
+            variables
+                .iter()
+                .map(|(name, value)| (name.as_str(), Value::from_serialize(value))),
+        );
         context.insert("messages", Value::from_serialize(messages));
         context.insert("add_generation_prompt", Value::from(add_generation_prompt));
 

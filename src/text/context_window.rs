@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::chat_template::{ChatMessage, ChatTemplate, Role};
+use super::chat_template::{ChatMessage, ChatTemplate, Role, TemplateVariables};
 use super::error::{Result, TextError};
 use super::tokenizer::TextTokenizer;
 
@@ -47,21 +47,20 @@ impl ContextWindow {
         &self,
         messages: &[ChatMessage],
         template: &ChatTemplate,
+        variables: &TemplateVariables,
         tokenizer: &TextTokenizer,
     ) -> Result<FittedPrompt> {
         let (messages, unfinished) = match messages.split_last() {
-            Some((last, earlier)) if last.role == Role::Assistant => {
-                (earlier, last.content.as_str())
-            }
-            _ => (messages, ""),
+            Some((last, earlier)) if last.role == Role::Assistant => (earlier, last.written()),
+            _ => (messages, String::new()),
         };
         let system_len = usize::from(messages.first().map(|m| m.role) == Some(Role::System));
         let (system, turns) = messages.split_at(system_len);
 
         let encode_without = |dropped: usize| -> Result<Vec<u32>> {
             let kept: Vec<ChatMessage> = system.iter().chain(&turns[dropped..]).cloned().collect();
-            let mut text = template.render(&kept, true)?;
-            text.push_str(unfinished);
+            let mut text = template.render_with(&kept, true, variables)?;
+            text.push_str(&unfinished);
             tokenizer.encode(&text, false)
         };
 

@@ -9,13 +9,14 @@ pub mod chat_template;
 pub mod context_window;
 pub mod detokenizer;
 pub mod error;
+pub mod reasoning;
 pub mod sampler;
 pub mod sampling_defaults;
 pub mod stop;
 pub mod stop_strings;
 pub mod tokenizer;
 
-pub use chat_template::{ChatMessage, ChatTemplate, Role, TemplateSource};
+pub use chat_template::{ChatMessage, ChatTemplate, Role, TemplateSource, TemplateVariables};
 pub use context_window::{ContextWindow, FittedPrompt, OverflowPolicy};
 pub use detokenizer::StreamDecoder;
 pub use error::TextError;

@@ -11,7 +11,8 @@ use serde_json::ser::{Formatter, PrettyFormatter, Serializer};
 
 /// Builds the environment with transformers' settings: `trim_blocks` and
 /// `lstrip_blocks` on, trailing newline of the template dropped, loop controls,
-/// Python string/dict methods, `raise_exception` and a Python-compatible `tojson`.
+/// Python string/dict methods, `raise_exception`, `strftime_now` and a Python-compatible
+/// `tojson`.
 pub(crate) fn python_like_environment() -> Environment<'static> {
     let mut env = Environment::new();
     env.set_trim_blocks(true);
@@ -19,6 +20,7 @@ pub(crate) fn python_like_environment() -> Environment<'static> {
     env.set_keep_trailing_newline(false);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", raise_exception);
+    env.add_function("strftime_now", strftime_now);
     env.add_filter("tojson", tojson);
     env
 }
@@ -27,6 +29,20 @@ pub(crate) fn python_like_environment() -> Environment<'static> {
 /// of order); the message is the template author's explanation, so keep it intact.
 fn raise_exception(message: String) -> Result<Value, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, message))
+}
+
+/// transformers gives templates the local time, formatted by Python's `strftime`: Llama 3's
+/// writes today's date into its system prompt with it (and a date of its own without it).
+fn strftime_now(format: String) -> Result<Value, Error> {
+    use std::fmt::Write;
+    let mut text = String::new();
+    write!(text, "{}", chrono::Local::now().format(&format)).map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now cannot format {format:?}"),
+        )
+    })?;
+    Ok(Value::from(text))
 }
 
 /// transformers' `tojson` is `json.dumps(value, ensure_ascii=False, indent=indent)`:

@@ -6,12 +6,13 @@ use egui_commonmark::CommonMarkViewer;
 
 use super::app::MAX_CHAT_WIDTH;
 use super::commands::{Action, UiCommand};
-use super::state::AppState;
+use super::state::{AppState, ModelStatus};
 use super::token_view;
 use super::view_state::ViewState;
 use crate::generation::FinishReason;
 use crate::store::{GenerationRecord, MessageStats, StoredMessage};
 use crate::text::Role;
+use crate::text::reasoning::{THINK_CLOSE, split_reply, thinking_tokens};
 
 pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     let streaming = state.streaming_message();
@@ -20,7 +21,10 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
     let conversation = state.current();
     let last = conversation.messages.len().saturating_sub(1);
     let mut cancel_edit = false;
-    centered_column(ui, |ui| system_prompt(ui, state, view, actions));
+    centered_column(ui, |ui| {
+        system_prompt(ui, state, view, actions);
+        thinking_switch(ui, state, actions);
+    });
     if conversation.messages.is_empty() {
         ui.centered_and_justified(|ui| {
             ui.label(RichText::new("Say hello to start the conversation.").weak());
@@ -57,11 +61,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                                 token_view::show(ui, tokens)
                             }
                             _ if message.role == Role::Assistant => {
-                                CommonMarkViewer::new().show(
-                                    ui,
-                                    &mut view.markdown,
-                                    &message.content,
-                                );
+                                reply(ui, index, message, is_streaming, view);
                             }
                             _ => {
                                 ui.label(&message.content);
@@ -86,7 +86,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                                 .on_hover_text("Copy this message")
                                 .clicked()
                             {
-                                ui.ctx().copy_text(message.content.clone());
+                                ui.ctx().copy_text(shown_text(message));
                             }
                             if message.role == Role::User
                                 && !generating
@@ -150,6 +150,69 @@ fn system_prompt(
                 actions.push(Action::SetSystemPrompt(draft.clone()));
             }
         });
+}
+
+/// A reasoning model's reply: its thinking folded above the answer (open while the model is
+/// still thinking), then the answer as Markdown.
+fn reply(
+    ui: &mut egui::Ui,
+    index: usize,
+    message: &StoredMessage,
+    streaming: bool,
+    view: &mut ViewState,
+) {
+    let (thinking, answer) = split_reply(&message.content);
+    if let Some(thinking) = thinking {
+        let still_thinking = streaming && !message.content.contains(THINK_CLOSE);
+        let tokens = thinking_tokens(message.tokens().iter().map(|token| token.text.as_str()));
+        let title = if still_thinking {
+            format!("Thinking\u{2026} {tokens} tokens")
+        } else {
+            let seconds = message
+                .generation
+                .as_ref()
+                .and_then(|record| record.stats.as_ref()?.decode_tokens_per_second)
+                .filter(|rate| *rate > 0.0)
+                .map(|rate| format!(" \u{b7} {:.1} s", tokens as f64 / rate))
+                .unwrap_or_default();
+            format!("Thought for {tokens} tokens{seconds}")
+        };
+        // The streaming header is another widget than the finished one, so that a reply
+        // shows its thinking while it comes and is folded once the answer begins.
+        egui::CollapsingHeader::new(RichText::new(title).weak())
+            .id_salt(("thinking", index, still_thinking))
+            .default_open(still_thinking)
+            .show(ui, |ui| {
+                ui.label(RichText::new(thinking).weak());
+            });
+    }
+    CommonMarkViewer::new().show(ui, &mut view.markdown, &answer);
+}
+
+/// What Copy takes: a reply's answer without its thinking.
+fn shown_text(message: &StoredMessage) -> String {
+    match message.role {
+        Role::Assistant => split_reply(&message.content).1,
+        _ => message.content.clone(),
+    }
+}
+
+/// "Think before answering" for a model whose template can turn thinking off.
+fn thinking_switch(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
+    let ModelStatus::Ready(info) = state.model() else {
+        return;
+    };
+    if !info.thinking_switch {
+        return;
+    }
+    let mut thinking = state.current().thinking.unwrap_or(true);
+    if ui
+        .checkbox(&mut thinking, "Think before answering")
+        .on_hover_text("Off: the model answers at once, without a Thinking section (this chat)")
+        .changed()
+    {
+        actions.push(Action::SetThinking(thinking));
+    }
 }
 
 /// Regenerate, Continue and "‹ 2/3 ›" between the replies to the last turn.

@@ -180,6 +180,8 @@ pub enum Action {
     EditAndResend(usize, String),
     /// The current chat's system prompt, used from its next reply on.
     SetSystemPrompt(String),
+    /// Whether a reasoning model thinks before answering in the current chat.
+    SetThinking(bool),
     UseModelFolder(PathBuf),
     DownloadDefaultModel,
     /// The settings as the panel left them; a new backend or precision reloads the model.

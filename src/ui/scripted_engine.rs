@@ -12,7 +12,7 @@ use crate::engine::{
     Command, EngineHandle, Event, GenerateRequest, LiveStats, ModelInfo, Prompt, Reply, RequestId,
 };
 use crate::generation::{GenerationStats, ModelOptions, TokenEvent};
-use crate::text::{ChatMessage, SamplingParams};
+use crate::text::{ChatMessage, SamplingParams, TemplateVariables};
 
 pub struct ScriptedEngine {
     commands: Receiver<Command>,
@@ -31,6 +31,7 @@ pub struct Requested {
     pub messages: Vec<ChatMessage>,
     pub sampling: SamplingParams,
     pub max_new_tokens: Option<usize>,
+    pub template_variables: TemplateVariables,
 }
 
 impl ScriptedEngine {
@@ -123,6 +124,7 @@ impl ScriptedEngine {
                             prompt: Prompt::Chat(messages),
                             sampling,
                             max_new_tokens,
+                            template_variables,
                             ..
                         },
                     ..
@@ -132,6 +134,7 @@ impl ScriptedEngine {
                 messages: messages.clone(),
                 sampling: sampling.clone(),
                 max_new_tokens: *max_new_tokens,
+                template_variables: template_variables.clone(),
             },
             other => panic!("expected one Generate command, got {other:?}"),
         }
@@ -147,6 +150,7 @@ pub fn model_info(dir: &Path) -> ModelInfo {
         options: ModelOptions::default(),
         load_time: Duration::from_millis(5),
         fallback_template: false,
+        thinking_switch: false,
         backend_fallback: None,
         software_gpu: false,
         sampling_defaults: Default::default(),

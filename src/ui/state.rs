@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use super::commands::{Action, UiCommand};
 use super::local_server::{LocalServer, ServerStatus};
 use crate::backend::BackendKind;
-use crate::engine::{EngineError, EngineHandle, Event, LiveStats, ModelInfo, RequestId};
+use crate::engine::{
+    EngineError, EngineHandle, Event, GenerateRequest, LiveStats, ModelInfo, RequestId,
+};
 use crate::generation::{FinishReason, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
 use crate::model_source::{ModelSource, is_gguf};
@@ -17,6 +19,7 @@ use crate::store::{
     Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, ReplyVariant,
     SeedMode, Settings, StoredMessage, StoredToken, Theme,
 };
+use crate::text::reasoning::THINKING_VARIABLE;
 use crate::text::{ChatMessage, Role, SamplingDefaults, SamplingParams};
 
 /// How long the live plot looks back.
@@ -262,6 +265,10 @@ impl AppState {
             Action::EditAndResend(index, text) => self.edit_and_resend(index, &text),
             Action::SetSystemPrompt(prompt) => {
                 self.conversations[self.current].system_prompt = Some(prompt);
+                self.save_current()
+            }
+            Action::SetThinking(thinking) => {
+                self.conversations[self.current].thinking = Some(thinking);
                 self.save_current()
             }
             Action::UseModelFolder(folder) => self.use_model_folder(folder),
@@ -612,12 +619,18 @@ impl AppState {
         }
         let message_index = conversation.messages.len() - 1;
         let conversation_id = conversation.id.clone();
-        let request = self.engine.generate(
+        let mut request = GenerateRequest::chat(
             messages,
             sampling,
             self.settings.max_new_tokens,
             self.settings.overflow,
         );
+        if let Some(thinking) = conversation.thinking {
+            request
+                .template_variables
+                .insert(THINKING_VARIABLE.into(), thinking.into());
+        }
+        let request = self.engine.submit(request).unwrap_or(0);
         self.generation = Some(ActiveGeneration {
             request,
             conversation_id,

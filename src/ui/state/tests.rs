@@ -481,6 +481,7 @@ fn a_gpu_fallback_and_a_missing_chat_template_are_both_noticed() {
     let info = ModelInfo {
         name: "model".into(),
         fallback_template: true,
+        thinking_switch: false,
         backend_fallback: Some("no GPU adapter found".into()),
         ..model_info(&f.model_dir())
     };
@@ -777,6 +778,45 @@ fn each_chat_has_its_own_system_prompt_over_the_default() {
         "Be brief.",
         "a new chat starts from the default"
     );
+}
+
+/// A reasoning model's thinking is a per-chat switch that reaches the template; a reply's
+/// thinking goes back to the template apart from its answer.
+#[test]
+fn each_chat_can_turn_a_reasoning_models_thinking_off() {
+    let mut f = Fixture::ready();
+    let request = f.send("Hello");
+    assert!(
+        request.template_variables.is_empty(),
+        "the template's default"
+    );
+    f.reply(
+        request.id,
+        &["<think>", "\nA greeting.\n", "</think>", "\n\nHi!"],
+        FinishReason::StopToken,
+    );
+    assert!(f.state.apply(Action::SetThinking(false)));
+    assert_eq!(f.saved().thinking, Some(false));
+    let request = f.send("Again");
+    assert_eq!(
+        request.template_variables["enable_thinking"],
+        serde_json::json!(false)
+    );
+    let reply = request
+        .messages
+        .iter()
+        .find(|message| message.role == Role::Assistant);
+    assert_eq!(
+        reply,
+        Some(&ChatMessage {
+            reasoning: Some("A greeting.".into()),
+            ..ChatMessage::assistant("Hi!")
+        })
+    );
+    f.reply(request.id, &["Hi again."], FinishReason::StopToken);
+    assert!(f.state.apply(UiCommand::NewConversation));
+    let request = f.send("New");
+    assert!(request.template_variables.is_empty(), "per chat");
 }
 
 #[test]
