@@ -17,6 +17,8 @@ pub const OUTPUT_TENSOR: &str = "output.weight";
 /// Per-dimension RoPE frequency divisors llama.cpp's converter writes for Llama 3.1-style
 /// scaling instead of metadata keys.
 pub const ROPE_FREQS_TENSOR: &str = "rope_freqs.weight";
+/// Phi-3's LongRoPE long factors, which llama.cpp's converter writes as a tensor.
+pub const LONG_ROPE_FACTORS_TENSOR: &str = "rope_factors_long.weight";
 
 /// Hyperparameters of a model of a supported family. Keys are named here as Llama's
 /// (`llama.…`); a file of another family has them under its own `general.architecture`.
@@ -55,6 +57,10 @@ pub struct GgufConfig {
     pub has_rope_freqs_tensor: bool,
     /// The output head reuses the token embedding: there is no [`OUTPUT_TENSOR`].
     pub tied_embeddings: bool,
+    /// `llama.attention.sliding_window`, where a family uses one (0 and absent: none).
+    pub sliding_window: Option<u32>,
+    /// Whether the file carries [`LONG_ROPE_FACTORS_TENSOR`] (Phi-3's LongRoPE).
+    pub has_long_rope_factors: bool,
 }
 
 /// RoPE scaling as declared by `llama.rope.scaling.*`.
@@ -124,6 +130,10 @@ impl GgufConfig {
             rope_scaling: rope_scaling(file, arch)?,
             has_rope_freqs_tensor: file.tensor_info(ROPE_FREQS_TENSOR).is_some(),
             tied_embeddings: file.tensor_info(OUTPUT_TENSOR).is_none(),
+            sliding_window: file
+                .get_u32_opt(&key("attention.sliding_window"))?
+                .filter(|&window| window > 0),
+            has_long_rope_factors: file.tensor_info(LONG_ROPE_FACTORS_TENSOR).is_some(),
         };
         config.check(file).map_err(invalid)?;
         Ok(config)

@@ -44,8 +44,11 @@ impl Attention {
     pub fn load(loader: &mut Loader, layer: usize, family: &Family) -> Result<Self> {
         let config = loader.config();
         let role = |role| TensorRole::Layer(layer, role);
-        let mut qkv =
-            loader.projection(&[LayerRole::Query, LayerRole::Key, LayerRole::Value].map(role))?;
+        let parts: Vec<TensorRole> = LayerRole::query_key_value(family)
+            .iter()
+            .map(|&part| role(part))
+            .collect();
+        let mut qkv = loader.projection(&parts)?;
         if family.qkv_bias {
             let biases = [
                 LayerRole::QueryBias,

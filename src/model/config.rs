@@ -61,6 +61,16 @@ pub struct ModelConfig {
     /// transformers' per-layer attention kinds (`full_attention`, `sliding_attention`).
     #[serde(default)]
     pub layer_types: Option<Vec<String>>,
+    /// The window of recent positions a layer attends to, where the family uses it (Phi-3
+    /// always; Qwen only with `use_sliding_window`).
+    #[serde(default)]
+    pub sliding_window: Option<usize>,
+    /// Phi-3's pretraining context, beyond which LongRoPE takes its long factors.
+    #[serde(default)]
+    pub original_max_position_embeddings: Option<usize>,
+    /// The share of each head that RoPE rotates (Phi-4-mini's 0.75).
+    #[serde(default)]
+    pub partial_rotary_factor: Option<f64>,
 }
 
 /// The `rope_type` a GGUF file's config gets when its scaling is the `rope_freqs.weight`
@@ -68,10 +78,12 @@ pub struct ModelConfig {
 const STORED_FACTORS: &str = "rope_freqs.weight";
 
 /// A RoPE frequency scaling the model supports, as the config declares it.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum RopeScaling {
     /// `rope_type: llama3` with its parameters.
     Llama3(Llama3RopeScaling),
+    /// `rope_type: longrope` (Phi-3.5, Phi-4-mini).
+    LongRope(LongRopeScaling),
     /// Llama 3's scaling as a GGUF file carries it: a factor per frequency in the weights'
     /// `rope_freqs.weight` tensor, read with them.
     StoredFactors,
@@ -84,6 +96,17 @@ pub struct Llama3RopeScaling {
     pub low_freq_factor: f64,
     pub high_freq_factor: f64,
     pub original_max_position_embeddings: f64,
+}
+
+/// Phi-3's LongRoPE, as transformers applies it: each frequency divided by its short factor,
+/// or by its long one in a forward pass that reaches past the original context, and the
+/// cosines and sines multiplied by `attention_factor`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LongRopeScaling {
+    pub short_factor: Vec<f32>,
+    pub long_factor: Vec<f32>,
+    pub original_max_position_embeddings: usize,
+    pub attention_factor: f32,
 }
 
 fn default_rope_theta() -> f64 {
@@ -115,9 +138,14 @@ impl ModelConfig {
         match kind {
             Some("llama3") => {}
             Some(STORED_FACTORS) => return Ok(Some(RopeScaling::StoredFactors)),
+            Some("longrope" | "su") => {
+                return self
+                    .long_rope(scaling)
+                    .map(|long| Some(RopeScaling::LongRope(long)));
+            }
             _ => {
                 return Err(refuse(
-                    "only Llama 3's scaling (rope_type llama3) is supported among scaled RoPE variants",
+                    "only Llama 3's (rope_type llama3) and Phi-3's (longrope) scalings are supported among scaled RoPE variants",
                 ));
             }
         }
@@ -134,6 +162,57 @@ impl ModelConfig {
             ));
         }
         Ok(Some(RopeScaling::Llama3(parsed)))
+    }
+
+    /// LongRoPE's parameters, with transformers' defaults: the original context from the
+    /// config when the scaling does not say it, the factor from the two context lengths, and
+    /// the attention factor `√(1 + ln factor / ln original)`.
+    fn long_rope(&self, scaling: &serde_json::Value) -> Result<LongRopeScaling> {
+        let refuse = |reason: &'static str| ModelError::UnsupportedConfig {
+            field: "rope_scaling",
+            value: scaling.to_string(),
+            reason,
+        };
+        let factors = |key: &str| -> Result<Vec<f32>> {
+            let values = scaling
+                .get(key)
+                .and_then(|v| v.as_array())
+                .ok_or_else(|| refuse("longrope needs short_factor and long_factor lists"))?;
+            let factors: Vec<f32> = values
+                .iter()
+                .filter_map(|v| v.as_f64())
+                .map(|v| v as f32)
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .collect();
+            if factors.len() != values.len() || factors.len() != self.head_dim() / 2 {
+                return Err(refuse(
+                    "longrope needs one positive factor per pair of head dimensions",
+                ));
+            }
+            Ok(factors)
+        };
+        let original = scaling
+            .get("original_max_position_embeddings")
+            .and_then(|v| v.as_u64())
+            .map(|v| v as usize)
+            .or(self.original_max_position_embeddings)
+            .filter(|&original| original > 1)
+            .ok_or_else(|| refuse("longrope needs original_max_position_embeddings"))?;
+        let factor = scaling
+            .get("factor")
+            .and_then(|v| v.as_f64())
+            .unwrap_or(self.max_position_embeddings as f64 / original as f64);
+        let attention_factor = match scaling.get("attention_factor").and_then(|v| v.as_f64()) {
+            Some(given) => given,
+            None if factor <= 1.0 => 1.0,
+            None => (1.0 + factor.ln() / (original as f64).ln()).sqrt(),
+        };
+        Ok(LongRopeScaling {
+            short_factor: factors("short_factor")?,
+            long_factor: factors("long_factor")?,
+            original_max_position_embeddings: original,
+            attention_factor: attention_factor as f32,
+        })
     }
 
     /// Reads and validates `config.json`; the error names the file and the offending field.
@@ -176,6 +255,9 @@ impl ModelConfig {
                     value: theta.to_string(),
                     reason: "must be a number",
                 })?;
+        }
+        if let Some(partial) = parameters.get("partial_rotary_factor") {
+            self.partial_rotary_factor = partial.as_f64();
         }
         let kind = parameters
             .get("rope_type")
@@ -237,7 +319,17 @@ impl ModelConfig {
             no_rope_layer_interval: (architecture == Architecture::SmolLm3).then_some(4),
             use_sliding_window: false,
             layer_types: None,
+            sliding_window: gguf.sliding_window.map(|window| window as usize),
+            original_max_position_embeddings: None,
+            partial_rotary_factor: None,
         };
+        if gguf.has_long_rope_factors {
+            return Err(ModelError::UnsupportedConfig {
+                field: "rope_factors_long.weight",
+                value: "present".into(),
+                reason: "Phi-3's LongRoPE is supported from a Hugging Face folder, not yet from GGUF",
+            });
+        }
         if gguf.rope_dimension_count as usize != head_dim {
             return Err(ModelError::UnsupportedConfig {
                 field: "rope.dimension_count",
@@ -277,6 +369,7 @@ impl ModelConfig {
             architecture,
             qkv_bias: architecture == Architecture::Qwen2,
             qk_norm: architecture == Architecture::Qwen3,
+            fused_projections: architecture == Architecture::Phi3,
             rotated_layers,
         })
     }
@@ -350,6 +443,24 @@ impl ModelConfig {
                 "layer_types",
                 kind,
                 "only full_attention layers are supported in this architecture",
+            ));
+        }
+        if family.architecture == Architecture::Phi3
+            && let Some(window) = self
+                .sliding_window
+                .filter(|&window| window < self.max_position_embeddings)
+        {
+            return Err(unsupported(
+                "sliding_window",
+                window,
+                "sliding-window attention is not supported in this architecture",
+            ));
+        }
+        if let Some(partial) = self.partial_rotary_factor.filter(|&p| p != 1.0) {
+            return Err(unsupported(
+                "partial_rotary_factor",
+                partial,
+                "RoPE over part of each head is not supported",
             ));
         }
         if family.rotated_layers.len() != self.num_hidden_layers {
@@ -519,6 +630,16 @@ mod tests {
         json["no_rope_layers"] = serde_json::Value::Null;
         json["attention_bias"] = true.into();
         assert_eq!(rejected_field(&json.to_string()), "attention_bias");
+        // Phi-3-mini-4k attends to a window of 2047 of its 4096 positions; Phi-3.5's window is
+        // wider than its context, which is no window at all.
+        let mut json: serde_json::Value = serde_json::from_str(SMOLLM2).expect("JSON");
+        json["architectures"] = serde_json::json!(["Phi3ForCausalLM"]);
+        json["sliding_window"] = 2047.into();
+        assert_eq!(rejected_field(&json.to_string()), "sliding_window");
+        json["sliding_window"] = 262_144.into();
+        assert!(ModelConfig::from_json(&json.to_string()).is_ok());
+        json["partial_rotary_factor"] = 0.75.into();
+        assert_eq!(rejected_field(&json.to_string()), "partial_rotary_factor");
     }
 
     #[test]

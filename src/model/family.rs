@@ -14,10 +14,18 @@ pub enum Architecture {
     /// Qwen3 (dense).
     Qwen3,
     SmolLm3,
+    /// Phi-3, Phi-3.5 and Phi-4-mini.
+    Phi3,
 }
 
 impl Architecture {
-    pub const ALL: [Self; 4] = [Self::Llama, Self::Qwen2, Self::Qwen3, Self::SmolLm3];
+    pub const ALL: [Self; 5] = [
+        Self::Llama,
+        Self::Qwen2,
+        Self::Qwen3,
+        Self::SmolLm3,
+        Self::Phi3,
+    ];
 
     /// The class transformers names in `config.json`'s `architectures`.
     pub fn transformers_class(self) -> &'static str {
@@ -26,6 +34,7 @@ impl Architecture {
             Self::Qwen2 => "Qwen2ForCausalLM",
             Self::Qwen3 => "Qwen3ForCausalLM",
             Self::SmolLm3 => "SmolLM3ForCausalLM",
+            Self::Phi3 => "Phi3ForCausalLM",
         }
     }
 
@@ -36,6 +45,7 @@ impl Architecture {
             Self::Qwen2 => "qwen2",
             Self::Qwen3 => "qwen3",
             Self::SmolLm3 => "smollm3",
+            Self::Phi3 => "phi3",
         }
     }
 
@@ -75,6 +85,10 @@ pub struct Family {
     pub qkv_bias: bool,
     /// An RMSNorm over each query head and each key head, before the rotation (Qwen3).
     pub qk_norm: bool,
+    /// The query, key and value projections stored as one matrix (Phi-3's `qkv_proj`), and
+    /// the gate and up projections as one (`gate_up_proj`): the very stacks the model
+    /// multiplies by, read whole.
+    pub fused_projections: bool,
     /// For each layer, whether its queries and keys are rotated: SmolLM3 leaves every fourth
     /// layer without positions.
     pub rotated_layers: Vec<bool>,

@@ -37,7 +37,7 @@ impl DecoderLayer {
             attention_norm: RmsNorm::load(loader, norm(LayerRole::AttentionNorm))?,
             attention: Attention::load(loader, layer, family)?,
             mlp_norm: RmsNorm::load(loader, norm(LayerRole::MlpNorm))?,
-            mlp: Mlp::load(loader, layer)?,
+            mlp: Mlp::load(loader, layer, family)?,
             rotation: if family.rotates(layer) {
                 ROTATED
             } else {
@@ -290,6 +290,7 @@ fn frequency_scaling(
     Ok(match config.rope_scaling()? {
         None => None,
         Some(RopeScaling::Llama3(scaling)) => Some(FrequencyScaling::Llama3(scaling)),
+        Some(RopeScaling::LongRope(scaling)) => Some(FrequencyScaling::LongRope(scaling)),
         Some(RopeScaling::StoredFactors) => {
             let role = TensorRole::RopeFactors;
             let factors = checkpoint

@@ -5,6 +5,7 @@ use burn::tensor::activation::silu;
 use super::checkpoint::{LayerRole, TensorRole};
 use super::cpu;
 use super::error::Result;
+use super::family::Family;
 use super::linear::Linear;
 use super::loader::Loader;
 use super::rms_norm::RmsNorm;
@@ -20,10 +21,14 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn load(loader: &mut Loader, layer: usize) -> Result<Self> {
+    pub fn load(loader: &mut Loader, layer: usize, family: &Family) -> Result<Self> {
         let role = |role| TensorRole::Layer(layer, role);
+        let gate_up: Vec<TensorRole> = LayerRole::gate_up(family)
+            .iter()
+            .map(|&part| role(part))
+            .collect();
         Ok(Self {
-            gate_up: loader.projection(&[role(LayerRole::Gate), role(LayerRole::Up)])?,
+            gate_up: loader.projection(&gate_up)?,
             down: loader.projection(&[role(LayerRole::Down)])?,
             intermediate: loader.config().intermediate_size,
         })

@@ -2,7 +2,7 @@ use std::ops::Range;
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
 
-use super::config::Llama3RopeScaling;
+use super::config::{Llama3RopeScaling, LongRopeScaling};
 
 /// How the RoPE frequencies are scaled.
 #[derive(Debug, Clone, PartialEq)]
@@ -12,6 +12,8 @@ pub enum FrequencyScaling {
     /// Each frequency divided by its factor, as llama.cpp applies a GGUF file's
     /// `rope_freqs.weight` (its converter writes Llama 3's scaling so).
     Factors(Vec<f32>),
+    /// Phi-3's LongRoPE.
+    LongRope(LongRopeScaling),
 }
 
 /// Rotary position embedding in Hugging Face's "rotate_half" layout: the two halves of each
@@ -28,6 +30,10 @@ pub enum FrequencyScaling {
 #[derive(Clone, Debug)]
 pub struct RotaryEmbedding {
     inv_freq: Vec<f32>,
+    /// LongRoPE's frequencies for a pass that reaches past this many positions.
+    long: Option<(usize, Vec<f32>)>,
+    /// What cosines and sines are multiplied by (LongRoPE's attention factor; else 1).
+    scale: f32,
     device: Device,
     dtype: DType,
 }
@@ -52,8 +58,20 @@ impl RotaryEmbedding {
         device: &Device,
         dtype: DType,
     ) -> Self {
+        let (long, scale) = match scaling {
+            Some(FrequencyScaling::LongRope(long_rope)) => (
+                Some((
+                    long_rope.original_max_position_embeddings,
+                    divided(head_dim, theta, &long_rope.long_factor),
+                )),
+                long_rope.attention_factor,
+            ),
+            _ => (None, 1.0),
+        };
         Self {
             inv_freq: inverse_frequencies(head_dim, theta, scaling),
+            long,
+            scale,
             device: device.clone(),
             dtype,
         }
@@ -65,23 +83,33 @@ impl RotaryEmbedding {
     pub fn identity(head_dim: usize, device: &Device, dtype: DType) -> Self {
         Self {
             inv_freq: vec![0.0; head_dim / 2],
+            long: None,
+            scale: 1.0,
             device: device.clone(),
             dtype,
         }
     }
 
     /// The cosines and sines of the positions `positions`.
+    ///
+    /// With LongRoPE a pass whose last position lies past the original context takes the
+    /// long factors for all its positions, as transformers decides per forward pass.
     pub fn positions(&self, positions: Range<usize>) -> RopeRows {
-        let head_dim = 2 * self.inv_freq.len();
+        let inv_freq = match &self.long {
+            Some((original, long)) if positions.end > *original => long,
+            _ => &self.inv_freq,
+        };
+        let head_dim = 2 * inv_freq.len();
         let count = positions.len();
+        let scale = self.scale;
         let mut cos = Vec::with_capacity(count * head_dim);
         let mut signed_sin = Vec::with_capacity(count * head_dim);
         for position in positions {
-            let angles: Vec<f32> = self.inv_freq.iter().map(|f| position as f32 * f).collect();
+            let angles: Vec<f32> = inv_freq.iter().map(|f| position as f32 * f).collect();
             for half_index in 0..2 {
-                cos.extend(angles.iter().map(|a| a.cos()));
+                cos.extend(angles.iter().map(|a| a.cos() * scale));
                 let sign = if half_index == 0 { -1.0 } else { 1.0 };
-                signed_sin.extend(angles.iter().map(|a| sign * a.sin()));
+                signed_sin.extend(angles.iter().map(|a| sign * (a.sin() * scale)));
             }
         }
         let table = |values: Vec<f32>| {
@@ -132,7 +160,19 @@ fn inverse_frequencies(
             .zip(factors)
             .map(|(inv_freq, factor)| inv_freq / factor)
             .collect(),
+        Some(FrequencyScaling::LongRope(long_rope)) => {
+            divided(head_dim, theta, &long_rope.short_factor)
+        }
     }
+}
+
+/// LongRoPE's `1 / (factor · θ^(2i/d))`, in f32 as transformers computes it.
+fn divided(head_dim: usize, theta: f64, factors: &[f32]) -> Vec<f32> {
+    factors
+        .iter()
+        .enumerate()
+        .map(|(i, factor)| 1.0 / (factor * (theta as f32).powf((2 * i) as f32 / head_dim as f32)))
+        .collect()
 }
 
 /// With Llama 3 scaling, frequencies whose wavelength exceeds the original context divided by
@@ -191,6 +231,41 @@ mod tests {
                 "{i}: {ours} vs {theirs}"
             );
         }
+    }
+
+    /// LongRoPE takes its short factors for a pass within the original context and its long
+    /// ones for a pass that reaches past it, and scales cosines and sines alike.
+    #[test]
+    fn long_rope_takes_the_long_factors_past_the_original_context() {
+        let scaling = LongRopeScaling {
+            short_factor: vec![1.0, 2.0],
+            long_factor: vec![4.0, 8.0],
+            original_max_position_embeddings: 8,
+            attention_factor: 1.5,
+        };
+        let rope = RotaryEmbedding::new(
+            4,
+            100.0,
+            Some(&FrequencyScaling::LongRope(scaling)),
+            &Device::flex(),
+            DType::F32,
+        );
+        let angle = |rows: &RopeRows, row: usize, i: usize| -> f32 {
+            let (cos, sin) = rows.tables();
+            let cos: Vec<f32> = cos.clone().into_data().try_to_vec().expect("f32");
+            let sin: Vec<f32> = sin.clone().into_data().try_to_vec().expect("f32");
+            let (c, s) = (cos[row * 4 + i] / 1.5, sin[row * 4 + 2 + i] / 1.5);
+            assert!(
+                (c * c + s * s - 1.0).abs() < 1e-5,
+                "scaled by the attention factor"
+            );
+            s.atan2(c)
+        };
+        let within = rope.positions(7..8);
+        let past = rope.positions(7..9);
+        // Position 7, pair 1: 7 / (2 · 100^(2/4)) within; 7 / (8 · 10) past.
+        assert!((angle(&within, 0, 1) - 0.35).abs() < 1e-5);
+        assert!((angle(&past, 0, 1) - 0.0875).abs() < 1e-5);
     }
 
     /// The factors llama.cpp's converter writes for Llama 3's scaling (1 for short

@@ -70,12 +70,12 @@ fn rope_scaling_is_reported() {
 
 #[test]
 fn refusals_name_what_is_wrong() {
-    let qwen = Builder::default().kv("general.architecture", V::str("qwen2"));
-    let file = GgufFile::from_bytes("q.gguf", qwen.build()).unwrap();
+    let mamba = Builder::default().kv("general.architecture", V::str("mamba"));
+    let file = GgufFile::from_bytes("m.gguf", mamba.build()).unwrap();
     let err = GgufConfig::from_gguf(&file).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "GGUF file q.gguf: architecture \"qwen2\" is not supported (only \"llama\")"
+        "GGUF file m.gguf: architecture \"mamba\" is not supported (smolchat runs llama, qwen2, qwen3, smollm3, phi3)"
     );
 
     let missing = Builder {
@@ -189,11 +189,11 @@ fn tokenizer_refusals() {
         tokenizer(replace("tokenizer.ggml.model", V::str("llama"))),
         Err(GgufErrorKind::UnsupportedTokenizerModel { found }) if found == "llama"
     ));
-    match tokenizer(replace("tokenizer.ggml.pre", V::str("qwen2"))) {
+    match tokenizer(replace("tokenizer.ggml.pre", V::str("falcon"))) {
         Err(e @ GgufErrorKind::UnsupportedPreTokenizer { .. }) => {
             assert!(
                 e.to_string()
-                    .contains("\"qwen2\" is not supported (known: smollm, starcoder, gpt-2"),
+                    .contains("\"falcon\" is not supported (known: smollm, starcoder, gpt-2"),
                 "{e}"
             )
         }

@@ -33,6 +33,8 @@ fn metadata_and_config() {
         rope_scaling: None,
         has_rope_freqs_tensor: false,
         tied_embeddings: true,
+        sliding_window: None,
+        has_long_rope_factors: false,
     };
     assert_eq!(config, expected);
     assert_eq!(config.head_dim(), 64);

@@ -64,6 +64,26 @@ FAMILIES = {
             eos_token_id=2,
         ),
     ),
+    # Fused qkv_proj and gate_up_proj, and LongRoPE: the short factors and the attention
+    # factor within the original context of 64 positions (12 input tokens stay inside it).
+    "phi3": (
+        transformers.Phi3Config,
+        transformers.Phi3ForCausalLM,
+        dict(
+            num_hidden_layers=2,
+            tie_word_embeddings=False,
+            original_max_position_embeddings=64,
+            rope_parameters={
+                "rope_type": "longrope",
+                "rope_theta": 10000.0,
+                "short_factor": [1.0, 1.1, 1.3, 1.7, 2.2, 3.0, 4.1, 5.5],
+                "long_factor": [1.0, 1.5, 2.5, 4.0, 6.5, 9.0, 13.0, 19.0],
+            },
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
 }
 
 INPUT_IDS = [1, 17, 42, 99, 3, 64, 127, 8, 55, 23, 90, 12]

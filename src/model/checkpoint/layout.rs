@@ -39,6 +39,10 @@ pub enum LayerRole {
     /// Qwen3's RMSNorm weights over each query head and each key head.
     QueryNorm,
     KeyNorm,
+    /// Phi-3's query, key and value projections in one matrix, stacked in that order.
+    QueryKeyValue,
+    /// Phi-3's gate and up projections in one matrix, gate first.
+    GateUp,
     AttentionOutput,
     MlpNorm,
     Gate,
@@ -71,24 +75,34 @@ const fn bias(safetensors: &'static str, gguf: &'static str) -> Names {
 }
 
 impl LayerRole {
-    /// Every layer's tensors in the order its forward pass uses them.
-    pub const LLAMA: [LayerRole; 9] = [
-        Self::AttentionNorm,
-        Self::Query,
-        Self::Key,
-        Self::Value,
-        Self::AttentionOutput,
-        Self::MlpNorm,
-        Self::Gate,
-        Self::Up,
-        Self::Down,
-    ];
+    /// The roles of a layer's query, key and value projections in `family`, stacked in this
+    /// order into the one matrix the model multiplies by.
+    pub fn query_key_value(family: &Family) -> &'static [LayerRole] {
+        if family.fused_projections {
+            &[Self::QueryKeyValue]
+        } else {
+            &[Self::Query, Self::Key, Self::Value]
+        }
+    }
+
+    /// The roles of a layer's gate and up projections in `family`, stacked likewise.
+    pub fn gate_up(family: &Family) -> &'static [LayerRole] {
+        if family.fused_projections {
+            &[Self::GateUp]
+        } else {
+            &[Self::Gate, Self::Up]
+        }
+    }
 
     /// A layer's tensors in `family`: Llama's, then the family's own.
     pub fn all(family: &Family) -> Vec<LayerRole> {
         let biases = [Self::QueryBias, Self::KeyBias, Self::ValueBias];
         let norms = [Self::QueryNorm, Self::KeyNorm];
-        let mut roles = Self::LLAMA.to_vec();
+        let mut roles = vec![Self::AttentionNorm];
+        roles.extend(Self::query_key_value(family));
+        roles.extend([Self::AttentionOutput, Self::MlpNorm]);
+        roles.extend(Self::gate_up(family));
+        roles.push(Self::Down);
         if family.qkv_bias {
             roles.extend(biases);
         }
@@ -109,6 +123,9 @@ impl LayerRole {
             Self::ValueBias => bias("self_attn.v_proj", "attn_v"),
             Self::QueryNorm => weight("self_attn.q_norm", "attn_q_norm"),
             Self::KeyNorm => weight("self_attn.k_norm", "attn_k_norm"),
+            Self::QueryKeyValue => weight("self_attn.qkv_proj", "attn_qkv"),
+            // llama.cpp keeps Phi-3's fused gate and up under the up projection's name.
+            Self::GateUp => weight("mlp.gate_up_proj", "ffn_up"),
             Self::AttentionOutput => weight("self_attn.o_proj", "attn_output"),
             Self::MlpNorm => weight("post_attention_layernorm", "ffn_norm"),
             Self::Gate => weight("mlp.gate_proj", "ffn_gate"),
@@ -143,6 +160,8 @@ impl LayerRole {
             Self::QueryBias => vec![queries],
             Self::KeyBias | Self::ValueBias => vec![keys],
             Self::QueryNorm | Self::KeyNorm => vec![config.head_dim()],
+            Self::QueryKeyValue => vec![queries + 2 * keys, hidden],
+            Self::GateUp => vec![2 * inter, hidden],
             Self::AttentionOutput => vec![hidden, queries],
             Self::Gate | Self::Up => vec![inter, hidden],
             Self::Down => vec![hidden, inter],
@@ -225,9 +244,14 @@ mod tests {
         family.qk_norm = true;
         let roles = TensorRole::all(&config, &family);
         assert_eq!(roles.len(), 1 + 2 * 14 + 1 + 1);
-        for name in [TensorRole::safetensors_name, TensorRole::gguf_name] {
-            let names: HashSet<String> = roles.iter().map(|&role| name(role)).collect();
-            assert_eq!(names.len(), roles.len());
+        family.fused_projections = true;
+        let fused = TensorRole::all(&config, &family);
+        assert_eq!(fused.len(), 1 + 2 * 11 + 1 + 1);
+        for roles in [roles, fused] {
+            for name in [TensorRole::safetensors_name, TensorRole::gguf_name] {
+                let names: HashSet<String> = roles.iter().map(|&role| name(role)).collect();
+                assert_eq!(names.len(), roles.len());
+            }
         }
     }
 }
