@@ -2,7 +2,8 @@
 # Fetches llama.cpp's tokenizer test vocabularies (MIT): vocab-only GGUF files with inputs
 # (`.inp`) and the token ids Hugging Face's tokenizer gives for them (`.out`). They let the GGUF
 # tokenizer be checked for pre-tokenizers SmolLM2 does not use (Llama 3's "llama-bpe", "gpt2",
-# Qwen2/2.5/3's "qwen2", and "starcoder", which shares SmolLM2's regexes). They ship in the llama-cpp-python sdist on
+# Qwen2/2.5/3's "qwen2", "starcoder", which shares SmolLM2's regexes, and the SentencePiece
+# vocabularies of Llama 2 and Phi-3). They ship in the llama-cpp-python sdist on
 # PyPI, which pins the llama.cpp revision; only the files below are extracted.
 #
 # Usage: fetch-vocab-tests.sh DEST_DIR   (idempotent: present files with the right hash are kept)
@@ -19,6 +20,12 @@ be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0 ggml-vocab-gpt-
 97272e430d53bc7688f52d5e0ad8ea8f163ede9f1bbd1694feaa504797d5d96e ggml-vocab-llama-bpe.gguf
 be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0 ggml-vocab-llama-bpe.gguf.inp
 118abf2034a197fc5c9dec5204dfdeee7004c7c70952ae577f66b99e212fab9b ggml-vocab-llama-bpe.gguf.out
+16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69 ggml-vocab-llama-spm.gguf
+be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0 ggml-vocab-llama-spm.gguf.inp
+ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29 ggml-vocab-llama-spm.gguf.out
+967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326 ggml-vocab-phi-3.gguf
+be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0 ggml-vocab-phi-3.gguf.inp
+ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29 ggml-vocab-phi-3.gguf.out
 44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c ggml-vocab-qwen2.gguf
 be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0 ggml-vocab-qwen2.gguf.inp
 de785bb305cc6fa9d43908ed5da337f853c0b79e971348fcfb9f0915a39c5363 ggml-vocab-qwen2.gguf.out

@@ -144,7 +144,9 @@ pub enum GgufErrorKind {
     UnsupportedArchitecture { found: String, supported: String },
     #[error("invalid model configuration: {reason}")]
     InvalidConfig { reason: String },
-    #[error("tokenizer model {found:?} is not supported (only \"gpt2\", byte-level BPE)")]
+    #[error(
+        "tokenizer model {found:?} is not supported (only \"gpt2\", byte-level BPE, and \"llama\", SentencePiece)"
+    )]
     UnsupportedTokenizerModel { found: String },
     #[error("pre-tokenizer {found:?} is not supported (known: {known})")]
     UnsupportedPreTokenizer { found: String, known: String },

@@ -1,7 +1,8 @@
 //! A `tokenizers::Tokenizer` assembled from the vocabulary a GGUF file carries.
 //!
-//! A GGUF file is self-contained: `tokenizer.ggml.*` holds the byte-level BPE vocabulary,
-//! merges and token types that a `tokenizer.json` would, but not the pre-tokenizer, which
+//! A GGUF file is self-contained: `tokenizer.ggml.*` holds the vocabulary, merges (or, for
+//! SentencePiece vocabularies, scores) and token types that a `tokenizer.json` would, but not
+//! the pre-tokenizer, which
 //! llama.cpp identifies only by name (`tokenizer.ggml.pre`) and implements in its own code.
 //! We rebuild the same pipeline from Hugging Face's pieces (BPE model, regex `Split`s,
 //! `ByteLevel`) instead of writing a tokenizer, so the result is tested against the model's own
@@ -13,8 +14,16 @@
 //! error, because a wrong pre-tokenizer gives plausible but different token ids, which the
 //! model then reads as slightly wrong text.
 
+use tokenizers::decoders::DecoderWrapper;
+use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::{BPE, Vocab};
+use tokenizers::normalizers::{
+    NormalizerWrapper, Prepend, Replace, Sequence as NormalizerSequence,
+};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence;
@@ -81,6 +90,140 @@ const PRE_TOKENIZERS: &[PreTokenizerSpec] = &[
     },
 ];
 
+/// `tokenizer.ggml.model` `llama`: SentencePiece's BPE, whatever `tokenizer.ggml.pre` says.
+const SENTENCEPIECE: PreTokenizerSpec = PreTokenizerSpec {
+    names: &[],
+    regexes: &[],
+    ignore_merges: false,
+    add_bos_default: true,
+};
+
+/// Why a tokenizer could not be built: the file, or what it holds.
+enum BuildError {
+    Gguf(GgufError),
+    Reason(String),
+}
+
+/// Byte-level BPE (`tokenizer.ggml.model` `gpt2`): the file's merges, the pre-tokenizer's
+/// regexes, and bytes written as GPT-2's printable stand-ins.
+fn byte_level_tokenizer(
+    file: &GgufFile,
+    vocab: Vocab,
+    spec: &PreTokenizerSpec,
+) -> Result<Tokenizer, BuildError> {
+    let merges = file
+        .get_str_array("tokenizer.ggml.merges")
+        .map_err(BuildError::Gguf)?
+        .iter()
+        .map(|m| {
+            split_merge(m).ok_or_else(|| {
+                BuildError::Reason(format!(
+                    "merge {m:?} is not two tokens separated by a space"
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .ignore_merges(spec.ignore_merges)
+        .build()
+        .map_err(|e| BuildError::Reason(format!("building the BPE model: {e}")))?;
+
+    let mut pieces = Vec::with_capacity(spec.regexes.len() + 1);
+    for &regex in spec.regexes {
+        let split = Split::new(
+            SplitPattern::Regex(regex.to_owned()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| BuildError::Reason(format!("pre-tokenizer regex {regex:?}: {e}")))?;
+        pieces.push(PreTokenizerWrapper::Split(split));
+    }
+    // Splitting is done above; ByteLevel only maps bytes to the printable stand-ins the
+    // vocabulary is written in (space → 'Ġ', newline → 'Ċ').
+    pieces.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
+        false, true, false,
+    )));
+
+    let mut tokenizer = Tokenizer::new(bpe);
+    tokenizer.with_pre_tokenizer(Some(Sequence::new(pieces)));
+    tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
+    Ok(tokenizer)
+}
+
+/// SentencePiece's BPE (`tokenizer.ggml.model` `llama`: Llama 2, TinyLlama, Phi-3): spaces
+/// written as `▁` with one put before the text, pieces merged by the scores of what they
+/// make, and bytes the vocabulary lacks spelled as its `<0xXX>` tokens.
+///
+/// llama.cpp merges the adjacent pair whose merged piece scores highest; BPE merges the pair
+/// of lowest rank, so the merges are every pair that makes a vocabulary piece, ranked by that
+/// piece's score (as transformers rebuilds them for a GGUF file without merges). The rest is
+/// Hugging Face's own pieces, as in these models' `tokenizer.json`.
+fn sentencepiece_tokenizer(
+    tokens: &[String],
+    vocab: Vocab,
+    scores: &[f32],
+    unknown: Option<&String>,
+    add_space_prefix: bool,
+) -> Result<Tokenizer, String> {
+    let merges = merges_by_score(&vocab, tokens, scores);
+    let mut builder = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .byte_fallback(true)
+        .fuse_unk(true);
+    if let Some(unknown) = unknown {
+        builder = builder.unk_token(unknown.clone());
+    }
+    let bpe = builder
+        .build()
+        .map_err(|e| format!("building the BPE model: {e}"))?;
+    let mut normalizers = Vec::new();
+    if add_space_prefix {
+        normalizers.push(NormalizerWrapper::Prepend(Prepend::new(SPACE.into())));
+    }
+    normalizers.push(NormalizerWrapper::Replace(
+        Replace::new(" ", SPACE).map_err(|e| e.to_string())?,
+    ));
+    let mut decoders = vec![
+        DecoderWrapper::Replace(Replace::new(SPACE, " ").map_err(|e| e.to_string())?),
+        DecoderWrapper::ByteFallback(ByteFallback::new()),
+        DecoderWrapper::Fuse(Fuse::new()),
+    ];
+    if add_space_prefix {
+        decoders.push(DecoderWrapper::Strip(Strip::new(' ', 1, 0)));
+    }
+    let mut tokenizer = Tokenizer::new(bpe);
+    tokenizer.with_normalizer(Some(NormalizerSequence::new(normalizers)));
+    tokenizer.with_decoder(Some(DecoderSequence::new(decoders)));
+    Ok(tokenizer)
+}
+
+/// SentencePiece's word boundary.
+const SPACE: &str = "\u{2581}";
+
+/// Every split of a vocabulary piece into two vocabulary pieces, best-scoring piece first.
+fn merges_by_score(vocab: &Vocab, tokens: &[String], scores: &[f32]) -> Vec<(String, String)> {
+    let mut merges: Vec<(f32, usize, &str, &str)> = Vec::new();
+    for (token, &score) in tokens.iter().zip(scores) {
+        for (split, _) in token.char_indices().skip(1) {
+            let (left, right) = token.split_at(split);
+            if vocab.contains_key(left) && vocab.contains_key(right) {
+                merges.push((score, vocab[token] as usize, left, right));
+            }
+        }
+    }
+    // Ties in score keep the vocabulary's order, then the left piece's length.
+    merges.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then(a.1.cmp(&b.1))
+            .then(b.2.len().cmp(&a.2.len()))
+    });
+    merges
+        .into_iter()
+        .map(|(_, _, left, right)| (left.to_owned(), right.to_owned()))
+        .collect()
+}
+
 /// `tokenizer.ggml.token_type` values (llama.cpp's `llama_token_type`).
 mod token_type {
     pub const CONTROL: i32 = 3;
@@ -112,13 +255,18 @@ impl GgufTokenizer {
     pub fn from_gguf(file: &GgufFile) -> Result<Self, GgufError> {
         let fail = |reason: String| file.error(GgufErrorKind::Tokenizer { reason });
         let model = file.get_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(file.error(GgufErrorKind::UnsupportedTokenizerModel {
-                found: model.to_owned(),
-            }));
-        }
+        let sentencepiece = match model {
+            "gpt2" => false,
+            "llama" => true,
+            _ => {
+                return Err(file.error(GgufErrorKind::UnsupportedTokenizerModel {
+                    found: model.to_owned(),
+                }));
+            }
+        };
         let pre = file.get_str_opt("tokenizer.ggml.pre")?.unwrap_or("default");
-        let Some(spec) = PRE_TOKENIZERS.iter().find(|s| s.names.contains(&pre)) else {
+        let spec = PRE_TOKENIZERS.iter().find(|s| s.names.contains(&pre));
+        let Some(spec) = spec.or(sentencepiece.then_some(&SENTENCEPIECE)) else {
             let known = PRE_TOKENIZERS
                 .iter()
                 .flat_map(|s| s.names)
@@ -145,42 +293,29 @@ impl GgufTokenizer {
                 "token {dup:?} appears more than once in tokenizer.ggml.tokens"
             )));
         }
-        let merges = file
-            .get_str_array("tokenizer.ggml.merges")?
-            .iter()
-            .map(|m| {
-                split_merge(m).ok_or_else(|| {
-                    fail(format!(
-                        "merge {m:?} is not two tokens separated by a space"
-                    ))
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .ignore_merges(spec.ignore_merges)
-            .build()
-            .map_err(|e| fail(format!("building the BPE model: {e}")))?;
-
-        let mut pieces = Vec::with_capacity(spec.regexes.len() + 1);
-        for &regex in spec.regexes {
-            let split = Split::new(
-                SplitPattern::Regex(regex.to_owned()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(|e| fail(format!("pre-tokenizer regex {regex:?}: {e}")))?;
-            pieces.push(PreTokenizerWrapper::Split(split));
-        }
-        // Splitting is done above; ByteLevel only maps bytes to the printable stand-ins the
-        // vocabulary is written in (space → 'Ġ', newline → 'Ċ').
-        pieces.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
-            false, true, false,
-        )));
-
-        let mut tokenizer = Tokenizer::new(bpe);
-        tokenizer.with_pre_tokenizer(Some(Sequence::new(pieces)));
-        tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
+        let mut tokenizer = if sentencepiece {
+            let scores = file.get_f32_array("tokenizer.ggml.scores")?;
+            if scores.len() != tokens.len() {
+                return Err(fail(format!(
+                    "tokenizer.ggml.scores has {} entries for {} tokens",
+                    scores.len(),
+                    tokens.len()
+                )));
+            }
+            let unknown = file
+                .get_u32_opt("tokenizer.ggml.unknown_token_id")?
+                .and_then(|id| tokens.get(id as usize));
+            let add_space_prefix = file
+                .get_bool_opt("tokenizer.ggml.add_space_prefix")?
+                .unwrap_or(true);
+            sentencepiece_tokenizer(tokens, vocab, scores, unknown, add_space_prefix)
+                .map_err(fail)?
+        } else {
+            byte_level_tokenizer(file, vocab, spec).map_err(|reason| match reason {
+                BuildError::Gguf(err) => err,
+                BuildError::Reason(reason) => fail(reason),
+            })?
+        };
 
         let id_key = |key: &str| -> Result<Option<u32>, GgufError> {
             match file.get_u32_opt(key)? {

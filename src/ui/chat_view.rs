@@ -185,6 +185,7 @@ fn reply(
             .show(ui, |ui| {
                 ui.label(RichText::new(thinking).weak());
             });
+        ui.add_space(4.0);
     }
     CommonMarkViewer::new().show(ui, &mut view.markdown, &answer);
 }

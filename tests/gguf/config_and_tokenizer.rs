@@ -186,8 +186,8 @@ fn tokenizer_refusals() {
         ..tiny_tokenizer()
     };
     assert!(matches!(
-        tokenizer(replace("tokenizer.ggml.model", V::str("llama"))),
-        Err(GgufErrorKind::UnsupportedTokenizerModel { found }) if found == "llama"
+        tokenizer(replace("tokenizer.ggml.model", V::str("bert"))),
+        Err(GgufErrorKind::UnsupportedTokenizerModel { found }) if found == "bert"
     ));
     match tokenizer(replace("tokenizer.ggml.pre", V::str("falcon"))) {
         Err(e @ GgufErrorKind::UnsupportedPreTokenizer { .. }) => {

@@ -75,3 +75,16 @@ fn qwen2() {
     let n = check("qwen2", "qwen2");
     eprintln!("qwen2: {n} cases");
 }
+
+/// SentencePiece (`tokenizer.ggml.model` `llama`): Llama 2's vocabulary, and Phi-3's.
+#[test]
+fn llama_spm() {
+    let n = check("llama-spm", "default");
+    eprintln!("llama-spm: {n} cases");
+}
+
+#[test]
+fn phi3() {
+    let n = check("phi-3", "default");
+    eprintln!("phi-3: {n} cases");
+}
