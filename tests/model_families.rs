@@ -18,8 +18,6 @@ use crate::common::{self, assert_close, full_forward, greedy_ids, one_token_at_a
 use crate::gguf::builder::{Builder, V};
 
 const FAMILIES: [&str; 4] = ["qwen2", "qwen3", "smollm3", "phi3"];
-/// Phi-3's LongRoPE factors are tensors in a GGUF file, which smolchat refuses for now.
-const GGUF_FAMILIES: [&str; 3] = ["qwen2", "qwen3", "smollm3"];
 const BACKENDS: [BackendKind; 3] = [BackendKind::Flex, BackendKind::Ndarray, BackendKind::Gpu];
 
 fn family_dir(name: &str) -> PathBuf {
@@ -157,12 +155,43 @@ fn gguf_of(dir: &Path) -> GgufFile {
         let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
         builder = builder.f32_tensor(&role.gguf_name(), &dims, &stored);
     }
+    // LongRoPE as llama.cpp's converter writes it: the factors as tensors, the original
+    // context and the attention factor as metadata.
+    if let Some(scaling) = config
+        .rope_scaling
+        .as_ref()
+        .filter(|s| s["rope_type"] == "longrope")
+    {
+        let original = scaling["original_max_position_embeddings"]
+            .as_u64()
+            .expect("original context") as f64;
+        let scale = config.max_position_embeddings as f64 / original;
+        let attention_factor = (1.0 + scale.ln() / original.ln()).sqrt();
+        let factors = |key: &str| -> Vec<f32> {
+            let list = scaling[key].as_array().expect("factors");
+            list.iter()
+                .map(|v| v.as_f64().expect("a factor") as f32)
+                .collect()
+        };
+        let half = [config.head_dim() as u64 / 2];
+        builder = builder
+            .kv(
+                &key("rope.scaling.original_context_length"),
+                V::U32(original as u32),
+            )
+            .kv(
+                &key("rope.scaling.attn_factor"),
+                V::F32(attention_factor as f32),
+            )
+            .f32_tensor("rope_factors_long.weight", &half, &factors("long_factor"))
+            .f32_tensor("rope_factors_short.weight", &half, &factors("short_factor"));
+    }
     GgufFile::from_bytes(format!("{}.gguf", arch), builder.build()).expect("a valid GGUF image")
 }
 
 #[test]
 fn each_family_from_gguf_matches_transformers() {
-    for family in GGUF_FAMILIES {
+    for family in FAMILIES {
         let dir = family_dir(family);
         let reference = Reference::load(&dir);
         let file = gguf_of(&dir);

@@ -59,8 +59,16 @@ pub struct GgufConfig {
     pub tied_embeddings: bool,
     /// `llama.attention.sliding_window`, where a family uses one (0 and absent: none).
     pub sliding_window: Option<u32>,
-    /// Whether the file carries [`LONG_ROPE_FACTORS_TENSOR`] (Phi-3's LongRoPE).
-    pub has_long_rope_factors: bool,
+    /// Phi-3's LongRoPE, when the file carries [`LONG_ROPE_FACTORS_TENSOR`].
+    pub long_rope: Option<LongRope>,
+}
+
+/// What LongRoPE needs beside its factor tensors: `llama.rope.scaling.original_context_length`
+/// and `llama.rope.scaling.attn_factor`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LongRope {
+    pub original_context_length: u32,
+    pub attention_factor: Option<f32>,
 }
 
 /// RoPE scaling as declared by `llama.rope.scaling.*`.
@@ -133,7 +141,14 @@ impl GgufConfig {
             sliding_window: file
                 .get_u32_opt(&key("attention.sliding_window"))?
                 .filter(|&window| window > 0),
-            has_long_rope_factors: file.tensor_info(LONG_ROPE_FACTORS_TENSOR).is_some(),
+            long_rope: match file.tensor_info(LONG_ROPE_FACTORS_TENSOR) {
+                None => None,
+                Some(_) => Some(LongRope {
+                    original_context_length: file
+                        .get_u32(&key("rope.scaling.original_context_length"))?,
+                    attention_factor: file.get_f32_opt(&key("rope.scaling.attn_factor"))?,
+                }),
+            },
         };
         config.check(file).map_err(invalid)?;
         Ok(config)

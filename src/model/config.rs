@@ -76,6 +76,9 @@ pub struct ModelConfig {
 /// The `rope_type` a GGUF file's config gets when its scaling is the `rope_freqs.weight`
 /// tensor (no `config.json` says it).
 const STORED_FACTORS: &str = "rope_freqs.weight";
+/// Likewise for Phi-3's LongRoPE, whose factors are the `rope_factors_long.weight` and
+/// `rope_factors_short.weight` tensors.
+const STORED_LONG_ROPE: &str = "rope_factors_long.weight";
 
 /// A RoPE frequency scaling the model supports, as the config declares it.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +90,11 @@ pub enum RopeScaling {
     /// Llama 3's scaling as a GGUF file carries it: a factor per frequency in the weights'
     /// `rope_freqs.weight` tensor, read with them.
     StoredFactors,
+    /// LongRoPE as a GGUF file carries it: the factors are tensors, read with the weights.
+    StoredLongRope {
+        original_max_position_embeddings: usize,
+        attention_factor: f32,
+    },
 }
 
 /// Llama 3's frequency scaling (`rope_type: llama3`).
@@ -138,6 +146,13 @@ impl ModelConfig {
         match kind {
             Some("llama3") => {}
             Some(STORED_FACTORS) => return Ok(Some(RopeScaling::StoredFactors)),
+            Some(STORED_LONG_ROPE) => {
+                let (original, attention_factor) = self.long_rope_lengths(scaling)?;
+                return Ok(Some(RopeScaling::StoredLongRope {
+                    original_max_position_embeddings: original,
+                    attention_factor,
+                }));
+            }
             Some("longrope" | "su") => {
                 return self
                     .long_rope(scaling)
@@ -168,6 +183,7 @@ impl ModelConfig {
     /// config when the scaling does not say it, the factor from the two context lengths, and
     /// the attention factor `√(1 + ln factor / ln original)`.
     fn long_rope(&self, scaling: &serde_json::Value) -> Result<LongRopeScaling> {
+        let (original, attention_factor) = self.long_rope_lengths(scaling)?;
         let refuse = |reason: &'static str| ModelError::UnsupportedConfig {
             field: "rope_scaling",
             value: scaling.to_string(),
@@ -191,6 +207,21 @@ impl ModelConfig {
             }
             Ok(factors)
         };
+        Ok(LongRopeScaling {
+            short_factor: factors("short_factor")?,
+            long_factor: factors("long_factor")?,
+            original_max_position_embeddings: original,
+            attention_factor,
+        })
+    }
+
+    /// LongRoPE's original context and attention factor.
+    fn long_rope_lengths(&self, scaling: &serde_json::Value) -> Result<(usize, f32)> {
+        let refuse = |reason: &'static str| ModelError::UnsupportedConfig {
+            field: "rope_scaling",
+            value: scaling.to_string(),
+            reason,
+        };
         let original = scaling
             .get("original_max_position_embeddings")
             .and_then(|v| v.as_u64())
@@ -207,12 +238,7 @@ impl ModelConfig {
             None if factor <= 1.0 => 1.0,
             None => (1.0 + factor.ln() / (original as f64).ln()).sqrt(),
         };
-        Ok(LongRopeScaling {
-            short_factor: factors("short_factor")?,
-            long_factor: factors("long_factor")?,
-            original_max_position_embeddings: original,
-            attention_factor: attention_factor as f32,
-        })
+        Ok((original, attention_factor as f32))
     }
 
     /// Reads and validates `config.json`; the error names the file and the offending field.
@@ -286,6 +312,15 @@ impl ModelConfig {
             .or_else(|| {
                 gguf.has_rope_freqs_tensor
                     .then(|| serde_json::json!({ "rope_type": STORED_FACTORS }))
+            })
+            .or_else(|| {
+                gguf.long_rope.as_ref().map(|long_rope| {
+                    serde_json::json!({
+                        "rope_type": STORED_LONG_ROPE,
+                        "original_max_position_embeddings": long_rope.original_context_length,
+                        "attention_factor": long_rope.attention_factor,
+                    })
+                })
             });
         let head_dim = gguf.head_dim() as usize;
         let architecture = Architecture::from_gguf_name(&gguf.architecture).ok_or_else(|| {
@@ -323,13 +358,6 @@ impl ModelConfig {
             original_max_position_embeddings: None,
             partial_rotary_factor: None,
         };
-        if gguf.has_long_rope_factors {
-            return Err(ModelError::UnsupportedConfig {
-                field: "rope_factors_long.weight",
-                value: "present".into(),
-                reason: "Phi-3's LongRoPE is supported from a Hugging Face folder, not yet from GGUF",
-            });
-        }
         if gguf.rope_dimension_count as usize != head_dim {
             return Err(ModelError::UnsupportedConfig {
                 field: "rope.dimension_count",

@@ -7,7 +7,7 @@ use burn::tensor::{DType, Device, Tensor, TensorData};
 use super::attention::Attention;
 use super::checkpoint::safetensors::SafetensorsCheckpoint;
 use super::checkpoint::{Checkpoint, LayerRole, TensorRole};
-use super::config::{ModelConfig, RopeScaling};
+use super::config::{LongRopeScaling, ModelConfig, RopeScaling};
 use super::embedding::Embedding;
 use super::error::{ModelError, Result};
 use super::family::Family;
@@ -291,22 +291,41 @@ fn frequency_scaling(
         None => None,
         Some(RopeScaling::Llama3(scaling)) => Some(FrequencyScaling::Llama3(scaling)),
         Some(RopeScaling::LongRope(scaling)) => Some(FrequencyScaling::LongRope(scaling)),
-        Some(RopeScaling::StoredFactors) => {
-            let role = TensorRole::RopeFactors;
-            let factors = checkpoint
-                .tensor(role, &role.shape(config), DType::F32, None)?
-                .try_into_vec::<f32>()
-                .map_err(|err| ModelError::Backend(format!("reading RoPE factors: {err:?}")))?;
-            if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
-                return Err(ModelError::UnsupportedConfig {
-                    field: "rope_freqs.weight",
-                    value: bad.to_string(),
-                    reason: "RoPE frequency factors must be positive and finite",
-                });
-            }
-            Some(FrequencyScaling::Factors(factors))
-        }
+        Some(RopeScaling::StoredFactors) => Some(FrequencyScaling::Factors(stored_factors(
+            config,
+            checkpoint,
+            TensorRole::RopeFactors,
+        )?)),
+        Some(RopeScaling::StoredLongRope {
+            original_max_position_embeddings,
+            attention_factor,
+        }) => Some(FrequencyScaling::LongRope(LongRopeScaling {
+            short_factor: stored_factors(config, checkpoint, TensorRole::ShortRopeFactors)?,
+            long_factor: stored_factors(config, checkpoint, TensorRole::LongRopeFactors)?,
+            original_max_position_embeddings,
+            attention_factor,
+        })),
     })
+}
+
+/// A GGUF file's RoPE factors tensor (one per frequency), checked.
+fn stored_factors(
+    config: &ModelConfig,
+    checkpoint: &dyn Checkpoint,
+    role: TensorRole,
+) -> Result<Vec<f32>> {
+    let factors = checkpoint
+        .tensor(role, &role.shape(config), DType::F32, None)?
+        .try_into_vec::<f32>()
+        .map_err(|err| ModelError::Backend(format!("reading RoPE factors: {err:?}")))?;
+    if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
+        return Err(ModelError::UnsupportedConfig {
+            field: "rope factors",
+            value: format!("{bad} in {}", role.gguf_name()),
+            reason: "RoPE frequency factors must be positive and finite",
+        });
+    }
+    Ok(factors)
 }
 
 /// A checkpoint with more layers than `num_hidden_layers` means the config belongs to another

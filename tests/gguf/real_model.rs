@@ -34,7 +34,7 @@ fn metadata_and_config() {
         has_rope_freqs_tensor: false,
         tied_embeddings: true,
         sliding_window: None,
-        has_long_rope_factors: false,
+        long_rope: None,
     };
     assert_eq!(config, expected);
     assert_eq!(config.head_dim(), 64);

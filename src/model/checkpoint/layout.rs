@@ -23,6 +23,9 @@ pub enum TensorRole {
     /// in a GGUF file (a Hugging Face folder says it in `config.json` instead). Only read
     /// when the config names it.
     RopeFactors,
+    /// Phi-3's LongRoPE factors in a GGUF file (`config.json` lists them instead).
+    LongRopeFactors,
+    ShortRopeFactors,
 }
 
 /// A tensor of one decoder layer.
@@ -198,8 +201,8 @@ impl TensorRole {
             Self::Embedding => "model.embed_tokens.weight".into(),
             Self::FinalNorm => "model.norm.weight".into(),
             Self::LmHead => "lm_head.weight".into(),
-            // No Hugging Face checkpoint holds it.
-            Self::RopeFactors => "rope_freqs.weight".into(),
+            // No Hugging Face checkpoint holds these.
+            Self::RopeFactors | Self::LongRopeFactors | Self::ShortRopeFactors => self.gguf_name(),
         }
     }
 
@@ -210,6 +213,8 @@ impl TensorRole {
             Self::FinalNorm => "output_norm.weight".into(),
             Self::LmHead => "output.weight".into(),
             Self::RopeFactors => "rope_freqs.weight".into(),
+            Self::LongRopeFactors => "rope_factors_long.weight".into(),
+            Self::ShortRopeFactors => "rope_factors_short.weight".into(),
         }
     }
 
@@ -219,7 +224,9 @@ impl TensorRole {
             Self::Layer(_, role) => role.shape(config),
             Self::Embedding | Self::LmHead => vec![config.vocab_size, config.hidden_size],
             Self::FinalNorm => vec![config.hidden_size],
-            Self::RopeFactors => vec![config.head_dim() / 2],
+            Self::RopeFactors | Self::LongRopeFactors | Self::ShortRopeFactors => {
+                vec![config.head_dim() / 2]
+            }
         }
     }
 }
