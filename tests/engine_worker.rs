@@ -35,12 +35,17 @@ fn load_tiny(engine: &EngineHandle) {
         ModelSource::Folder(tiny_model_dir()),
         ModelOptions::default()
     ));
+    let mut announced = None;
     loop {
         match next_event(engine) {
-            Event::Loading { .. } => {}
+            Event::Loading { memory, .. } => announced = memory,
             Event::ModelReady(info) => {
                 assert_eq!(info.context_limit, 2048);
                 assert!(!info.fallback_template);
+                // What was said before the weights were read is what the model got.
+                assert_eq!(announced, Some(info.memory));
+                assert_eq!(info.memory.context, info.context_limit);
+                assert!(info.memory.weights_bytes > 0);
                 return;
             }
             other => panic!("unexpected event while loading: {other:?}"),

@@ -88,7 +88,7 @@ fn run_once(
     prompt: &[u32],
     generated: usize,
 ) -> Result<RunTimes, GenerationError> {
-    let mut cache = loaded.model.new_cache();
+    let mut cache = loaded.new_cache();
     let mut session = benchmark_session(loaded, &mut cache, prompt, generated)?;
     while let Step::Token(_) = session.step()? {}
     let stats = session.stats();
@@ -120,7 +120,7 @@ fn profile_dispatches(
     prompt: &[u32],
     generated: usize,
 ) -> Result<DispatchProfile, GenerationError> {
-    let mut cache = loaded.model.new_cache();
+    let mut cache = loaded.new_cache();
     let mut session = benchmark_session(loaded, &mut cache, prompt, generated)?;
     let reads_before = session.stats().device_reads;
     let (counts, observing) = LaunchCounts::observe();

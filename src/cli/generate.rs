@@ -134,7 +134,7 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
             .ids
     };
 
-    let mut cache = loaded.model.new_cache();
+    let mut cache = loaded.new_cache();
     let mut session =
         GenerationSession::start(&loaded, &mut cache, &prompt, &params, args.max_tokens)
             .map_err(|err| err.to_string())?

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 
 use super::error::EngineError;
-use crate::generation::{FinishReason, GenerationStats, ModelOptions, TokenEvent};
+use crate::generation::{FinishReason, GenerationStats, MemoryPlan, ModelOptions, TokenEvent};
 use crate::hub::DownloadProgress;
 use crate::model_source::ModelSource;
 use crate::text::{
@@ -129,6 +129,8 @@ pub struct ModelInfo {
     pub name: String,
     pub description: String,
     pub context_limit: usize,
+    /// The weights' and the KV cache's memory (the context above is its `context`).
+    pub memory: MemoryPlan,
     pub options: ModelOptions,
     pub load_time: Duration,
     /// The folder has no chat template of its own; ChatML is used.
@@ -158,8 +160,10 @@ pub struct LiveStats {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     DownloadProgress(DownloadProgress),
+    /// The model is being read; `memory` says what it will take, when its config says.
     Loading {
         dir: PathBuf,
+        memory: Option<MemoryPlan>,
     },
     ModelReady(ModelInfo),
     /// The prompt is prefilled; `dropped_messages` oldest messages did not fit the context.

@@ -12,7 +12,7 @@ use super::protocol::{
     Command, Event, GenerateRequest, LiveStats, ModelInfo, Prompt, Reply, RequestId,
 };
 use crate::generation::{
-    FinishReason, GenerationSession, GenerationStats, LoadedModel, ModelOptions, Step,
+    FinishReason, GenerationSession, GenerationStats, LoadedModel, MemoryPlan, ModelOptions, Step,
 };
 use crate::model::KvCache;
 use crate::model_source::{ModelSource, model_name};
@@ -281,17 +281,28 @@ impl Worker {
                 return;
             }
         };
-        self.send(reply, Event::Loading { dir: dir.clone() });
-        // Free the old model first: two models at once could double peak memory.
+        // Free the old model first: two models at once could double peak memory (and the
+        // plan below would count its memory as taken).
         self.model = None;
         self.queue.shared.set_model(None);
+        // What the model will take, before its weights are read (a file it cannot read is
+        // reported by the load itself).
+        let memory = MemoryPlan::of(&dir).ok();
+        self.send(
+            reply,
+            Event::Loading {
+                dir: dir.clone(),
+                memory,
+            },
+        );
         match LoadedModel::load(&dir, options) {
             Ok(loaded) => {
                 let info = ModelInfo {
                     name: model_name(&dir),
                     dir,
                     description: loaded.describe(),
-                    context_limit: loaded.model.config().max_position_embeddings,
+                    context_limit: loaded.memory.context,
+                    memory: loaded.memory,
                     options: loaded.options,
                     load_time: loaded.load_time,
                     fallback_template: loaded.template.is_fallback(),
@@ -300,7 +311,7 @@ impl Worker {
                     software_gpu: loaded.device.is_software_renderer(),
                     sampling_defaults: loaded.sampling_defaults,
                 };
-                let cache = loaded.model.new_cache();
+                let cache = loaded.new_cache();
                 self.model = Some((loaded, cache));
                 self.queue.shared.set_model(Some(info.clone()));
                 self.send(reply, Event::ModelReady(info));

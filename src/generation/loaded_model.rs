@@ -2,10 +2,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::error::GenerationError;
+use super::memory_plan::{MemoryPlan, available_memory, weight_bytes};
 use crate::backend::{BackendKind, ComputeDevice};
 use crate::gguf::{GgufConfig, GgufFile, GgufTokenizer};
 use crate::model::checkpoint::gguf::GgufCheckpoint;
-use crate::model::{Llama, ModelConfig, Precision};
+use crate::model::{KvCache, Llama, ModelConfig, Precision};
 use crate::model_source::{is_gguf, model_name};
 use crate::text::{ChatTemplate, SamplingDefaults, StopTokens, TextTokenizer};
 
@@ -36,12 +37,16 @@ pub struct LoadedModel {
     /// The integer types a GGUF file stores its weights in (`"Q4_1"`, `"Q5_0+Q8_0+Q4_K+Q6_K"`),
     /// if any.
     pub integer_types: Option<String>,
+    /// The weights' and the KV cache's memory, and the context the model gets.
+    pub memory: MemoryPlan,
 }
 
 impl LoadedModel {
     /// Loads a model folder (Hugging Face layout) or a `.gguf` file.
     pub fn load(path: &Path, options: ModelOptions) -> Result<Self, GenerationError> {
         let started = Instant::now();
+        // Measured before the weights take their share of it.
+        let available = available_memory();
         let device = ComputeDevice::open(options.backend);
         let parts = if is_gguf(path) {
             Parts::from_gguf(path, &device, options.precision)?
@@ -49,7 +54,9 @@ impl LoadedModel {
             Parts::from_folder(path, &device, options.precision)?
         };
         release_freed_heap();
+        let memory = MemoryPlan::new(parts.model.config(), weight_bytes(path), available);
         Ok(Self {
+            memory,
             integer_types: parts.integer_types,
             model: parts.model,
             tokenizer: parts.tokenizer,
@@ -66,6 +73,11 @@ impl LoadedModel {
         })
     }
 
+    /// An empty KV cache holding up to the context the model gets (see [`MemoryPlan`]).
+    pub fn new_cache(&self) -> KvCache {
+        self.model.new_cache().limited_to(self.memory.context)
+    }
+
     /// A one-line description for the status bar and logs; for a file of integer weights,
     /// whether they run as stored or dequantized (on the GPU).
     pub fn describe(&self) -> String {
@@ -74,7 +86,7 @@ impl LoadedModel {
             "{} · {} layers · {} context · {} on {}",
             model_name(&self.dir),
             config.num_hidden_layers,
-            config.max_position_embeddings,
+            self.memory.context,
             self.options.precision,
             self.device.name()
         );

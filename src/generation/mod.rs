@@ -3,10 +3,12 @@
 
 mod error;
 mod loaded_model;
+mod memory_plan;
 mod session;
 mod stats;
 
 pub use error::GenerationError;
 pub use loaded_model::{LoadedModel, ModelOptions};
+pub use memory_plan::MemoryPlan;
 pub use session::{FinishReason, GenerationSession, Step, TokenEvent, TokenLogprobs};
 pub use stats::GenerationStats;

@@ -73,6 +73,15 @@ impl KvCache {
         }
     }
 
+    /// The same cache holding at most `max_len` positions (never more than the model's
+    /// context).
+    pub fn limited_to(self, max_len: usize) -> Self {
+        Self {
+            max_len: self.max_len.min(max_len),
+            ..self
+        }
+    }
+
     /// Tokens whose keys and values are cached.
     pub fn len(&self) -> usize {
         self.tokens.len()

@@ -178,7 +178,7 @@ impl SmolchatApp {
         }
         let show_chat = matches!(
             state.model(),
-            ModelStatus::Ready(_) | ModelStatus::Loading(_)
+            ModelStatus::Ready(_) | ModelStatus::Loading(..)
         );
         if show_chat {
             Panel::bottom("input").show(ui, |ui| input::show(ui, state, view, &mut actions));

@@ -11,7 +11,7 @@ use crossbeam_channel::{Receiver, unbounded};
 use crate::engine::{
     Command, EngineHandle, Event, GenerateRequest, LiveStats, ModelInfo, Prompt, Reply, RequestId,
 };
-use crate::generation::{GenerationStats, ModelOptions, TokenEvent};
+use crate::generation::{GenerationStats, MemoryPlan, ModelOptions, TokenEvent};
 use crate::text::{ChatMessage, SamplingParams, TemplateVariables};
 
 pub struct ScriptedEngine {
@@ -147,6 +147,12 @@ pub fn model_info(dir: &Path) -> ModelInfo {
         dir: dir.to_path_buf(),
         description: "SmolLM2-135M-Instruct, f32 on CPU (flex)".into(),
         context_limit: 2048,
+        memory: MemoryPlan {
+            weights_bytes: 270_000_000,
+            kv_bytes_per_token: 46_080,
+            model_context: 8192,
+            context: 2048,
+        },
         options: ModelOptions::default(),
         load_time: Duration::from_millis(5),
         fallback_template: false,

@@ -12,7 +12,7 @@ use crate::backend::BackendKind;
 use crate::engine::{
     EngineError, EngineHandle, Event, GenerateRequest, LiveStats, ModelInfo, RequestId,
 };
-use crate::generation::{FinishReason, ModelOptions};
+use crate::generation::{FinishReason, MemoryPlan, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
 use crate::model_source::{ModelSource, is_gguf};
 use crate::store::{
@@ -33,7 +33,8 @@ pub enum ModelStatus {
     /// No folder chosen yet: the first-run screen offers a download or a folder.
     NotConfigured,
     Downloading(Option<DownloadProgress>),
-    Loading(PathBuf),
+    /// Reading the model; what it will take in memory, once its config is read.
+    Loading(PathBuf, Option<MemoryPlan>),
     Ready(ModelInfo),
     /// Loading or downloading failed; the message says why and what to do, and the first-run
     /// screen shows it with the ways out again.
@@ -434,7 +435,7 @@ impl AppState {
                 ModelStatus::NotConfigured | ModelStatus::Failed(_) => {
                     self.model = ModelStatus::Failed(problem);
                 }
-                ModelStatus::Downloading(_) | ModelStatus::Loading(_) | ModelStatus::Ready(_) => {
+                ModelStatus::Downloading(_) | ModelStatus::Loading(..) | ModelStatus::Ready(_) => {
                     self.errors.push(problem);
                 }
             }
@@ -447,7 +448,7 @@ impl AppState {
     }
 
     fn load_model_folder(&mut self, folder: PathBuf) {
-        self.model = ModelStatus::Loading(folder.clone());
+        self.model = ModelStatus::Loading(folder.clone(), None);
         self.engine
             .load_model(ModelSource::local(folder), self.model_options());
     }
@@ -828,7 +829,7 @@ impl AppState {
             Event::DownloadProgress(progress) => {
                 self.model = ModelStatus::Downloading(Some(progress));
             }
-            Event::Loading { dir } => self.model = ModelStatus::Loading(dir),
+            Event::Loading { dir, memory } => self.model = ModelStatus::Loading(dir, memory),
             Event::ModelReady(info) => {
                 if self.settings.model_folder.as_deref() != Some(info.dir.as_path()) {
                     self.settings.model_folder = Some(info.dir.clone());

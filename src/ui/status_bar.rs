@@ -15,12 +15,18 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
             ModelStatus::Ready(info) => {
                 // The description already names the device (GPU adapter or CPU backend) and the
                 // precision.
-                ui.label(&info.description)
-                    .on_hover_text(info.dir.display().to_string());
+                ui.label(&info.description).on_hover_text(format!(
+                    "{}\n{}",
+                    info.dir.display(),
+                    info.memory.describe()
+                ));
             }
-            ModelStatus::Loading(dir) => {
+            ModelStatus::Loading(dir, memory) => {
                 ui.spinner();
                 ui.label(format!("Loading {}\u{2026}", dir.display()));
+                if let Some(memory) = memory {
+                    ui.label(RichText::new(memory.describe()).weak());
+                }
             }
             ModelStatus::Downloading(_) => {
                 ui.label("Downloading the model\u{2026}");

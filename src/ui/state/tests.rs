@@ -516,7 +516,7 @@ fn another_backend_reloads_the_model_and_is_saved() {
         }
         other => panic!("expected one LoadModel, got {other:?}"),
     }
-    assert!(matches!(f.state.model(), ModelStatus::Loading(_)));
+    assert!(matches!(f.state.model(), ModelStatus::Loading(..)));
     let saved = crate::store::Settings::load(&Paths::under(f.dir.path()).settings_file());
     assert_eq!(saved.unwrap(), settings);
 }

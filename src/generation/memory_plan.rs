@@ -1,0 +1,162 @@
+//! How much memory a model will take, known before its weights are read: the weights, and the
+//! KV cache at the context it gets. A 4B model's own context (40,960 tokens for Qwen3) can
+//! ask for more cache than the machine has, so the context is the model's own capped by what
+//! fits beside the weights.
+
+use std::path::Path;
+
+use super::error::GenerationError;
+use crate::gguf::{GgufConfig, GgufFile};
+use crate::model::ModelConfig;
+use crate::model_source::is_gguf;
+use crate::stats::memory;
+
+/// What the model and its cache will take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// The weights as their files hold them, which is what the CPU keeps.
+    pub weights_bytes: u64,
+    /// Keys and values of every layer for one position, in f32 as the cache holds them.
+    pub kv_bytes_per_token: u64,
+    /// The model's own context length.
+    pub model_context: usize,
+    /// The context it gets: its own, or what fits in the memory available now.
+    pub context: usize,
+}
+
+/// Share of the available memory the weights and a full cache may take: the rest is for the
+/// window, the activations and everything else the machine runs.
+const USABLE_SHARE: f64 = 0.8;
+/// No smaller context than this is offered for lack of memory: a chat needs room, and a
+/// machine this short of memory will say so when the cache grows.
+const MIN_CONTEXT: usize = 2048;
+/// Capped contexts are a multiple of this, so that the number reads as a choice.
+const CONTEXT_STEP: usize = 1024;
+
+impl MemoryPlan {
+    /// The plan for `config`, whose weights take `weights_bytes`, on a machine with
+    /// `available_bytes` free (`None`: unknown, no cap).
+    pub fn new(config: &ModelConfig, weights_bytes: u64, available_bytes: Option<u64>) -> Self {
+        let kv_bytes_per_token = (config.num_hidden_layers
+            * 2
+            * config.num_kv_heads()
+            * config.head_dim()
+            * std::mem::size_of::<f32>()) as u64;
+        let model_context = config.max_position_embeddings;
+        let context = match available_bytes {
+            None => model_context,
+            Some(available) => {
+                let room = (available as f64 * USABLE_SHARE) as u64;
+                let fits = room.saturating_sub(weights_bytes) / kv_bytes_per_token.max(1);
+                let fits = (fits as usize / CONTEXT_STEP * CONTEXT_STEP).max(MIN_CONTEXT);
+                model_context.min(fits)
+            }
+        };
+        Self {
+            weights_bytes,
+            kv_bytes_per_token,
+            model_context,
+            context,
+        }
+    }
+
+    /// The plan for the model at `path` (a folder or a `.gguf` file), from its config and the
+    /// size of its weight files, without reading the weights.
+    pub fn of(path: &Path) -> Result<Self, GenerationError> {
+        let config = if is_gguf(path) {
+            let file = GgufFile::open(path)?;
+            ModelConfig::from_gguf(&GgufConfig::from_gguf(&file)?)?
+        } else {
+            ModelConfig::from_file(&path.join("config.json"))?
+        };
+        Ok(Self::new(&config, weight_bytes(path), available_memory()))
+    }
+
+    /// The KV cache at the full context.
+    pub fn kv_bytes(&self) -> u64 {
+        self.kv_bytes_per_token * self.context as u64
+    }
+
+    /// For the window and the logs: "weights 1.1 GB + KV cache up to 0.9 GB at 8,192 tokens".
+    pub fn describe(&self) -> String {
+        let mut line = format!(
+            "weights {} + KV cache up to {} at {} tokens",
+            gigabytes(self.weights_bytes),
+            gigabytes(self.kv_bytes()),
+            self.context
+        );
+        if self.context < self.model_context {
+            line.push_str(&format!(
+                " (the model's {} would not fit in the memory free now)",
+                self.model_context
+            ));
+        }
+        line
+    }
+}
+
+fn gigabytes(bytes: u64) -> String {
+    format!("{:.1} GB", bytes as f64 / 1e9)
+}
+
+fn file_size(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |meta| meta.len())
+}
+
+/// The bytes of a model's weight files: a `.gguf` file, or a folder's safetensors files.
+pub fn weight_bytes(path: &Path) -> u64 {
+    if is_gguf(path) {
+        return file_size(path);
+    }
+    std::fs::read_dir(path).map_or(0, |entries| {
+        entries
+            .flatten()
+            .filter(|entry| entry.path().extension().is_some_and(|e| e == "safetensors"))
+            .map(|entry| file_size(&entry.path()))
+            .sum()
+    })
+}
+
+/// Memory the system can give without swapping, where the platform says (Linux's
+/// `MemAvailable`); `None` elsewhere, which leaves the context uncapped.
+pub fn available_memory() -> Option<u64> {
+    memory::available_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(context: usize) -> ModelConfig {
+        let mut json: serde_json::Value = serde_json::from_str(include_str!(
+            "../../tests/fixtures/smollm2-135m-instruct/config.json"
+        ))
+        .expect("JSON");
+        json["max_position_embeddings"] = context.into();
+        ModelConfig::from_json(&json.to_string()).expect("valid")
+    }
+
+    #[test]
+    fn the_context_is_the_models_own_when_it_fits() {
+        // SmolLM2-135M: 30 layers, 3 KV heads of 64: 46,080 bytes a position.
+        let plan = MemoryPlan::new(&config(8192), 270_000_000, Some(16_000_000_000));
+        assert_eq!(plan.kv_bytes_per_token, 30 * 2 * 3 * 64 * 4);
+        assert_eq!(plan.context, 8192);
+        assert!(
+            plan.describe()
+                .starts_with("weights 0.3 GB + KV cache up to 0.4 GB")
+        );
+        assert_eq!(MemoryPlan::new(&config(8192), 0, None).context, 8192);
+    }
+
+    #[test]
+    fn a_context_that_does_not_fit_is_capped_to_what_does() {
+        // 80% of 1 GB less 0.3 GB of weights leaves room for 10,850 positions.
+        let plan = MemoryPlan::new(&config(131_072), 300_000_000, Some(1_000_000_000));
+        assert_eq!(plan.context, 10 * 1024);
+        assert!(plan.describe().contains("the model's 131072 would not fit"));
+        // Never below the minimum, however little is free.
+        let starved = MemoryPlan::new(&config(131_072), 300_000_000, Some(100_000_000));
+        assert_eq!(starved.context, MIN_CONTEXT);
+    }
+}
