@@ -59,8 +59,16 @@ pub struct ServerConfig {
 
 impl ServerConfig {
     /// Refuses to listen beyond this machine without an API key: anyone on the network could
-    /// otherwise use the model.
+    /// otherwise use the model. An empty or blank key is no key: `Bearer ` with nothing after
+    /// it would pass, so it is refused rather than taken for one.
     pub fn check(&self) -> Result<(), String> {
+        if self
+            .api_key
+            .as_ref()
+            .is_some_and(|key| key.trim().is_empty())
+        {
+            return Err("the API key is empty; give a key of visible characters, or none".into());
+        }
         if !self.host.is_loopback() && self.api_key.is_none() {
             return Err(format!(
                 "serving on {} would let other machines use the model; set an API key too",
@@ -481,4 +489,33 @@ fn stream(responder: Responder, job: Job, outputs: UnboundedReceiver<Output>) ->
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     (headers, Body::from_stream(chunks)).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ServerConfig;
+
+    fn config(host: &str, api_key: Option<&str>) -> ServerConfig {
+        ServerConfig {
+            host: host.parse().expect("an address"),
+            port: 0,
+            api_key: api_key.map(str::to_owned),
+            cors: false,
+            model_names: vec!["m".into()],
+            max_body_bytes: 1 << 20,
+        }
+    }
+
+    /// `serve --host 0.0.0.0 --api-key ""` served everyone: an empty key is no key.
+    #[test]
+    fn an_empty_or_blank_api_key_is_refused_at_start() {
+        for blank in ["", "  ", "\t\n"] {
+            let err = config("0.0.0.0", Some(blank)).check().expect_err("refused");
+            assert!(err.contains("API key is empty"), "{err}");
+            assert!(config("127.0.0.1", Some(blank)).check().is_err());
+        }
+        assert!(config("0.0.0.0", None).check().is_err());
+        assert!(config("0.0.0.0", Some("s3cret")).check().is_ok());
+        assert!(config("127.0.0.1", None).check().is_ok());
+    }
 }
