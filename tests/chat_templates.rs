@@ -84,3 +84,35 @@ fn llama3_writes_todays_date() {
     );
     assert!(!rendered.contains("26 Jul 2024"), "{rendered}");
 }
+
+/// A template is code from whoever made the model: one that asks for exabytes, loops without
+/// end, or writes without end fails with an error naming the template, and the app goes on.
+#[test]
+fn a_hostile_template_is_an_error_not_a_crash_or_a_hang() {
+    let cases = [
+        ("{{ 'a'|indent(2**62) }}", "indent width"),
+        (
+            "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+            "fuel",
+        ),
+        (
+            "{% for i in range(100000) %}{{ 'a' * 1000 }}{% endfor %}",
+            "longer than 16 MiB",
+        ),
+    ];
+    for (source, expected) in cases {
+        let started = std::time::Instant::now();
+        let template = ChatTemplate::from_template_text(source, None, None).expect("parses");
+        let err = template
+            .render(&[ChatMessage::user("Hi")], true)
+            .expect_err("refused");
+        let message = format!("{err}: {:?}", std::error::Error::source(&err));
+        assert!(message.contains("the custom template"), "{message}");
+        assert!(message.contains(expected), "{source}: {message}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(20),
+            "{source}: {:?}",
+            started.elapsed()
+        );
+    }
+}

@@ -268,10 +268,45 @@ impl ChatTemplate {
             origin: self.source.to_string(),
             source: err,
         };
+        let mut out = BoundedOutput::default();
         self.env
             .get_template(TEMPLATE_NAME)
-            .and_then(|template| template.render(&context))
-            .map_err(render_error)
+            .and_then(|template| template.render_captured_to(&context, &mut out).map(drop))
+            .map_err(render_error)?;
+        String::from_utf8(out.bytes).map_err(|err| {
+            render_error(minijinja::Error::new(
+                minijinja::ErrorKind::InvalidOperation,
+                format!("the template wrote invalid UTF-8: {err}"),
+            ))
+        })
+    }
+}
+
+/// The longest prompt text a template may write: far beyond any context these models have
+/// (a token is a few bytes), and small enough that a template written to fill memory stops
+/// long before it does.
+const MAX_RENDERED_BYTES: usize = 16 << 20;
+
+/// Where a rendering is written: it fails once the text passes [`MAX_RENDERED_BYTES`].
+#[derive(Default)]
+struct BoundedOutput {
+    bytes: Vec<u8>,
+}
+
+impl std::io::Write for BoundedOutput {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + data.len() > MAX_RENDERED_BYTES {
+            return Err(std::io::Error::other(format!(
+                "the prompt would be longer than {} MiB",
+                MAX_RENDERED_BYTES >> 20
+            )));
+        }
+        self.bytes.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
