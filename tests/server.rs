@@ -29,6 +29,14 @@ struct Fixture {
 
 impl Fixture {
     fn start(queue_limit: usize, api_key: Option<&str>) -> Self {
+        Self::start_configured(queue_limit, api_key, |_| {})
+    }
+
+    fn start_configured(
+        queue_limit: usize,
+        api_key: Option<&str>,
+        configure: impl FnOnce(&mut ServerConfig),
+    ) -> Self {
         let engine = EngineHandle::spawn_with(EngineOptions { queue_limit }, || {}).expect("spawn");
         engine.load_model(
             ModelSource::Folder(tiny_model_dir()),
@@ -41,14 +49,16 @@ impl Fixture {
                 _ => {}
             }
         }
-        let config = ServerConfig {
+        let mut config = ServerConfig {
             host: [127, 0, 0, 1].into(),
             port: 0,
             api_key: api_key.map(str::to_string),
-            cors: false,
+            cors: Vec::new(),
+            allowed_hosts: Vec::new(),
             model_names: vec![MODEL.to_string()],
             max_body_bytes: MAX_BODY,
         };
+        configure(&mut config);
         let server = Server::bind(config, engine.clone_client())
             .expect("bind")
             .spawn()
@@ -726,5 +736,94 @@ fn a_client_that_hangs_up_before_a_whole_reply_frees_the_engine_within_a_token()
     assert!(
         spent <= at_hang_up + 2 + 2,
         "{spent} tokens; {at_hang_up} when the client hung up"
+    );
+}
+
+/// One request written by hand (its head's lines, then `body`), on a connection that closes
+/// after it: the status and the whole response.
+fn raw_request(address: SocketAddr, head: &[&str], body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream
+        .set_read_timeout(Some(http::TIMEOUT))
+        .expect("timeout");
+    let mut request = head.join("\r\n");
+    request.push_str(&format!(
+        "\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {response:?}"));
+    (status, response)
+}
+
+/// A page whose name an attacker points at 127.0.0.1 (DNS rebinding) sends its own Host; a
+/// page on another origin sends its Origin; a form post sends text/plain. None reaches the
+/// model unless the server was told to allow it.
+#[test]
+fn requests_from_web_pages_and_foreign_hosts_are_refused() {
+    let f = Fixture::start_configured(4, None, |config| {
+        config.cors = vec!["http://localhost:3000".into()];
+        config.allowed_hosts = vec!["chat.example.org".into()];
+    });
+    let address = f.address();
+    let chat = chat_body("Hi", 0.0, 1, 2).to_string();
+    let post = |host: &str, extra: &[&str], body: &str| {
+        let host = format!("Host: {host}");
+        let mut head = vec!["POST /v1/chat/completions HTTP/1.1", host.as_str()];
+        head.extend(extra);
+        raw_request(address, &head, body)
+    };
+    let json = "Content-Type: application/json";
+    let port = address.port();
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        "LOCALHOST".into(),
+        format!("[::1]:{port}"),
+        "chat.example.org:443".into(),
+    ] {
+        assert_eq!(post(&host, &[json], &chat).0, 200, "Host {host}");
+    }
+    let (status, response) = post("attacker.example", &[json], &chat);
+    assert_eq!(status, 403, "{response}");
+    assert!(response.contains("attacker.example"), "{response}");
+    assert_eq!(
+        post(&format!("attacker.example:{port}"), &[json], &chat).0,
+        403
+    );
+
+    let (status, response) = post("localhost", &["Content-Type: text/plain"], &chat);
+    assert_eq!(status, 415, "{response}");
+    assert!(response.contains("application/json"), "{response}");
+    assert_eq!(post("localhost", &[], &chat).0, 415);
+    let charset = "Content-Type: application/json; charset=utf-8";
+    assert_eq!(post("localhost", &[charset], &chat).0, 200);
+
+    let (status, response) = post("localhost", &[json, "Origin: http://evil.example"], &chat);
+    assert_eq!(status, 403, "{response}");
+    let (status, response) = post("localhost", &[json, "Origin: http://localhost:3000"], &chat);
+    assert_eq!(status, 200, "{response}");
+    assert!(
+        response.contains("access-control-allow-origin: http://localhost:3000"),
+        "{response}"
+    );
+    let preflight = [
+        "OPTIONS /v1/chat/completions HTTP/1.1",
+        "Host: localhost",
+        "Origin: http://localhost:3000",
+        "Access-Control-Request-Method: POST",
+    ];
+    let (status, response) = raw_request(address, &preflight, "");
+    assert_eq!(status, 204, "{response}");
+    assert!(
+        response.contains("access-control-allow-methods"),
+        "{response}"
     );
 }

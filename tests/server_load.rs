@@ -134,7 +134,8 @@ fn concurrent_streams_are_all_served_a_burst_is_refused_and_memory_returns() {
         host: [127, 0, 0, 1].into(),
         port: 0,
         api_key: None,
-        cors: false,
+        cors: Vec::new(),
+        allowed_hosts: Vec::new(),
         model_names: vec!["tiny-smollm".into()],
         max_body_bytes: smolchat::server::DEFAULT_MAX_BODY_BYTES,
     };

@@ -26,9 +26,14 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on every request (except /health).
     #[arg(long)]
     api_key: Option<String>,
-    /// Allow browsers on other origins to call the API.
-    #[arg(long)]
-    cors: bool,
+    /// A web origin whose pages may call the API (`http://localhost:3000`), or `*` for any;
+    /// repeat it for more. Without it, requests from web pages are refused.
+    #[arg(long, value_name = "ORIGIN")]
+    cors: Vec<String>,
+    /// A host name requests may be addressed to besides localhost, for a reverse proxy in
+    /// front of a loopback server; repeat it for more.
+    #[arg(long, value_name = "NAME")]
+    allowed_hosts: Vec<String>,
     /// Requests that may wait behind the running one; more get 503 with Retry-After.
     #[arg(long, default_value_t = DEFAULT_QUEUE_LIMIT)]
     queue: usize,
@@ -60,6 +65,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         port: args.port,
         api_key: args.api_key,
         cors: args.cors,
+        allowed_hosts: args.allowed_hosts,
         model_names: model_names(&args.model, &source),
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
     };

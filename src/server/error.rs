@@ -66,6 +66,20 @@ impl ApiError {
         .with_code("invalid_api_key")
     }
 
+    /// A request this server does not take from where it came (Host, Origin).
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "invalid_request_error", message).with_code("forbidden")
+    }
+
+    pub fn unsupported_media_type(found: &str) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            format!("the body must be sent as Content-Type: application/json, not {found:?}"),
+        )
+        .with_code("unsupported_media_type")
+    }
+
     pub fn unknown_model(asked: &str, served: &str) -> Self {
         let mut error = Self::new(
             StatusCode::NOT_FOUND,

@@ -50,8 +50,12 @@ pub struct ServerConfig {
     pub port: u16,
     /// Required as `Authorization: Bearer KEY` on every endpoint but `/health` when set.
     pub api_key: Option<String>,
-    /// Answer browsers' cross-origin requests (`Access-Control-Allow-Origin: *`).
-    pub cors: bool,
+    /// Web origins (`http://localhost:3000`) whose pages may call the API, or `*` for any;
+    /// a request from any other page is refused.
+    pub cors: Vec<String>,
+    /// Host names beside this machine's own that requests may be addressed to, for a reverse
+    /// proxy in front of a loopback server.
+    pub allowed_hosts: Vec<String>,
     /// What `/v1/models` lists, then the other names a request's `model` may give.
     pub model_names: Vec<String>,
     pub max_body_bytes: usize,
@@ -202,7 +206,7 @@ impl Drop for RunningServer {
 
 fn router(state: AppState) -> Router {
     let state = Arc::new(state);
-    let mut router = Router::new()
+    Router::new()
         .route("/v1/models", get(models))
         .route("/v1/models/{*model}", get(model))
         .route("/v1/chat/completions", post(chat_completions))
@@ -215,11 +219,99 @@ fn router(state: AppState) -> Router {
             Arc::clone(&state),
             authorize,
         ))
-        .with_state(Arc::clone(&state));
-    if state.config.cors {
-        router = router.layer(middleware::from_fn(cors));
+        .layer(middleware::from_fn_with_state(Arc::clone(&state), guard))
+        .with_state(Arc::clone(&state))
+}
+
+/// What a request must be before anything reads it:
+/// - addressed to this machine (`Host`), when the server listens on loopback: a web page
+///   whose name an attacker points at 127.0.0.1 (DNS rebinding, Ollama's CVE-2024-28224)
+///   sends its own host name;
+/// - from no web page, or one `--cors` names: a page cannot use the model behind its user's
+///   back;
+/// - JSON when it is a POST: a page's `text/plain` form posts need no preflight.
+///
+/// The answers to allowed pages carry the CORS headers, and their preflights are answered here.
+async fn guard(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let config = &state.config;
+    let headers = request.headers();
+    if config.host.is_loopback() {
+        let host = headers
+            .get(header::HOST)
+            .and_then(|value| value.to_str().ok())
+            .or_else(|| request.uri().authority().map(|a| a.as_str()))
+            .unwrap_or_default();
+        if !is_local_host(host) && !config.allowed_hosts.iter().any(|h| h == host_name(host)) {
+            return ApiError::forbidden(format!(
+                "requests to this server must be addressed to localhost, not {host:?} (a reverse proxy's name can be allowed with --allowed-hosts)"
+            ))
+            .into_response();
+        }
     }
-    router
+    let origin = headers
+        .get(header::ORIGIN)
+        .map(|value| value.to_str().unwrap_or_default().to_owned());
+    if let Some(origin) = &origin
+        && !config
+            .cors
+            .iter()
+            .any(|allowed| allowed == "*" || allowed == origin)
+    {
+        return ApiError::forbidden(format!(
+            "web pages may not call this server: {origin:?} is not among the origins --cors allows"
+        ))
+        .into_response();
+    }
+    let preflight = request.method() == Method::OPTIONS && origin.is_some();
+    if request.method() == Method::POST {
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .map(|value| value.to_str().unwrap_or_default())
+            .unwrap_or_default();
+        let mime = content_type.split(';').next().unwrap_or_default().trim();
+        if !mime.eq_ignore_ascii_case("application/json") {
+            return ApiError::unsupported_media_type(content_type).into_response();
+        }
+    }
+    let mut response = if preflight {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        next.run(request).await
+    };
+    if let Some(origin) = origin {
+        let headers = response.headers_mut();
+        if let Ok(origin) = HeaderValue::from_str(&origin) {
+            headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+            headers.insert(header::VARY, HeaderValue::from_static("origin"));
+        }
+        for (name, value) in [
+            (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, OPTIONS"),
+            (
+                header::ACCESS_CONTROL_ALLOW_HEADERS,
+                "authorization, content-type",
+            ),
+        ] {
+            headers.insert(name, HeaderValue::from_static(value));
+        }
+    }
+    response
+}
+
+/// The name part of a `Host` header: without its port, and an IPv6 address without brackets.
+fn host_name(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or_default();
+    }
+    host.rsplit_once(':').map_or(host, |(name, _)| name)
+}
+
+/// `localhost` or a loopback address, with any port.
+fn is_local_host(host: &str) -> bool {
+    let name = host_name(host);
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// `Authorization: Bearer KEY`, compared in constant time; `/health` stays open for probes.
@@ -245,27 +337,6 @@ async fn authorize(State(state): State<Arc<AppState>>, request: Request, next: N
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-/// Only with `--cors`: any origin may call, and preflight requests are answered here.
-async fn cors(request: Request, next: Next) -> Response {
-    let mut response = if request.method() == Method::OPTIONS {
-        StatusCode::NO_CONTENT.into_response()
-    } else {
-        next.run(request).await
-    };
-    let headers = response.headers_mut();
-    for (name, value) in [
-        (header::ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
-        (header::ACCESS_CONTROL_ALLOW_METHODS, "GET, POST, OPTIONS"),
-        (
-            header::ACCESS_CONTROL_ALLOW_HEADERS,
-            "authorization, content-type",
-        ),
-    ] {
-        headers.insert(name, HeaderValue::from_static(value));
-    }
-    response
 }
 
 async fn unknown_path(method: Method, uri: Uri) -> ApiError {
@@ -500,7 +571,8 @@ mod tests {
             host: host.parse().expect("an address"),
             port: 0,
             api_key: api_key.map(str::to_owned),
-            cors: false,
+            cors: Vec::new(),
+            allowed_hosts: Vec::new(),
             model_names: vec!["m".into()],
             max_body_bytes: 1 << 20,
         }

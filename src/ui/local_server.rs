@@ -106,7 +106,8 @@ fn start(wanted: &Started, engine: &EngineHandle) -> Result<RunningServer, Strin
         host,
         port: settings.port,
         api_key,
-        cors: false,
+        cors: Vec::new(),
+        allowed_hosts: Vec::new(),
         model_names: vec![wanted.model.clone()],
         max_body_bytes: DEFAULT_MAX_BODY_BYTES,
     };
