@@ -159,7 +159,7 @@ fn sliders_change_what_the_next_reply_uses() {
     let record = last_reply(harness.state()).generation.clone().unwrap();
     assert_eq!(record.sampling.temperature, 0.0);
     assert_eq!(record.sampling.top_p, 0.5);
-    let saved = Settings::load(&paths.settings_file()).unwrap();
+    let saved = Settings::load(&paths.settings_file()).0;
     assert_eq!(saved.sampling.temperature, 0.0);
     assert_eq!(saved.sampling.top_p, 0.5);
 }
@@ -232,7 +232,7 @@ fn without_a_model_the_first_run_screen_offers_download_and_folder() {
     harness.step();
     harness.get_by_label(labels::USE_FOLDER).click();
     wait_until(&mut harness, "the model", |app| app.state().model_ready());
-    let saved = Settings::load(&paths.settings_file()).unwrap();
+    let saved = Settings::load(&paths.settings_file()).0;
     assert_eq!(saved.model_folder, Some(fixture()));
 }
 

@@ -345,8 +345,8 @@ fn errors_banner(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>)
 /// Opens the window; returns when it is closed.
 pub fn run(paths: Paths) -> Result<(), String> {
     let size = Settings::load(&paths.settings_file())
-        .ok()
-        .and_then(|settings| settings.window_size)
+        .0
+        .window_size
         .filter(|[width, height]| *width >= 600.0 && *height >= 400.0)
         .unwrap_or([1100.0, 720.0]);
     let mut viewport = egui::ViewportBuilder::default()

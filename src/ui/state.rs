@@ -110,12 +110,8 @@ impl AppState {
     /// (the window passes [`EngineHandle::spawn`], tests a scripted engine).
     pub fn new(paths: Paths, engine: EngineHandle) -> Self {
         let mut errors = Vec::new();
-        let settings = Settings::load(&paths.settings_file()).unwrap_or_else(|problem| {
-            errors.push(format!(
-                "{problem}. Default settings are used; changing any setting rewrites the file."
-            ));
-            Settings::default()
-        });
+        let (settings, problem) = Settings::load(&paths.settings_file());
+        errors.extend(problem.map(|problem| format!("Settings: {problem}.")));
         let store = ConversationStore::new(paths.conversations_dir());
         let (mut conversations, problems) = store.load_all();
         errors.extend(problems.into_iter().map(|problem| {

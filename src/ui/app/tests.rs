@@ -146,7 +146,7 @@ fn quit_closes_the_window_and_the_draft_and_size_come_back() {
     assert!(closed, "Ctrl+Q did not close the window");
     harness.state_mut().remember_window();
 
-    let saved = crate::store::Settings::load(&Paths::under(dir.path()).settings_file()).unwrap();
+    let saved = crate::store::Settings::load(&Paths::under(dir.path()).settings_file()).0;
     assert_eq!(saved.draft, "half a thought");
     assert_eq!(saved.window_size, Some([1100.0, 720.0]));
     let (handle, _engine) = ScriptedEngine::new();
@@ -165,7 +165,7 @@ fn the_theme_follows_the_choice_and_is_remembered() {
         harness.step();
         assert_eq!(harness.ctx.theme(), theme);
     }
-    let saved = crate::store::Settings::load(&Paths::under(dir.path()).settings_file()).unwrap();
+    let saved = crate::store::Settings::load(&Paths::under(dir.path()).settings_file()).0;
     assert_eq!(saved.theme, crate::store::Theme::Dark);
 }
 

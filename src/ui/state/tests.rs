@@ -518,7 +518,7 @@ fn another_backend_reloads_the_model_and_is_saved() {
     }
     assert!(matches!(f.state.model(), ModelStatus::Loading(..)));
     let saved = crate::store::Settings::load(&Paths::under(f.dir.path()).settings_file());
-    assert_eq!(saved.unwrap(), settings);
+    assert_eq!(saved, (settings, None));
 }
 
 #[test]
@@ -606,7 +606,7 @@ fn the_server_switch_serves_the_loaded_model_and_stops() {
         status_line(address, "/v1/models").unwrap(),
         "HTTP/1.1 200 OK"
     );
-    let saved = crate::store::Settings::load(&Paths::under(f.dir.path()).settings_file()).unwrap();
+    let saved = crate::store::Settings::load(&Paths::under(f.dir.path()).settings_file()).0;
     assert!(saved.server.enabled, "the switch is remembered");
 
     assert!(f.state.apply(UiCommand::ToggleServer));
