@@ -45,7 +45,8 @@ fn kill_9_mid_reply_leaves_a_loadable_conversation() {
         );
         if file.exists() {
             // Every read must parse: an atomic save is never seen half-written.
-            let conversation = ConversationStore::load_file(&file).unwrap();
+            let (conversation, left_out) = ConversationStore::load_file(&file).unwrap();
+            assert_eq!(left_out, None);
             if partial(&conversation) {
                 break;
             }
@@ -55,7 +56,8 @@ fn kill_9_mid_reply_leaves_a_loadable_conversation() {
     child.kill().unwrap();
     child.wait().unwrap();
 
-    let conversation = ConversationStore::load_file(&file).unwrap();
+    let (conversation, left_out) = ConversationStore::load_file(&file).unwrap();
+    assert_eq!(left_out, None);
     assert!(partial(&conversation));
     assert_eq!(conversation.messages[0].content, "Write a very long essay");
     let (all, problems) = ConversationStore::new(file.parent().unwrap()).load_all();

@@ -303,6 +303,10 @@ impl ConversationStore {
 
     /// Appends what a streaming reply gained to conversation `id`'s file, on disk before it
     /// returns; the bytes written.
+    ///
+    /// An append that fails (a full disk can take half a line) is cut off again, so that the
+    /// file ends where it did: a half line that later appends continued would no longer be
+    /// the last one, and would hide the whole conversation.
     pub fn append(&self, id: &str, appended: &Appended) -> io::Result<usize> {
         let mut line =
             serde_json::to_vec(&Record::Append(appended.clone())).map_err(io::Error::other)?;
@@ -310,15 +314,23 @@ impl ConversationStore {
         let mut file = std::fs::OpenOptions::new()
             .append(true)
             .open(self.path(id))?;
-        file.write_all(&line)?;
-        file.sync_data()?;
+        let before = file.metadata()?.len();
+        let written = file.write_all(&line).and_then(|()| file.sync_data());
+        if let Err(err) = written {
+            // If even this fails, the half line is the last one, which loading ignores.
+            let _ = file.set_len(before).and_then(|()| file.sync_data());
+            return Err(err);
+        }
         Ok(line.len())
     }
 
-    pub fn load_file(path: &Path) -> Result<Conversation, String> {
+    /// The conversation in `path`, and what of it could not be read, if anything: a damaged
+    /// line keeps everything before it, and only what came after it is left out.
+    pub fn load_file(path: &Path) -> Result<(Conversation, Option<String>), String> {
         let bytes =
             std::fs::read(path).map_err(|err| format!("cannot read {}: {err}", path.display()))?;
         let damaged = |reason: String| format!("{} is damaged: {reason}", path.display());
+        let mut left_out = None;
         // Format 1, or a snapshot alone.
         let mut conversation: Conversation = match serde_json::from_slice(&bytes) {
             Ok(conversation) => conversation,
@@ -329,11 +341,23 @@ impl ConversationStore {
                     serde_json::from_slice(first).map_err(|_| damaged(whole.to_string()))?;
                 let rest: Vec<&[u8]> = lines.filter(|line| !line.is_empty()).collect();
                 for (index, line) in rest.iter().enumerate() {
-                    match serde_json::from_slice::<Record>(line) {
-                        Ok(record) => conversation.apply(record).map_err(damaged)?,
+                    let applied = serde_json::from_slice::<Record>(line)
+                        .map_err(|err| err.to_string())
+                        .and_then(|record| conversation.apply(record));
+                    match applied {
+                        Ok(()) => {}
                         // Cut short by a crash while being written: what came before stands.
                         Err(_) if index + 1 == rest.len() => {}
-                        Err(err) => return Err(damaged(format!("line {}: {err}", index + 2))),
+                        Err(err) => {
+                            left_out = Some(format!(
+                                "{}: line {} is damaged ({err}); the conversation is shown as it was before it, without what {} later line{} added",
+                                path.display(),
+                                index + 2,
+                                rest.len() - index,
+                                if rest.len() - index == 1 { "" } else { "s" }
+                            ));
+                            break;
+                        }
                     }
                 }
                 conversation
@@ -347,11 +371,11 @@ impl ConversationStore {
             ));
         }
         conversation.format_version = FORMAT_VERSION;
-        Ok(conversation)
+        Ok((conversation, left_out))
     }
 
     /// Every readable conversation, newest first, plus a message per file that could not be
-    /// read (shown to the user, never fatal).
+    /// read whole (shown to the user as it is, never fatal).
     pub fn load_all(&self) -> (Vec<Conversation>, Vec<String>) {
         let mut conversations = Vec::new();
         let mut problems = Vec::new();
@@ -359,7 +383,7 @@ impl ConversationStore {
             Ok(entries) => entries,
             Err(err) if err.kind() == io::ErrorKind::NotFound => return (conversations, problems),
             Err(err) => {
-                problems.push(format!("cannot list {}: {err}", self.dir.display()));
+                problems.push(format!("cannot list {}: {err}.", self.dir.display()));
                 return (conversations, problems);
             }
         };
@@ -369,10 +393,18 @@ impl ConversationStore {
             let is_temp = path
                 .file_name()
                 .is_some_and(|name| name.to_string_lossy().starts_with('.'));
-            if is_json && !is_temp {
+            // Reading a named pipe would wait for a writer for ever; only plain files (or
+            // links to them) are conversations.
+            let is_file = std::fs::metadata(&path).is_ok_and(|meta| meta.is_file());
+            if is_json && !is_temp && is_file {
                 match Self::load_file(&path) {
-                    Ok(conversation) => conversations.push(conversation),
-                    Err(problem) => problems.push(problem),
+                    Ok((conversation, left_out)) => {
+                        conversations.push(conversation);
+                        problems.extend(left_out.map(|left_out| format!("{left_out}.")));
+                    }
+                    Err(problem) => problems.push(format!(
+                        "{problem}. That conversation is not shown; the file is left untouched."
+                    )),
                 }
             }
         }
@@ -458,19 +490,60 @@ mod tests {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes.extend_from_slice(br#"{"append":{"message":1,"text":" the"#);
         std::fs::write(&path, &bytes).unwrap();
-        let loaded = ConversationStore::load_file(&path).unwrap();
+        let (loaded, left_out) = ConversationStore::load_file(&path).unwrap();
+        assert_eq!(left_out, None, "a torn last line is a crash, not damage");
         let reply = &loaded.messages[1];
         assert_eq!(reply.content, " Once upon a time");
         assert_eq!(reply.generation.as_ref().unwrap().tokens.len(), 4);
+    }
 
-        // A broken line before the last is damage, reported, not skipped.
-        bytes.extend_from_slice(b"\n{}\n");
+    /// A full disk could leave a half line that later appends continued; the conversation
+    /// was then hidden whole. What came before the damaged line is kept, and the loss named.
+    #[test]
+    fn a_damaged_line_keeps_everything_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ConversationStore::new(dir.path());
+        let conversation = streaming_conversation();
+        store.save(&conversation).unwrap();
+        let path = store.path(&conversation.id);
+        let append = |text: &str| {
+            let appended = Appended {
+                message: 1,
+                text: text.into(),
+                tokens: vec![token(text)],
+            };
+            store.append(&conversation.id, &appended).unwrap();
+        };
+        append(" Once");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend_from_slice(br#"{"append":{"message":1,"te"#);
         std::fs::write(&path, &bytes).unwrap();
-        assert!(
-            ConversationStore::load_file(&path)
-                .unwrap_err()
-                .contains("is damaged")
-        );
+        append(" upon");
+        append(" a time");
+        let (loaded, left_out) = ConversationStore::load_file(&path).unwrap();
+        assert_eq!(loaded.messages[1].content, " Once");
+        let left_out = left_out.expect("the loss is named");
+        assert!(left_out.contains("line 3 is damaged"), "{left_out}");
+        assert!(left_out.contains("2 later lines"), "{left_out}");
+        let (all, problems) = store.load_all();
+        assert_eq!(all.len(), 1, "the conversation is listed");
+        assert_eq!(problems, [format!("{left_out}.")]);
+    }
+
+    /// A named pipe called `x.json` made start-up wait for a writer for ever.
+    #[cfg(unix)]
+    #[test]
+    fn a_named_pipe_in_the_folder_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("x.json");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        let store = ConversationStore::new(dir.path());
+        let (all, problems) = store.load_all();
+        assert!(all.is_empty() && problems.is_empty());
     }
 
     #[test]
@@ -481,7 +554,7 @@ mod tests {
         old.format_version = 1;
         let path = store.path(&old.id);
         std::fs::write(&path, serde_json::to_vec_pretty(&old).unwrap()).unwrap();
-        let loaded = ConversationStore::load_file(&path).unwrap();
+        let (loaded, _) = ConversationStore::load_file(&path).unwrap();
         assert_eq!(loaded.messages, old.messages);
         assert_eq!(loaded.format_version, FORMAT_VERSION);
         store.save(&loaded).unwrap();
@@ -528,7 +601,7 @@ mod tests {
                 .unwrap();
         }
         // Both end with the whole conversation written once more when the reply finishes.
-        let loaded = ConversationStore::load_file(&store.path(&conversation.id)).unwrap();
+        let (loaded, _) = ConversationStore::load_file(&store.path(&conversation.id)).unwrap();
         assert_eq!(loaded.messages, conversation.messages);
         store.save(&conversation).unwrap();
         rewritten += conversation.to_json().unwrap().len();

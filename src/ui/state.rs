@@ -114,9 +114,7 @@ impl AppState {
         errors.extend(problem.map(|problem| format!("Settings: {problem}.")));
         let store = ConversationStore::new(paths.conversations_dir());
         let (mut conversations, problems) = store.load_all();
-        errors.extend(problems.into_iter().map(|problem| {
-            format!("{problem}. That conversation is not shown; the file is left untouched.")
-        }));
+        errors.extend(problems);
         if conversations.is_empty() {
             conversations.push(Conversation::new());
         }

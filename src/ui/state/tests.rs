@@ -93,7 +93,7 @@ impl Fixture {
     /// The current conversation as its file holds it.
     fn saved(&self) -> crate::store::Conversation {
         let path = self.state.conversation_path(&self.state.current().id);
-        ConversationStore::load_file(&path).unwrap()
+        ConversationStore::load_file(&path).unwrap().0
     }
 }
 
