@@ -546,11 +546,12 @@ impl ModelConfig {
                 "must be a positive number",
             ));
         }
-        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
+        // Zero is refused as a GGUF file's is: a row of zeros would then divide by zero.
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps > 0.0) {
             return Err(unsupported(
                 "rms_norm_eps",
                 self.rms_norm_eps,
-                "must be a non-negative number",
+                "must be a positive number",
             ));
         }
         Ok(())
@@ -668,6 +669,19 @@ mod tests {
         assert!(ModelConfig::from_json(&json.to_string()).is_ok());
         json["partial_rotary_factor"] = 0.75.into();
         assert_eq!(rejected_field(&json.to_string()), "partial_rotary_factor");
+    }
+
+    /// `rms_norm_eps` 0 was accepted from config.json and refused from GGUF.
+    #[test]
+    fn rms_norm_eps_must_be_positive_in_either_format() {
+        assert_eq!(
+            rejected_field(&with("rms_norm_eps", 0.0.into())),
+            "rms_norm_eps"
+        );
+        assert_eq!(
+            rejected_field(&with("rms_norm_eps", (-1e-6).into())),
+            "rms_norm_eps"
+        );
     }
 
     #[test]

@@ -246,18 +246,28 @@ fn messages(fields: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
                     "must be an object",
                 ));
             };
-            let role = match message.get("role").and_then(Value::as_str) {
+            let role = match message.get("role") {
                 // OpenAI's newer name for the system role.
-                Some("system" | "developer") => Role::System,
-                Some("user") => Role::User,
-                Some("assistant") => Role::Assistant,
-                Some(other) => {
+                Some(Value::String(role)) if role == "system" || role == "developer" => {
+                    Role::System
+                }
+                Some(Value::String(role)) if role == "user" => Role::User,
+                Some(Value::String(role)) if role == "assistant" => Role::Assistant,
+                Some(Value::String(other)) => {
                     return Err(ApiError::invalid(
                         &field("role"),
                         format!("{other:?} is not supported; use system, user or assistant"),
                     ));
                 }
-                None => return Err(ApiError::invalid(&field("role"), "is required")),
+                None | Some(Value::Null) => {
+                    return Err(ApiError::invalid(&field("role"), "is required"));
+                }
+                Some(other) => {
+                    return Err(ApiError::invalid(
+                        &field("role"),
+                        format!("must be a string (system, user or assistant), not {other}"),
+                    ));
+                }
             };
             let content = match message.get("content") {
                 Some(Value::String(text)) => text.clone(),
@@ -501,6 +511,9 @@ mod tests {
         };
         assert_eq!(messages[1], expected("Hello.", "A greeting."));
         assert_eq!(messages[3], expected("More.", "More."));
+        let role = json!({"messages": [{"role": 1, "content": "x"}]});
+        let err = parsed(Endpoint::Chat, role).expect_err("refused");
+        assert!(err.message.contains("must be a string"), "{}", err.message);
         let bad =
             json!({"messages": [{"role": "assistant", "content": "x", "reasoning_content": 1}]});
         let err = parsed(Endpoint::Chat, bad).expect_err("refused");
