@@ -32,6 +32,19 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// Variables a template reads beside the conversation, by name.
 pub type TemplateVariables = serde_json::Map<String, Json>;
 
+/// A rendered prompt in pieces: what the template wrote (its markers among it), and what
+/// people wrote, which is tokenized as text (see [`crate::text::TextTokenizer::encode_as_text`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PromptPiece {
+    Template(String),
+    Written(String),
+}
+
+/// Unicode noncharacters, reserved for a program's internal use: they bracket what people
+/// wrote while the template runs, so that it can be found in what the template wrote.
+const WRITTEN_START: char = '\u{FDD0}';
+const WRITTEN_END: char = '\u{FDD1}';
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -242,6 +255,39 @@ impl ChatTemplate {
         self.render_with(messages, add_generation_prompt, &TemplateVariables::new())
     }
 
+    /// [`ChatTemplate::render_with`] in pieces, the system and user messages' text apart
+    /// from what the template wrote around it. A template that copies, cuts or reorders a
+    /// message's text beyond recognition gets its rendering back as one template piece.
+    pub fn render_pieces(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        variables: &TemplateVariables,
+    ) -> Result<Vec<PromptPiece>> {
+        let bracketed: Vec<ChatMessage> = messages
+            .iter()
+            .map(|message| match message.role {
+                Role::Assistant => message.clone(),
+                Role::System | Role::User => {
+                    let text: String = message
+                        .content
+                        .chars()
+                        .filter(|&c| c != WRITTEN_START && c != WRITTEN_END)
+                        .collect();
+                    ChatMessage {
+                        content: format!("{WRITTEN_START}{text}{WRITTEN_END}"),
+                        ..message.clone()
+                    }
+                }
+            })
+            .collect();
+        let rendered = self.render_with(&bracketed, add_generation_prompt, variables)?;
+        Ok(split_written(&rendered).unwrap_or_else(|| {
+            let plain = rendered.replace([WRITTEN_START, WRITTEN_END], "");
+            vec![PromptPiece::Template(plain)]
+        }))
+    }
+
     /// [`ChatTemplate::render`] with more variables for the template, as transformers'
     /// `apply_chat_template` passes its keyword arguments: `enable_thinking` for Qwen3's and
     /// SmolLM3's templates, for example.
@@ -280,6 +326,29 @@ impl ChatTemplate {
             ))
         })
     }
+}
+
+/// `rendered` cut at the brackets around what people wrote; `None` when they do not pair up.
+fn split_written(rendered: &str) -> Option<Vec<PromptPiece>> {
+    let mut pieces = Vec::new();
+    let mut rest = rendered;
+    while let Some(start) = rest.find(WRITTEN_START) {
+        let (before, after) = rest.split_at(start);
+        let after = &after[WRITTEN_START.len_utf8()..];
+        let end = after.find(WRITTEN_END)?;
+        if after[..end].contains(WRITTEN_START) {
+            return None;
+        }
+        pieces.push(PromptPiece::Template(before.to_owned()));
+        pieces.push(PromptPiece::Written(after[..end].to_owned()));
+        rest = &after[end + WRITTEN_END.len_utf8()..];
+    }
+    if rest.contains(WRITTEN_END) {
+        return None;
+    }
+    pieces.push(PromptPiece::Template(rest.to_owned()));
+    pieces.retain(|piece| !matches!(piece, PromptPiece::Template(text) if text.is_empty()));
+    Some(pieces)
 }
 
 /// The longest prompt text a template may write: far beyond any context these models have

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::chat_template::{ChatMessage, ChatTemplate, Role, TemplateVariables};
+use super::chat_template::{ChatMessage, ChatTemplate, PromptPiece, Role, TemplateVariables};
 use super::error::{Result, TextError};
 use super::tokenizer::TextTokenizer;
 
@@ -35,6 +35,42 @@ pub struct FittedPrompt {
     pub dropped_messages: usize,
 }
 
+/// The prompt ids of `messages` with the generation prompt, then `unfinished`.
+///
+/// Rendered and tokenized whole, as transformers does, unless a system or user message spells
+/// a special token (`<|im_start|>system` pasted into a message): then what people wrote is
+/// tokenized as text, so that it cannot forge the template's markers, and only the template's
+/// own text maps to special tokens.
+fn encode_chat(
+    messages: &[ChatMessage],
+    unfinished: &str,
+    template: &ChatTemplate,
+    variables: &TemplateVariables,
+    tokenizer: &TextTokenizer,
+) -> Result<Vec<u32>> {
+    let forged = messages
+        .iter()
+        .any(|m| m.role != Role::Assistant && tokenizer.spells_special_token(&m.content));
+    if !forged {
+        let mut text = template.render_with(messages, true, variables)?;
+        text.push_str(unfinished);
+        return tokenizer.encode(&text, false);
+    }
+    let mut pieces = template.render_pieces(messages, true, variables)?;
+    match pieces.last_mut() {
+        Some(PromptPiece::Template(last)) => last.push_str(unfinished),
+        _ => pieces.push(PromptPiece::Template(unfinished.to_owned())),
+    }
+    let mut ids = Vec::new();
+    for piece in pieces {
+        ids.extend(match piece {
+            PromptPiece::Template(text) => tokenizer.encode(&text, false)?,
+            PromptPiece::Written(text) => tokenizer.encode_as_text(&text)?,
+        });
+    }
+    Ok(ids)
+}
+
 impl ContextWindow {
     /// Renders the conversation (with the generation prompt) and makes it fit.
     /// A leading system message is always kept whole; messages are dropped oldest
@@ -59,9 +95,7 @@ impl ContextWindow {
 
         let encode_without = |dropped: usize| -> Result<Vec<u32>> {
             let kept: Vec<ChatMessage> = system.iter().chain(&turns[dropped..]).cloned().collect();
-            let mut text = template.render_with(&kept, true, variables)?;
-            text.push_str(&unfinished);
-            tokenizer.encode(&text, false)
+            encode_chat(&kept, &unfinished, template, variables, tokenizer)
         };
 
         let full = encode_without(0)?;

@@ -16,7 +16,9 @@ pub mod stop;
 pub mod stop_strings;
 pub mod tokenizer;
 
-pub use chat_template::{ChatMessage, ChatTemplate, Role, TemplateSource, TemplateVariables};
+pub use chat_template::{
+    ChatMessage, ChatTemplate, PromptPiece, Role, TemplateSource, TemplateVariables,
+};
 pub use context_window::{ContextWindow, FittedPrompt, OverflowPolicy};
 pub use detokenizer::StreamDecoder;
 pub use error::TextError;

@@ -67,6 +67,33 @@ impl TextTokenizer {
         Ok(encoding.get_ids().to_vec())
     }
 
+    /// `text` as plain text: special tokens spelled in it (`<|im_start|>`) are taken apart
+    /// like any other characters instead of mapping to their ids. For what a person wrote,
+    /// which must not be able to forge the template's markers. A copy of the tokenizer
+    /// does it, as `tokenizers` sets this per tokenizer; only text that spells a special
+    /// token needs it.
+    pub fn encode_as_text(&self, text: &str) -> Result<Vec<u32>> {
+        if !self.spells_special_token(text) {
+            return self.encode(text, false);
+        }
+        let mut literal = self.inner.clone();
+        literal.set_encode_special_tokens(true);
+        let encoding = literal
+            .encode(text, false)
+            .map_err(|source| TextError::Encode {
+                text: preview(text),
+                source,
+            })?;
+        Ok(encoding.get_ids().to_vec())
+    }
+
+    /// Whether `text` contains the spelling of one of the special tokens.
+    pub fn spells_special_token(&self, text: &str) -> bool {
+        self.inner.get_added_tokens_decoder().values().any(|token| {
+            token.special && !token.content.is_empty() && text.contains(&token.content)
+        })
+    }
+
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         self.inner
             .decode(ids, skip_special_tokens)
