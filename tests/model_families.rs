@@ -1,5 +1,6 @@
 //! The families beside Llama (Qwen2 with its biases, Qwen3 with its head norms and wide heads,
-//! SmolLM3 with its unrotated layers, Phi-3 with its fused projections and LongRoPE) against transformers' own float32 logits for tiny random
+//! SmolLM3 with its unrotated layers, Phi-3 with its fused projections and LongRoPE, Gemma 3
+//! with its four norms a layer, GELU and sliding windows) against transformers' own float32 logits for tiny random
 //! checkpoints written by `tests/reference/families_reference.py`: on every backend, a prompt in
 //! one pass and token by token through the KV cache, from the Hugging Face folder and from a
 //! GGUF file holding the same weights under llama.cpp's names.
@@ -17,7 +18,9 @@ use smolchat::model::{Architecture, Llama, ModelConfig, ModelError, Precision};
 use crate::common::{self, assert_close, full_forward, greedy_ids, one_token_at_a_time};
 use crate::gguf::builder::{Builder, V};
 
-const FAMILIES: [&str; 4] = ["qwen2", "qwen3", "smollm3", "phi3"];
+const FAMILIES: [&str; 5] = ["qwen2", "qwen3", "smollm3", "phi3", "gemma3"];
+/// Gemma 3's GGUF files are refused for now (its norms and windows come from other keys).
+const GGUF_FAMILIES: [&str; 4] = ["qwen2", "qwen3", "smollm3", "phi3"];
 const BACKENDS: [BackendKind; 3] = [BackendKind::Flex, BackendKind::Ndarray, BackendKind::Gpu];
 
 fn family_dir(name: &str) -> PathBuf {
@@ -191,7 +194,7 @@ fn gguf_of(dir: &Path) -> GgufFile {
 
 #[test]
 fn each_family_from_gguf_matches_transformers() {
-    for family in FAMILIES {
+    for family in GGUF_FAMILIES {
         let dir = family_dir(family);
         let reference = Reference::load(&dir);
         let file = gguf_of(&dir);
@@ -235,6 +238,15 @@ fn an_unsupported_architecture_is_refused_with_the_supported_list() {
     }
 }
 
+/// Gemma 3 from GGUF is refused by name rather than run without its windows and norms.
+#[test]
+fn a_gemma3_gguf_file_is_refused_by_name() {
+    let file = gguf_of(&family_dir("gemma3"));
+    let gguf = GgufConfig::from_gguf(&file).expect("metadata");
+    let err = ModelConfig::from_gguf(&gguf).expect_err("refused");
+    assert!(err.to_string().contains("Gemma 3"), "{err}");
+}
+
 /// transformers 5 writes `rope_theta` inside `rope_parameters`; the fixture's Qwen3 uses a
 /// theta of 100, far from the default, so reading the old key alone would be caught above too.
 #[test]
@@ -246,4 +258,10 @@ fn rope_theta_is_read_from_rope_parameters() {
         ModelConfig::from_file(&family_dir("smollm3").join("config.json")).expect("config");
     let family = config.family().expect("family");
     assert_eq!(family.rotated_layers, [true, true, true, false]);
+    // Gemma 3's are per kind of layer.
+    let config = ModelConfig::from_file(&family_dir("gemma3").join("config.json")).expect("config");
+    assert_eq!(config.rope_theta, 1e6);
+    let family = config.family().expect("family");
+    assert_eq!(family.local_rope_theta, Some(10_000.0));
+    assert_eq!(family.windows, [Some(4), Some(4), None]);
 }

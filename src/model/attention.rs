@@ -25,6 +25,10 @@ pub struct Attention {
     /// Qwen3's norms of each query and key head, applied before the rotation.
     head_norms: Option<HeadNorms>,
     output: Linear,
+    /// Gemma 3's norm of the output projection's result, before the residual add.
+    output_norm: Option<RmsNorm>,
+    /// The window of recent positions this layer attends to (Gemma 3's sliding layers).
+    window: Option<usize>,
     /// Which layer's keys and values in the cache are this block's.
     layer: usize,
     num_heads: usize,
@@ -68,10 +72,17 @@ impl Attention {
         } else {
             None
         };
+        let output_norm = if family.gemma_norms {
+            Some(RmsNorm::load(loader, role(LayerRole::AttentionOutputNorm))?)
+        } else {
+            None
+        };
         Ok(Self {
             qkv,
             head_norms,
             output: loader.projection(&[role(LayerRole::AttentionOutput)])?,
+            output_norm,
+            window: family.window(layer),
             layer,
             num_heads: config.num_attention_heads,
             num_kv_heads: config.num_kv_heads(),
@@ -80,9 +91,9 @@ impl Attention {
     }
 
     /// `x + attention(norm(x))` for `x`: `[tokens, hidden]` at positions `cache.len()..`;
-    /// `mask`: additive causal mask `[1, group · tokens, cached + tokens]` for a device cache,
-    /// `None` for a single token (it sees everything) or a host cache (the CPU kernel masks
-    /// by position).
+    /// `mask`: additive causal mask `[1, group · tokens, cached + tokens]` for a device cache
+    /// (windowed for a layer with a window), `None` for a single token (it sees everything,
+    /// or its window) or a host cache (the CPU kernel masks by position).
     pub fn add_to(
         &self,
         x: Tensor<2>,
@@ -100,15 +111,20 @@ impl Attention {
         let context = match cache.layer(self.layer, tokens) {
             LayerCache::Host(rows) => {
                 let (cos, signed_sin) = rope.tables();
-                cpu::self_attention(&qkv, cos, signed_sin, rows, start, self.layout()).ok_or_else(
-                    || {
+                let layout = self.layout();
+                cpu::self_attention(&qkv, cos, signed_sin, rows, start, layout, self.window)
+                    .ok_or_else(|| {
                         ModelError::Backend(
                             "the CPU attention kernel cannot read this tensor".into(),
                         )
-                    },
-                )?
+                    })?
             }
-            LayerCache::Device(slot) if gpu::runs_decode_step(&qkv) => {
+            // The GPU's decode kernel walks every cached position: a window it would cross
+            // takes Burn's composition, which narrows the cache to it.
+            LayerCache::Device(slot)
+                if gpu::runs_decode_step(&qkv)
+                    && self.window.is_none_or(|window| start < window) =>
+            {
                 slot.write_with(|keys, values| {
                     gpu::decode_attention(
                         &qkv,
@@ -121,7 +137,10 @@ impl Attention {
             }
             LayerCache::Device(slot) => self.attend_on_device(qkv, slot, rope, mask),
         };
-        Ok(self.output.add_to(x, context))
+        Ok(match &self.output_norm {
+            Some(norm) => x + norm.forward(self.output.forward(context)),
+            None => self.output.add_to(x, context),
+        })
     }
 
     /// `[q | k | v]` with each query head and each key head normalized.
@@ -172,7 +191,14 @@ impl Attention {
         let q = qk.clone().narrow(0, 0, heads);
         let k = qk.narrow(0, heads, kv_heads);
         let v = split(heads + kv_heads, kv_heads);
-        let (keys, values) = cache.append(k, v);
+        let (mut keys, mut values) = cache.append(k, v);
+        // One new token with a window sees only the window's positions; several get a
+        // windowed mask.
+        let cached = keys.dims()[1];
+        if let Some(window) = self.window.filter(|&window| tokens == 1 && cached > window) {
+            keys = keys.narrow(1, cached - window, window);
+            values = values.narrow(1, cached - window, window);
+        }
 
         let q = q.mul_scalar(1.0 / (head_dim as f64).sqrt()).reshape([
             kv_heads,

@@ -3,7 +3,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::error::{ModelError, Result};
-use super::family::{Architecture, Family, rotated_except_every};
+use super::family::{Activation, Architecture, Family, rotated_except_every};
 use crate::gguf::GgufConfig;
 
 /// The hyper-parameters of a checkpoint of any supported family, in the terms of its
@@ -71,6 +71,20 @@ pub struct ModelConfig {
     /// The share of each head that RoPE rotates (Phi-4-mini's 0.75).
     #[serde(default)]
     pub partial_rotary_factor: Option<f64>,
+    /// Gemma's name for `hidden_act`.
+    #[serde(default)]
+    pub hidden_activation: Option<String>,
+    /// Gemma 3: attention scores are scaled by `query_pre_attn_scalar^-½`.
+    #[serde(default)]
+    pub query_pre_attn_scalar: Option<f64>,
+    /// Gemma 3: the RoPE base of its sliding layers.
+    #[serde(default)]
+    pub rope_local_base_freq: Option<f64>,
+    /// Gemma 2's caps on scores and logits (Gemma 3 has none).
+    #[serde(default)]
+    pub attn_logit_softcapping: Option<f64>,
+    #[serde(default)]
+    pub final_logit_softcapping: Option<f64>,
 }
 
 /// The `rope_type` a GGUF file's config gets when its scaling is the `rope_freqs.weight`
@@ -87,6 +101,8 @@ pub enum RopeScaling {
     Llama3(Llama3RopeScaling),
     /// `rope_type: longrope` (Phi-3.5, Phi-4-mini).
     LongRope(LongRopeScaling),
+    /// `rope_type: linear`: every frequency divided by `factor` (Gemma 3 4B's global layers).
+    Linear(f32),
     /// Llama 3's scaling as a GGUF file carries it: a factor per frequency in the weights'
     /// `rope_freqs.weight` tensor, read with them.
     StoredFactors,
@@ -158,9 +174,16 @@ impl ModelConfig {
                     .long_rope(scaling)
                     .map(|long| Some(RopeScaling::LongRope(long)));
             }
+            Some("linear") => {
+                let factor = scaling.get("factor").and_then(|f| f.as_f64());
+                return match factor.filter(|f| f.is_finite() && *f > 0.0) {
+                    Some(factor) => Ok(Some(RopeScaling::Linear(factor as f32))),
+                    None => Err(refuse("linear scaling needs a positive factor")),
+                };
+            }
             _ => {
                 return Err(refuse(
-                    "only Llama 3's (rope_type llama3) and Phi-3's (longrope) scalings are supported among scaled RoPE variants",
+                    "only Llama 3's (rope_type llama3), Phi-3's (longrope) and linear scalings are supported among scaled RoPE variants",
                 ));
             }
         }
@@ -270,9 +293,18 @@ impl ModelConfig {
     /// Moves transformers 5's `rope_parameters` (`rope_theta` beside the scaling's fields,
     /// `rope_type` `default` for none) into `rope_theta` and `rope_scaling`.
     fn read_rope_parameters(&mut self) -> Result<()> {
-        let Some(parameters) = self.rope_parameters.take().filter(|v| !v.is_null()) else {
+        let Some(mut parameters) = self.rope_parameters.take().filter(|v| !v.is_null()) else {
             return Ok(());
         };
+        // Gemma 3's are per kind of layer: its full-attention layers' are the model's, its
+        // sliding layers' give their base.
+        if let Some(full) = parameters.get("full_attention").cloned() {
+            self.rope_local_base_freq = parameters
+                .pointer("/sliding_attention/rope_theta")
+                .and_then(|theta| theta.as_f64())
+                .or(self.rope_local_base_freq);
+            parameters = full;
+        }
         if let Some(theta) = parameters.get("rope_theta") {
             self.rope_theta = theta
                 .as_f64()
@@ -357,7 +389,19 @@ impl ModelConfig {
             sliding_window: gguf.sliding_window.map(|window| window as usize),
             original_max_position_embeddings: None,
             partial_rotary_factor: None,
+            hidden_activation: None,
+            query_pre_attn_scalar: None,
+            rope_local_base_freq: None,
+            attn_logit_softcapping: None,
+            final_logit_softcapping: None,
         };
+        if architecture == Architecture::Gemma3 {
+            return Err(ModelError::UnsupportedConfig {
+                field: "general.architecture",
+                value: "gemma3".into(),
+                reason: "Gemma 3 runs from a Hugging Face folder; its GGUF files are not supported yet",
+            });
+        }
         if gguf.rope_dimension_count as usize != head_dim {
             return Err(ModelError::UnsupportedConfig {
                 field: "rope.dimension_count",
@@ -393,12 +437,33 @@ impl ModelConfig {
             }
             _ => vec![true; layers],
         };
+        let gemma = architecture == Architecture::Gemma3;
+        let window_of = |sliding: bool| sliding.then_some(self.sliding_window).flatten();
+        let windows = match (gemma, &self.layer_types) {
+            (false, _) => vec![None; layers],
+            (true, Some(kinds)) => kinds
+                .iter()
+                .map(|kind| window_of(kind == "sliding_attention"))
+                .collect(),
+            // transformers' default: every sixth layer attends to everything.
+            (true, None) => (0..layers)
+                .map(|layer| window_of(!(layer + 1).is_multiple_of(6)))
+                .collect(),
+        };
         Ok(Family {
             architecture,
             qkv_bias: architecture == Architecture::Qwen2,
-            qk_norm: architecture == Architecture::Qwen3,
+            qk_norm: matches!(architecture, Architecture::Qwen3 | Architecture::Gemma3),
             fused_projections: architecture == Architecture::Phi3,
             rotated_layers,
+            gemma_norms: gemma,
+            activation: if gemma {
+                Activation::GeluTanh
+            } else {
+                Activation::Silu
+            },
+            windows,
+            local_rope_theta: gemma.then(|| self.rope_local_base_freq.unwrap_or(10_000.0)),
         })
     }
 
@@ -438,12 +503,42 @@ impl ModelConfig {
         }
         let family = self.family()?;
         self.rope_scaling()?;
-        if let Some(act) = self.hidden_act.as_deref().filter(|act| *act != "silu") {
+        let activation = self
+            .hidden_activation
+            .as_deref()
+            .or(self.hidden_act.as_deref());
+        let expected = match family.activation {
+            Activation::Silu => "silu",
+            Activation::GeluTanh => "gelu_pytorch_tanh",
+        };
+        if let Some(act) = activation.filter(|act| *act != expected) {
             return Err(unsupported(
                 "hidden_act",
                 act,
-                "only silu (SwiGLU) is supported",
+                "this architecture runs silu (SwiGLU), Gemma 3 gelu_pytorch_tanh",
             ));
+        }
+        if let Some(scalar) = self
+            .query_pre_attn_scalar
+            .filter(|&scalar| scalar != self.head_dim() as f64)
+        {
+            return Err(unsupported(
+                "query_pre_attn_scalar",
+                scalar,
+                "scores are scaled by the head dimension; another scalar is not supported",
+            ));
+        }
+        for (field, cap) in [
+            ("attn_logit_softcapping", self.attn_logit_softcapping),
+            ("final_logit_softcapping", self.final_logit_softcapping),
+        ] {
+            if let Some(cap) = cap {
+                return Err(unsupported(
+                    field,
+                    cap,
+                    "soft-capped logits are not supported",
+                ));
+            }
         }
         // Qwen2's biases are its architecture's, whatever this says; elsewhere it would put
         // one on the output projection too.
@@ -461,16 +556,29 @@ impl ModelConfig {
                 "sliding-window attention is not supported in this architecture",
             ));
         }
-        if let Some(kind) = self
-            .layer_types
-            .iter()
-            .flatten()
-            .find(|kind| kind.as_str() != "full_attention")
-        {
+        let sliding_allowed = family.architecture == Architecture::Gemma3;
+        if let Some(kind) = self.layer_types.iter().flatten().find(|kind| {
+            !(kind.as_str() == "full_attention"
+                || (sliding_allowed && kind.as_str() == "sliding_attention"))
+        }) {
             return Err(unsupported(
                 "layer_types",
                 kind,
-                "only full_attention layers are supported in this architecture",
+                "only full_attention layers (and Gemma 3's sliding_attention) are supported",
+            ));
+        }
+        if sliding_allowed && self.sliding_window.is_none_or(|window| window == 0) {
+            return Err(unsupported(
+                "sliding_window",
+                0,
+                "Gemma 3's sliding layers need a positive window",
+            ));
+        }
+        if family.windows.len() != self.num_hidden_layers {
+            return Err(unsupported(
+                "layer_types",
+                family.windows.len(),
+                "needs one entry per layer",
             ));
         }
         if family.architecture == Architecture::Phi3
@@ -708,7 +816,7 @@ mod tests {
     fn accepts_llama3_rope_scaling_and_rejects_the_others() {
         let json = with(
             "rope_scaling",
-            serde_json::json!({"type": "linear", "factor": 2.0}),
+            serde_json::json!({"type": "yarn", "factor": 2.0}),
         );
         assert_eq!(rejected_field(&json), "rope_scaling");
         let llama3 = serde_json::json!({

@@ -16,15 +16,18 @@ pub enum Architecture {
     SmolLm3,
     /// Phi-3, Phi-3.5 and Phi-4-mini.
     Phi3,
+    /// Gemma 3's text models (`Gemma3ForCausalLM`: 270M, 1B).
+    Gemma3,
 }
 
 impl Architecture {
-    pub const ALL: [Self; 5] = [
+    pub const ALL: [Self; 6] = [
         Self::Llama,
         Self::Qwen2,
         Self::Qwen3,
         Self::SmolLm3,
         Self::Phi3,
+        Self::Gemma3,
     ];
 
     /// The class transformers names in `config.json`'s `architectures`.
@@ -35,6 +38,7 @@ impl Architecture {
             Self::Qwen3 => "Qwen3ForCausalLM",
             Self::SmolLm3 => "SmolLM3ForCausalLM",
             Self::Phi3 => "Phi3ForCausalLM",
+            Self::Gemma3 => "Gemma3ForCausalLM",
         }
     }
 
@@ -46,6 +50,7 @@ impl Architecture {
             Self::Qwen3 => "qwen3",
             Self::SmolLm3 => "smollm3",
             Self::Phi3 => "phi3",
+            Self::Gemma3 => "gemma3",
         }
     }
 
@@ -78,7 +83,7 @@ impl fmt::Display for Architecture {
 }
 
 /// How a family's decoder block differs from Llama's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Family {
     pub architecture: Architecture,
     /// Biases on the query, key and value projections (Qwen2); the output projection has none.
@@ -92,11 +97,34 @@ pub struct Family {
     /// For each layer, whether its queries and keys are rotated: SmolLM3 leaves every fourth
     /// layer without positions.
     pub rotated_layers: Vec<bool>,
+    /// Gemma 3's: RMSNorm weights are offsets from one (`x · (1 + w)`), the embeddings are
+    /// scaled by `√hidden`, and each half of the block is normed on its way out too (after
+    /// the output projection, and after the feed-forward's down projection).
+    pub gemma_norms: bool,
+    /// The gate's activation in the gated feed-forward.
+    pub activation: Activation,
+    /// For each layer, the window of recent positions it attends to, if it has one (Gemma
+    /// 3's sliding layers), with its own RoPE base: `local_rope_theta`.
+    pub windows: Vec<Option<usize>>,
+    pub local_rope_theta: Option<f64>,
+}
+
+/// The activation of a gated feed-forward's gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// SwiGLU's `x · sigmoid(x)`.
+    Silu,
+    /// GELU by its tanh approximation (Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
 }
 
 impl Family {
     pub fn rotates(&self, layer: usize) -> bool {
         self.rotated_layers.get(layer).copied().unwrap_or(true)
+    }
+
+    pub fn window(&self, layer: usize) -> Option<usize> {
+        self.windows.get(layer).copied().flatten()
     }
 }
 

@@ -28,21 +28,26 @@ pub struct DecoderLayer {
     mlp: Mlp,
     /// Which of the model's rotations ([`Llama::rotations`]) this layer's queries and keys take.
     rotation: usize,
+    /// The window of recent positions the layer attends to, if it has one.
+    #[module(skip)]
+    window: Option<usize>,
 }
 
 impl DecoderLayer {
     fn load(loader: &mut Loader, layer: usize, family: &Family) -> Result<Self> {
         let norm = |role| TensorRole::Layer(layer, role);
+        let mlp_norm = if family.gemma_norms {
+            LayerRole::FeedForwardNorm
+        } else {
+            LayerRole::MlpNorm
+        };
         Ok(Self {
             attention_norm: RmsNorm::load(loader, norm(LayerRole::AttentionNorm))?,
             attention: Attention::load(loader, layer, family)?,
-            mlp_norm: RmsNorm::load(loader, norm(LayerRole::MlpNorm))?,
+            mlp_norm: RmsNorm::load(loader, norm(mlp_norm))?,
             mlp: Mlp::load(loader, layer, family)?,
-            rotation: if family.rotates(layer) {
-                ROTATED
-            } else {
-                UNROTATED
-            },
+            rotation: GLOBAL,
+            window: family.window(layer),
         })
     }
 
@@ -72,21 +77,24 @@ pub struct Llama {
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Linear,
-    /// The rotary embeddings the layers take, by index: the config's, then for families with
-    /// layers that see no positions (SmolLM3) one of zero frequencies, which rotates by angle
-    /// zero and so leaves queries and keys exactly as they are.
+    /// The rotary embeddings the layers take, by index: the config's, then where a family
+    /// needs them one of zero frequencies for layers that see no positions (SmolLM3), which
+    /// rotates by angle zero and so leaves queries and keys exactly as they are, and one of
+    /// the sliding layers' own base (Gemma 3).
     #[module(skip)]
     rotations: Vec<RotaryEmbedding>,
+    /// What the embeddings are multiplied by (Gemma's `√hidden`).
+    #[module(skip)]
+    embedding_scale: Option<f64>,
     #[module(skip)]
     config: ModelConfig,
     #[module(skip)]
     dtype: DType,
 }
 
-/// [`Llama::rotations`]' index of the config's rotary embedding.
-const ROTATED: usize = 0;
-/// [`Llama::rotations`]' index of the identity, when a layer takes it.
-const UNROTATED: usize = 1;
+/// [`Llama::rotations`]' index of the config's rotary embedding; the others are added as
+/// layers need them.
+const GLOBAL: usize = 0;
 
 /// Which rows of logits a forward pass should produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -152,7 +160,7 @@ impl Llama {
         let family = config.family()?;
         let mut loader = Loader::new(checkpoint, &config, device, dtype, quantization);
         let embedding = Embedding::load(&mut loader)?;
-        let layers = (0..config.num_hidden_layers)
+        let mut layers = (0..config.num_hidden_layers)
             .map(|layer| DecoderLayer::load(&mut loader, layer, &family))
             .collect::<Result<Vec<_>>>()?;
         let norm = RmsNorm::load(&mut loader, TensorRole::FinalNorm)?;
@@ -167,8 +175,30 @@ impl Llama {
             dtype,
         );
         let mut rotations = vec![rope];
-        if layers.iter().any(|layer| layer.rotation == UNROTATED) {
-            rotations.push(RotaryEmbedding::identity(config.head_dim(), device, dtype));
+        let (mut identity, mut local) = (None, None);
+        for (index, layer) in layers.iter_mut().enumerate() {
+            let local_theta = family.local_rope_theta.filter(|_| layer.window.is_some());
+            let (slot, make): (&mut Option<usize>, Box<dyn Fn() -> RotaryEmbedding>) = if !family
+                .rotates(index)
+            {
+                let head_dim = config.head_dim();
+                (
+                    &mut identity,
+                    Box::new(move || RotaryEmbedding::identity(head_dim, device, dtype)),
+                )
+            } else if let Some(theta) = local_theta {
+                let head_dim = config.head_dim();
+                (
+                    &mut local,
+                    Box::new(move || RotaryEmbedding::new(head_dim, theta, None, device, dtype)),
+                )
+            } else {
+                continue;
+            };
+            layer.rotation = *slot.get_or_insert_with(|| {
+                rotations.push(make());
+                rotations.len() - 1
+            });
         }
         Ok(Self {
             embedding,
@@ -176,6 +206,9 @@ impl Llama {
             norm,
             lm_head,
             rotations,
+            embedding_scale: family
+                .gemma_norms
+                .then(|| (config.hidden_size as f64).sqrt()),
             config,
             dtype,
         })
@@ -231,8 +264,18 @@ impl Llama {
             });
         }
         let mut hidden = self.embedding.forward(tokens).cast(self.dtype);
-        let mask =
-            (count > 1 && !cache.is_host()).then(|| self.causal_mask(start, count, &self.device()));
+        if let Some(scale) = self.embedding_scale {
+            // In the embeddings' own type, as transformers scales them.
+            hidden = hidden.mul_scalar(scale as f32);
+        }
+        // Burn's composition on a device cache masks prompts: causally, and for layers with
+        // a window also by it.
+        let masked = count > 1 && !cache.is_host();
+        let mask = masked.then(|| self.causal_mask(start, count, None));
+        let window = self.layers.iter().find_map(|layer| layer.window);
+        let windowed_mask = window
+            .filter(|_| masked)
+            .map(|window| self.causal_mask(start, count, Some(window)));
         let rotations: Vec<RopeRows> = self
             .rotations
             .iter()
@@ -240,7 +283,11 @@ impl Llama {
             .collect();
         for layer in &self.layers {
             let rope = &rotations[layer.rotation];
-            hidden = layer.forward(hidden, rope, cache, mask.as_ref())?;
+            let mask = match layer.window {
+                Some(_) => windowed_mask.as_ref(),
+                None => mask.as_ref(),
+            };
+            hidden = layer.forward(hidden, rope, cache, mask)?;
         }
         cache.advance(tokens);
 
@@ -252,15 +299,18 @@ impl Llama {
     }
 
     /// Additive mask `[1, group · count, start + count]`: query token `t` (at position
-    /// `start + t`) sees keys `0..=start + t`; rows repeat for each query head of a group.
-    fn causal_mask(&self, start: usize, count: usize, device: &Device) -> Tensor<3> {
+    /// `start + t`) sees keys `0..=start + t`, or with a `window` only the last `window` of
+    /// them; rows repeat for each query head of a group.
+    fn causal_mask(&self, start: usize, count: usize, window: Option<usize>) -> Tensor<3> {
         let total = start + count;
         let group = self.config.group_size();
         let mut values = Vec::with_capacity(group * count * total);
         for _ in 0..group {
             for t in 0..count {
+                let position = start + t;
+                let first = window.map_or(0, |window| (position + 1).saturating_sub(window));
                 values.extend((0..total).map(|key| {
-                    if key <= start + t {
+                    if (first..=position).contains(&key) {
                         0.0
                     } else {
                         f32::NEG_INFINITY
@@ -268,8 +318,11 @@ impl Llama {
                 }));
             }
         }
-        Tensor::<3>::from_data(TensorData::new(values, [1, group * count, total]), device)
-            .cast(self.dtype)
+        Tensor::<3>::from_data(
+            TensorData::new(values, [1, group * count, total]),
+            &self.device(),
+        )
+        .cast(self.dtype)
     }
 }
 
@@ -291,6 +344,7 @@ fn frequency_scaling(
         None => None,
         Some(RopeScaling::Llama3(scaling)) => Some(FrequencyScaling::Llama3(scaling)),
         Some(RopeScaling::LongRope(scaling)) => Some(FrequencyScaling::LongRope(scaling)),
+        Some(RopeScaling::Linear(factor)) => Some(FrequencyScaling::Linear(factor)),
         Some(RopeScaling::StoredFactors) => Some(FrequencyScaling::Factors(stored_factors(
             config,
             checkpoint,

@@ -27,6 +27,8 @@ pub struct Loader<'a> {
     /// embedding (and the LM head tied to it) stays in float: a row lookup into a
     /// block-quantized matrix would dequantize all of it on every token.
     quantization: Option<QuantScheme>,
+    /// Norm weights are offsets from one (Gemma's).
+    norm_weights_offset: bool,
 }
 
 impl<'a> Loader<'a> {
@@ -50,7 +52,13 @@ impl<'a> Loader<'a> {
             dtype,
             arena,
             quantization,
+            norm_weights_offset: config.family().is_ok_and(|family| family.gemma_norms),
         }
+    }
+
+    /// Whether RMSNorm weights are stored as offsets from one (see [`crate::model::Family`]).
+    pub fn norm_weights_offset(&self) -> bool {
+        self.norm_weights_offset
     }
 
     pub fn config(&self) -> &'a ModelConfig {

@@ -5,7 +5,7 @@ use burn::tensor::activation::silu;
 use super::checkpoint::{LayerRole, TensorRole};
 use super::cpu;
 use super::error::Result;
-use super::family::Family;
+use super::family::{Activation, Family};
 use super::linear::Linear;
 use super::loader::Loader;
 use super::rms_norm::RmsNorm;
@@ -18,6 +18,10 @@ pub struct Mlp {
     gate_up: Linear,
     down: Linear,
     intermediate: usize,
+    /// Gemma 3's norm of the down projection's result, before the residual add.
+    output_norm: Option<RmsNorm>,
+    #[module(skip)]
+    activation: Activation,
 }
 
 impl Mlp {
@@ -27,22 +31,58 @@ impl Mlp {
             .iter()
             .map(|&part| role(part))
             .collect();
+        let output_norm = if family.gemma_norms {
+            Some(RmsNorm::load(
+                loader,
+                role(LayerRole::FeedForwardOutputNorm),
+            )?)
+        } else {
+            None
+        };
         Ok(Self {
             gate_up: loader.projection(&gate_up)?,
             down: loader.projection(&[role(LayerRole::Down)])?,
             intermediate: loader.config().intermediate_size,
+            output_norm,
+            activation: family.activation,
         })
     }
 
     /// `x + mlp(norm(x))` for `x`: `[tokens, hidden]`.
     pub fn add_to(&self, x: Tensor<2>, norm: &RmsNorm) -> Tensor<2> {
         let gate_up = self.gate_up.forward_normed(x.clone(), norm);
-        self.down.add_gated_to(x, gate_up, |gate_up| {
-            cpu::swiglu(&gate_up).unwrap_or_else(|| {
-                let gate = gate_up.clone().narrow(1, 0, self.intermediate);
-                let up = gate_up.narrow(1, self.intermediate, self.intermediate);
-                silu(gate) * up
-            })
-        })
+        match &self.output_norm {
+            Some(output_norm) => x + output_norm.forward(self.down.forward(self.gated(gate_up))),
+            None => self
+                .down
+                .add_gated_to(x, gate_up, |gate_up| self.gated(gate_up)),
+        }
     }
+
+    /// `activation(gate) ⊙ up` of `[gate | up]`.
+    fn gated(&self, gate_up: Tensor<2>) -> Tensor<2> {
+        let halves = |gate_up: Tensor<2>| {
+            let gate = gate_up.clone().narrow(1, 0, self.intermediate);
+            let up = gate_up.narrow(1, self.intermediate, self.intermediate);
+            (gate, up)
+        };
+        match self.activation {
+            Activation::Silu => cpu::swiglu(&gate_up).unwrap_or_else(|| {
+                let (gate, up) = halves(gate_up);
+                silu(gate) * up
+            }),
+            Activation::GeluTanh => {
+                let (gate, up) = halves(gate_up);
+                gelu_tanh(gate) * up
+            }
+        }
+    }
+}
+
+/// GELU by its tanh approximation, as PyTorch's `gelu(approximate="tanh")` computes it:
+/// `½ x (1 + tanh(√(2/π) (x + 0.044715 x³)))`.
+fn gelu_tanh(x: Tensor<2>) -> Tensor<2> {
+    let inner = (x.clone() + x.clone().powi_scalar(3).mul_scalar(0.044715))
+        .mul_scalar((2.0 / std::f64::consts::PI).sqrt());
+    x.clone().mul_scalar(0.5) * inner.tanh().add_scalar(1.0)
 }

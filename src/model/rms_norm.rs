@@ -14,10 +14,16 @@ pub struct RmsNorm {
 }
 
 impl RmsNorm {
-    /// The norm whose weight is `role`, with the config's ε.
+    /// The norm whose weight is `role`, with the config's ε. Gemma stores each weight as an
+    /// offset from one (`x · (1 + w)`): it is held as `1 + w`, computed once here in the
+    /// compute type (f32 by default, where transformers computes it too).
     pub fn load(loader: &mut Loader, role: TensorRole) -> Result<Self> {
+        let mut weight = loader.vector(role)?;
+        if loader.norm_weights_offset() {
+            weight = weight.add_scalar(1.0);
+        }
         Ok(Self {
-            weight: Param::from_tensor(loader.vector(role)?),
+            weight: Param::from_tensor(weight),
             eps: loader.config().rms_norm_eps,
         })
     }

@@ -14,6 +14,8 @@ pub enum FrequencyScaling {
     Factors(Vec<f32>),
     /// Phi-3's LongRoPE.
     LongRope(LongRopeScaling),
+    /// Every frequency divided by the factor.
+    Linear(f32),
 }
 
 /// Rotary position embedding in Hugging Face's "rotate_half" layout: the two halves of each
@@ -163,6 +165,7 @@ fn inverse_frequencies(
         Some(FrequencyScaling::LongRope(long_rope)) => {
             divided(head_dim, theta, &long_rope.short_factor)
         }
+        Some(FrequencyScaling::Linear(factor)) => plain.map(|inv_freq| inv_freq / factor).collect(),
     }
 }
 

@@ -84,6 +84,28 @@ FAMILIES = {
             eos_token_id=2,
         ),
     ),
+    # Four norms a layer, weights as offsets from one, GELU (tanh), embeddings scaled by
+    # sqrt(hidden), q/k norms, and sliding layers with a window of 4 (the 12 input tokens
+    # cross it) and their own RoPE base beside a global layer.
+    "gemma3": (
+        transformers.Gemma3TextConfig,
+        transformers.Gemma3ForCausalLM,
+        dict(
+            num_hidden_layers=3,
+            head_dim=16,
+            query_pre_attn_scalar=16,
+            sliding_window=4,
+            layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+            },
+            tie_word_embeddings=True,
+            pad_token_id=0,
+            bos_token_id=2,
+            eos_token_id=1,
+        ),
+    ),
 }
 
 INPUT_IDS = [1, 17, 42, 99, 3, 64, 127, 8, 55, 23, 90, 12]

@@ -46,6 +46,11 @@ pub enum LayerRole {
     QueryKeyValue,
     /// Phi-3's gate and up projections in one matrix, gate first.
     GateUp,
+    /// Gemma 3's norms of the attention's output, of the feed-forward's input (where Llama's
+    /// `post_attention_layernorm` is the latter) and of its output.
+    AttentionOutputNorm,
+    FeedForwardNorm,
+    FeedForwardOutputNorm,
     AttentionOutput,
     MlpNorm,
     Gate,
@@ -103,9 +108,17 @@ impl LayerRole {
         let norms = [Self::QueryNorm, Self::KeyNorm];
         let mut roles = vec![Self::AttentionNorm];
         roles.extend(Self::query_key_value(family));
-        roles.extend([Self::AttentionOutput, Self::MlpNorm]);
+        roles.push(Self::AttentionOutput);
+        if family.gemma_norms {
+            roles.extend([Self::AttentionOutputNorm, Self::FeedForwardNorm]);
+        } else {
+            roles.push(Self::MlpNorm);
+        }
         roles.extend(Self::gate_up(family));
         roles.push(Self::Down);
+        if family.gemma_norms {
+            roles.push(Self::FeedForwardOutputNorm);
+        }
         if family.qkv_bias {
             roles.extend(biases);
         }
@@ -129,6 +142,9 @@ impl LayerRole {
             Self::QueryKeyValue => weight("self_attn.qkv_proj", "attn_qkv"),
             // llama.cpp keeps Phi-3's fused gate and up under the up projection's name.
             Self::GateUp => weight("mlp.gate_up_proj", "ffn_up"),
+            Self::AttentionOutputNorm => weight("post_attention_layernorm", "post_attention_norm"),
+            Self::FeedForwardNorm => weight("pre_feedforward_layernorm", "ffn_norm"),
+            Self::FeedForwardOutputNorm => weight("post_feedforward_layernorm", "post_ffw_norm"),
             Self::AttentionOutput => weight("self_attn.o_proj", "attn_output"),
             Self::MlpNorm => weight("post_attention_layernorm", "ffn_norm"),
             Self::Gate => weight("mlp.gate_proj", "ffn_gate"),
@@ -157,7 +173,11 @@ impl LayerRole {
         let keys = config.num_kv_heads() * config.head_dim();
         let inter = config.intermediate_size;
         match self {
-            Self::AttentionNorm | Self::MlpNorm => vec![hidden],
+            Self::AttentionNorm
+            | Self::MlpNorm
+            | Self::AttentionOutputNorm
+            | Self::FeedForwardNorm
+            | Self::FeedForwardOutputNorm => vec![hidden],
             Self::Query => vec![queries, hidden],
             Self::Key | Self::Value => vec![keys, hidden],
             Self::QueryBias => vec![queries],
@@ -254,7 +274,10 @@ mod tests {
         family.fused_projections = true;
         let fused = TensorRole::all(&config, &family);
         assert_eq!(fused.len(), 1 + 2 * 11 + 1 + 1);
-        for roles in [roles, fused] {
+        family.gemma_norms = true;
+        let gemma = TensorRole::all(&config, &family);
+        assert_eq!(gemma.len(), 1 + 2 * 13 + 1 + 1);
+        for roles in [roles, fused, gemma] {
             for name in [TensorRole::safetensors_name, TensorRole::gguf_name] {
                 let names: HashSet<String> = roles.iter().map(|&role| name(role)).collect();
                 assert_eq!(names.len(), roles.len());

@@ -41,6 +41,7 @@ impl HeadLayout {
 /// with the rotary embedding's tables for those positions (`[tokens, head_dim]`, the sine's
 /// first half negated), writes the keys and values at positions `start..` of `cache`, and
 /// returns the attention context `[tokens, heads·head_dim]`, or `None` off the CPU backends.
+/// With a `window`, each token attends to the last `window` positions up to its own.
 pub fn self_attention(
     qkv: &Tensor<2>,
     cos: &Tensor<2>,
@@ -48,6 +49,7 @@ pub fn self_attention(
     cache: &mut CachedRows,
     start: usize,
     layout: HeadLayout,
+    window: Option<usize>,
 ) -> Option<Tensor<2>> {
     let [tokens, _] = qkv.dims();
     let qkv = HostTensor::of(qkv)?;
@@ -58,7 +60,7 @@ pub fn self_attention(
             signed_sin: signed_sin.slice::<E>()?,
         };
         let queries = rotate_and_cache(qkv.slice::<E>()?, tables, cache, start, layout);
-        let context = attend(&queries, cache, start, layout);
+        let context = attend(&queries, cache, start, layout, window);
         Some(qkv.tensor_like(E::narrowed(context), [tokens, layout.heads * layout.head_dim]))
     })
 }
@@ -77,6 +79,7 @@ mod tests {
         sin: &[f32],
         layout: HeadLayout,
         tokens: usize,
+        window: Option<usize>,
     ) -> Vec<f64> {
         let HeadLayout {
             heads,
@@ -108,7 +111,8 @@ mod tests {
             for h in 0..heads {
                 let g = h / (heads / kv_heads);
                 let q = rotated(t, h);
-                let scores: Vec<f64> = keys[..=t]
+                let first = window.map_or(0, |w| (t + 1).saturating_sub(w));
+                let scores: Vec<f64> = keys[first..=t]
                     .iter()
                     .map(|k| {
                         q.iter().zip(&k[g]).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt()
@@ -119,10 +123,10 @@ mod tests {
                 let total: f64 = weights.iter().sum();
                 for i in 0..d {
                     out.push(
-                        (0..=t)
+                        (first..=t)
                             .map(|p| {
                                 let v = qkv[p * width + (heads + kv_heads + g) * d + i];
-                                weights[p] / total * f64::from(v)
+                                weights[p - first] / total * f64::from(v)
                             })
                             .sum(),
                     );
@@ -162,20 +166,25 @@ mod tests {
             kv_heads: 2,
             head_dim: 12,
         };
-        let cases: [(HeadLayout, &[usize]); 5] = [
-            (gqa, &[0, 9]),
-            (gqa, &[0, 5, 9]),
-            (mha, &[0, 9]),
-            (mha, &[0, 5, 9]),
-            (gqa, &[0, 650, 699, 700]),
+        // Windows shorter than the context, for prompts whole and in parts, and one that the
+        // work split over key positions crosses.
+        let cases: [(HeadLayout, &[usize], Option<usize>); 8] = [
+            (gqa, &[0, 9], None),
+            (gqa, &[0, 5, 9], None),
+            (mha, &[0, 9], None),
+            (mha, &[0, 5, 9], None),
+            (gqa, &[0, 650, 699, 700], None),
+            (gqa, &[0, 9], Some(4)),
+            (mha, &[0, 5, 6, 9], Some(3)),
+            (gqa, &[0, 650, 699, 700], Some(300)),
         ];
-        for (layout, calls) in cases {
+        for (layout, calls, window) in cases {
             let tokens = calls[calls.len() - 1];
             let width = (layout.heads + 2 * layout.kv_heads) * layout.head_dim;
             let per_token = layout.heads * layout.head_dim;
             let qkv = values(tokens * width, 7);
             let (cos, sin) = tables(tokens, layout.head_dim);
-            let expected = reference(&qkv, &cos, &sin, layout, tokens);
+            let expected = reference(&qkv, &cos, &sin, layout, tokens, window);
             let d = layout.head_dim;
             let mut cache = CachedRows::default();
             for call in calls.windows(2) {
@@ -191,13 +200,13 @@ mod tests {
                     start,
                     layout,
                 );
-                let got = attend(&queries, &cache, start, layout);
+                let got = attend(&queries, &cache, start, layout, window);
                 let expected = &expected[start * per_token..end * per_token];
                 assert_eq!(got.len(), expected.len());
                 for (g, e) in got.iter().zip(expected) {
                     assert!(
                         (f64::from(*g) - e).abs() < 1e-5,
-                        "{layout:?}, tokens {start}..{end}: {g} vs {e}"
+                        "{layout:?}, window {window:?}, tokens {start}..{end}: {g} vs {e}"
                     );
                 }
             }

@@ -50,7 +50,16 @@ struct Item {
 /// The context `[tokens, heads, head_dim]` of `queries` (`[tokens, heads, head_dim]`, already
 /// rotated), the new tokens being at positions `start..` and each attending to the cached
 /// positions up to its own.
-pub fn attend(queries: &[f32], cache: &CachedRows, start: usize, layout: HeadLayout) -> Vec<f32> {
+///
+/// With a `window`, each token sees only the last `window` positions up to its own (Gemma 3's
+/// sliding layers).
+pub fn attend(
+    queries: &[f32],
+    cache: &CachedRows,
+    start: usize,
+    layout: HeadLayout,
+    window: Option<usize>,
+) -> Vec<f32> {
     let head_dim = layout.head_dim;
     let tokens = queries.len() / (layout.heads * head_dim);
     if tokens == 0 {
@@ -61,7 +70,7 @@ pub fn attend(queries: &[f32], cache: &CachedRows, start: usize, layout: HeadLay
     let mut partials = vec![0.0; items.len() * item_len];
     split_rows(&mut partials, item_len, 1, &|first, out: &mut [f32]| {
         for (item, out) in items[first..].iter().zip(out.chunks_exact_mut(item_len)) {
-            attend_item(queries, cache, start, layout, item, out);
+            attend_item(queries, cache, start, layout, window, item, out);
         }
     });
     merge(&items, &partials, item_len, tokens, layout)
@@ -108,6 +117,7 @@ fn attend_item<'c>(
     cache: &'c CachedRows,
     start: usize,
     layout: HeadLayout,
+    window: Option<usize>,
     item: &Item,
     out: &mut [f32],
 ) {
@@ -149,10 +159,15 @@ fn attend_item<'c>(
             .enumerate()
         {
             let token = item.tokens.start + r / group;
-            let seen = (start + token + 1)
-                .saturating_sub(item.keys.start)
-                .min(keys);
-            let (max, sum) = exp_normalized(scores, seen);
+            let end = start + token + 1;
+            let seen = end.saturating_sub(item.keys.start).min(keys);
+            // Keys before the window: its first position, in the item's keys.
+            let first = window.map_or(0, |window| {
+                end.saturating_sub(window)
+                    .saturating_sub(item.keys.start)
+                    .min(seen)
+            });
+            let (max, sum) = exp_normalized(scores, first, seen);
             out[0] = max;
             out[1] = sum;
         }
@@ -240,11 +255,15 @@ fn product(a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32], out_stride: usize) {
     }
 }
 
-/// Replaces the first `seen` scores by their exponentials less the largest, and the rest (keys
-/// after the token) by 0; returns that maximum (−∞ when `seen` is 0) and the sum.
+/// Replaces the scores `first..seen` by their exponentials less the largest, and the rest
+/// (keys before the token's window, and after the token) by 0; returns that maximum (−∞ when
+/// none is visible) and the sum.
 #[multiversion::multiversion(targets("x86_64+avx2+fma"))]
-fn exp_normalized(scores: &mut [f32], seen: usize) -> (f32, f32) {
-    let (visible, hidden) = scores.split_at_mut(seen);
+fn exp_normalized(scores: &mut [f32], first: usize, seen: usize) -> (f32, f32) {
+    let (before, rest) = scores.split_at_mut(first);
+    before.fill(0.0);
+    let (visible, hidden) = rest.split_at_mut(seen - first);
+    let seen = visible.len();
     hidden.fill(0.0);
     let max = visible.iter().fold(f32::NEG_INFINITY, |m, &s| m.max(s));
     if seen == 0 {
