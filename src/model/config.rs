@@ -223,7 +223,7 @@ impl ModelConfig {
                 .map(|v| v as f32)
                 .filter(|v| v.is_finite() && *v > 0.0)
                 .collect();
-            if factors.len() != values.len() || factors.len() != self.head_dim() / 2 {
+            if factors.len() != values.len() || factors.len() != self.rotary_dim() / 2 {
                 return Err(refuse(
                     "longrope needs one positive factor per pair of head dimensions",
                 ));
@@ -476,6 +476,15 @@ impl ModelConfig {
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1))
     }
 
+    /// The values of each query and key head that RoPE rotates: all of them, or the share
+    /// `partial_rotary_factor` gives (truncated, as transformers takes it).
+    pub fn rotary_dim(&self) -> usize {
+        match self.partial_rotary_factor {
+            Some(share) if share < 1.0 => (self.head_dim() as f64 * share) as usize,
+            _ => self.head_dim(),
+        }
+    }
+
     /// Query heads that share one key/value head (1 = MHA, all heads = MQA).
     pub fn group_size(&self) -> usize {
         self.num_attention_heads / self.num_kv_heads()
@@ -592,12 +601,15 @@ impl ModelConfig {
                 "sliding-window attention is not supported in this architecture",
             ));
         }
-        if let Some(partial) = self.partial_rotary_factor.filter(|&p| p != 1.0) {
-            return Err(unsupported(
-                "partial_rotary_factor",
-                partial,
-                "RoPE over part of each head is not supported",
-            ));
+        if let Some(partial) = self.partial_rotary_factor {
+            let rotary = self.rotary_dim();
+            if !(partial > 0.0 && partial <= 1.0) || rotary == 0 || !rotary.is_multiple_of(2) {
+                return Err(unsupported(
+                    "partial_rotary_factor",
+                    partial,
+                    "must rotate an even, positive number of each head's values",
+                ));
+            }
         }
         if family.rotated_layers.len() != self.num_hidden_layers {
             return Err(unsupported(
@@ -776,6 +788,9 @@ mod tests {
         json["sliding_window"] = 262_144.into();
         assert!(ModelConfig::from_json(&json.to_string()).is_ok());
         json["partial_rotary_factor"] = 0.75.into();
+        let config = ModelConfig::from_json(&json.to_string()).expect("Phi-4-mini's share");
+        assert_eq!(config.rotary_dim(), 48);
+        json["partial_rotary_factor"] = 0.0.into();
         assert_eq!(rejected_field(&json.to_string()), "partial_rotary_factor");
     }
 

@@ -169,6 +169,7 @@ impl Llama {
 
         let rope = RotaryEmbedding::new(
             config.head_dim(),
+            config.rotary_dim(),
             config.rope_theta,
             frequency_scaling(&config, checkpoint)?.as_ref(),
             device,
@@ -178,23 +179,24 @@ impl Llama {
         let (mut identity, mut local) = (None, None);
         for (index, layer) in layers.iter_mut().enumerate() {
             let local_theta = family.local_rope_theta.filter(|_| layer.window.is_some());
-            let (slot, make): (&mut Option<usize>, Box<dyn Fn() -> RotaryEmbedding>) = if !family
-                .rotates(index)
-            {
-                let head_dim = config.head_dim();
-                (
-                    &mut identity,
-                    Box::new(move || RotaryEmbedding::identity(head_dim, device, dtype)),
-                )
-            } else if let Some(theta) = local_theta {
-                let head_dim = config.head_dim();
-                (
-                    &mut local,
-                    Box::new(move || RotaryEmbedding::new(head_dim, theta, None, device, dtype)),
-                )
-            } else {
-                continue;
-            };
+            let (slot, make): (&mut Option<usize>, Box<dyn Fn() -> RotaryEmbedding>) =
+                if !family.rotates(index) {
+                    let head_dim = config.head_dim();
+                    (
+                        &mut identity,
+                        Box::new(move || RotaryEmbedding::identity(head_dim, device, dtype)),
+                    )
+                } else if let Some(theta) = local_theta {
+                    let head_dim = config.head_dim();
+                    (
+                        &mut local,
+                        Box::new(move || {
+                            RotaryEmbedding::new(head_dim, head_dim, theta, None, device, dtype)
+                        }),
+                    )
+                } else {
+                    continue;
+                };
             layer.rotation = *slot.get_or_insert_with(|| {
                 rotations.push(make());
                 rotations.len() - 1

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use burn::tensor::quantization::QuantScheme;
-use burn::tensor::{DType, Device, Tensor};
+use burn::tensor::{DType, Device, Tensor, TensorData};
 
-use super::checkpoint::{Checkpoint, TensorRole};
+use super::checkpoint::{Checkpoint, LayerRole, TensorRole};
 use super::config::ModelConfig;
 use super::cpu;
-use super::error::Result;
+use super::error::{ModelError, Result};
 use super::linear::Linear;
+use super::rope::partial_rotation_order;
 use super::weight_arena::WeightArena;
 
 /// What each module's `load` reads its weights through. Shapes come from the config, so a
@@ -122,12 +123,45 @@ impl<'a> Loader<'a> {
             .iter()
             .map(|&role| (role, role.shape(self.config)))
             .collect();
-        let data = self.checkpoint.stacked(&parts, dtype, arena)?;
+        let mut data = self.checkpoint.stacked(&parts, dtype, arena)?;
+        if let Some(order) = self.rotation_order(&parts) {
+            reorder_rows(&mut data, &order)?;
+        }
         let weight = Tensor::from_data(data, (self.device, dtype));
         Ok(match &self.quantization {
             Some(scheme) => Linear::new(weight).quantized(scheme),
             None => Linear::new(weight),
         })
+    }
+
+    /// For a stack that starts with the query rows, with a rotation over part of each head:
+    /// where each row of the stack comes from, the query and key heads' rows laid out as
+    /// [`partial_rotation_order`] says (scores are the same, as queries and keys are
+    /// reordered alike), the value rows as they are.
+    fn rotation_order(&self, parts: &[(TensorRole, Vec<usize>)]) -> Option<Vec<usize>> {
+        let config = self.config;
+        let (head_dim, rotary_dim) = (config.head_dim(), config.rotary_dim());
+        let starts_with_queries = matches!(
+            parts.first(),
+            Some((
+                TensorRole::Layer(_, LayerRole::Query | LayerRole::QueryKeyValue),
+                _
+            ))
+        );
+        if rotary_dim == head_dim || !starts_with_queries {
+            return None;
+        }
+        let rows: usize = parts.iter().map(|(_, shape)| shape[0]).sum();
+        let rotated_heads = config.num_attention_heads + config.num_kv_heads();
+        let within = partial_rotation_order(head_dim, rotary_dim);
+        Some(
+            (0..rows)
+                .map(|row| match row / head_dim {
+                    head if head < rotated_heads => head * head_dim + within[row % head_dim],
+                    _ => row,
+                })
+                .collect(),
+        )
     }
 
     /// The type a weight matrix is held in: the compute type, except where that is f32 on
@@ -151,5 +185,29 @@ impl<'a> Loader<'a> {
             }
             _ => self.dtype,
         }
+    }
+}
+
+/// Rows of a `[rows, cols]` matrix reordered: row `i` becomes the old row `source[i]`.
+fn reorder_rows(data: &mut TensorData, source: &[usize]) -> Result<()> {
+    fn reorder<E: burn::tensor::Element>(data: &mut TensorData, source: &[usize]) -> Result<()> {
+        let values = data
+            .as_mut_slice::<E>()
+            .map_err(|err| ModelError::Backend(format!("reordering rotated rows: {err:?}")))?;
+        let cols = values.len() / source.len().max(1);
+        let before = values.to_vec();
+        for (row, &from) in source.iter().enumerate() {
+            values[row * cols..(row + 1) * cols]
+                .copy_from_slice(&before[from * cols..(from + 1) * cols]);
+        }
+        Ok(())
+    }
+    match data.dtype() {
+        DType::F32 => reorder::<f32>(data, source),
+        DType::BF16 => reorder::<half::bf16>(data, source),
+        DType::F16 => reorder::<half::f16>(data, source),
+        other => Err(ModelError::Backend(format!(
+            "cannot reorder rotated rows held in {other:?}"
+        ))),
     }
 }

@@ -34,8 +34,10 @@ pub struct RotaryEmbedding {
     inv_freq: Vec<f32>,
     /// LongRoPE's frequencies for a pass that reaches past this many positions.
     long: Option<(usize, Vec<f32>)>,
-    /// What cosines and sines are multiplied by (LongRoPE's attention factor; else 1).
+    /// What cosines and sines are multiplied by (LongRoPE's attention factor; else 1): the
+    /// first `rotated_pairs` pairs'; the ones past a partial rotation pass unscaled.
     scale: f32,
+    rotated_pairs: usize,
     device: Device,
     dtype: DType,
 }
@@ -53,27 +55,39 @@ impl RotaryEmbedding {
     /// Frequencies are computed as transformers computes them (f32 inverse frequencies, f32
     /// angles), so positions far into the context agree with the reference to the last bit
     /// that matters.
+    ///
+    /// `rotary_dim` below `head_dim` rotates part of each head (Phi-4-mini's
+    /// `partial_rotary_factor`): its frequencies are those of a head of `rotary_dim`, and the
+    /// pairs past them turn by zero. That equals rotating the first `rotary_dim` values in
+    /// halves of their own once the query and key rows are laid out so (see
+    /// [`crate::model::ModelConfig::rotary_dim`] and `Loader::projection`).
     pub fn new(
         head_dim: usize,
+        rotary_dim: usize,
         theta: f64,
         scaling: Option<&FrequencyScaling>,
         device: &Device,
         dtype: DType,
     ) -> Self {
+        let padded = |mut inv_freq: Vec<f32>| {
+            inv_freq.resize(head_dim / 2, 0.0);
+            inv_freq
+        };
         let (long, scale) = match scaling {
             Some(FrequencyScaling::LongRope(long_rope)) => (
                 Some((
                     long_rope.original_max_position_embeddings,
-                    divided(head_dim, theta, &long_rope.long_factor),
+                    padded(divided(rotary_dim, theta, &long_rope.long_factor)),
                 )),
                 long_rope.attention_factor,
             ),
             _ => (None, 1.0),
         };
         Self {
-            inv_freq: inverse_frequencies(head_dim, theta, scaling),
+            inv_freq: padded(inverse_frequencies(rotary_dim, theta, scaling)),
             long,
             scale,
+            rotated_pairs: rotary_dim / 2,
             device: device.clone(),
             dtype,
         }
@@ -87,6 +101,7 @@ impl RotaryEmbedding {
             inv_freq: vec![0.0; head_dim / 2],
             long: None,
             scale: 1.0,
+            rotated_pairs: 0,
             device: device.clone(),
             dtype,
         }
@@ -103,15 +118,28 @@ impl RotaryEmbedding {
         };
         let head_dim = 2 * inv_freq.len();
         let count = positions.len();
-        let scale = self.scale;
+        let scales: Vec<f32> = (0..inv_freq.len())
+            .map(|pair| {
+                if pair < self.rotated_pairs {
+                    self.scale
+                } else {
+                    1.0
+                }
+            })
+            .collect();
         let mut cos = Vec::with_capacity(count * head_dim);
         let mut signed_sin = Vec::with_capacity(count * head_dim);
         for position in positions {
             let angles: Vec<f32> = inv_freq.iter().map(|f| position as f32 * f).collect();
             for half_index in 0..2 {
-                cos.extend(angles.iter().map(|a| a.cos() * scale));
+                cos.extend(angles.iter().zip(&scales).map(|(a, s)| a.cos() * s));
                 let sign = if half_index == 0 { -1.0 } else { 1.0 };
-                signed_sin.extend(angles.iter().map(|a| sign * (a.sin() * scale)));
+                signed_sin.extend(
+                    angles
+                        .iter()
+                        .zip(&scales)
+                        .map(|(a, s)| sign * (a.sin() * s)),
+                );
             }
         }
         let table = |values: Vec<f32>| {
@@ -145,6 +173,25 @@ impl RopeRows {
         );
         x * cos + swapped * sin
     }
+}
+
+/// For a rotation over the first `rotary_dim` values of each head, which value of the stored
+/// head each value of the head as [`RotaryEmbedding`] rotates it comes from: the rotated
+/// halves `0..r/2` and `r/2..r` go to the heads of the two halves, the values past them fill
+/// what is left of each half (where the frequencies are zero).
+pub fn partial_rotation_order(head_dim: usize, rotary_dim: usize) -> Vec<usize> {
+    let (half, rotated_half) = (head_dim / 2, rotary_dim / 2);
+    let passed_half = half - rotated_half;
+    let mut source = vec![0; head_dim];
+    for i in 0..rotated_half {
+        source[i] = i;
+        source[half + i] = rotated_half + i;
+    }
+    for k in 0..passed_half {
+        source[rotated_half + k] = rotary_dim + k;
+        source[half + rotated_half + k] = rotary_dim + passed_half + k;
+    }
+    source
 }
 
 /// `θ^(-2i/d)` for each pair of dimensions, in f32 as transformers computes them, scaled.
@@ -236,6 +283,17 @@ mod tests {
         }
     }
 
+    /// The order puts every stored value once, and is the identity for a whole rotation.
+    #[test]
+    fn partial_rotation_order_is_a_permutation() {
+        assert_eq!(partial_rotation_order(8, 8), (0..8).collect::<Vec<_>>());
+        // Pairs (0, 2), (1, 3) rotate; 4..8 pass.
+        assert_eq!(partial_rotation_order(8, 4), [0, 1, 4, 5, 2, 3, 6, 7]);
+        let mut order = partial_rotation_order(96, 72);
+        order.sort_unstable();
+        assert_eq!(order, (0..96).collect::<Vec<_>>());
+    }
+
     /// LongRoPE takes its short factors for a pass within the original context and its long
     /// ones for a pass that reaches past it, and scales cosines and sines alike.
     #[test]
@@ -247,6 +305,7 @@ mod tests {
             attention_factor: 1.5,
         };
         let rope = RotaryEmbedding::new(
+            4,
             4,
             100.0,
             Some(&FrequencyScaling::LongRope(scaling)),

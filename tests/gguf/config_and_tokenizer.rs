@@ -75,7 +75,7 @@ fn refusals_name_what_is_wrong() {
     let err = GgufConfig::from_gguf(&file).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "GGUF file m.gguf: architecture \"mamba\" is not supported (smolchat runs llama, qwen2, qwen3, smollm3, phi3)"
+        "GGUF file m.gguf: architecture \"mamba\" is not supported (smolchat runs llama, qwen2, qwen3, smollm3, phi3, gemma3)"
     );
 
     let missing = Builder {

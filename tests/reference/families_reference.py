@@ -106,6 +106,26 @@ FAMILIES = {
             eos_token_id=1,
         ),
     ),
+    # Phi-4-mini's shape of Phi-3: RoPE over part of each head (half of it here), with LongRoPE.
+    "phi4": (
+        transformers.Phi3Config,
+        transformers.Phi3ForCausalLM,
+        dict(
+            num_hidden_layers=2,
+            tie_word_embeddings=True,
+            original_max_position_embeddings=64,
+            rope_parameters={
+                "rope_type": "longrope",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.5,
+                "short_factor": [1.0, 1.2, 1.9, 3.1],
+                "long_factor": [1.0, 2.0, 5.0, 11.0],
+            },
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
 }
 
 INPUT_IDS = [1, 17, 42, 99, 3, 64, 127, 8, 55, 23, 90, 12]

@@ -101,7 +101,7 @@ fn attention_matches_burns_composition_and_writes_the_cache() {
     let group = heads / kv_heads;
     // Past one chunk of scores, into a cache with room to spare.
     let (position, capacity) = (300, 320);
-    let rope = RotaryEmbedding::new(head_dim, 10_000.0, None, &device, DType::F32)
+    let rope = RotaryEmbedding::new(head_dim, head_dim, 10_000.0, None, &device, DType::F32)
         .positions(position..position + 1);
     let qkv = tensor([1, (heads + 2 * kv_heads) * head_dim], 1, &device);
     let keys = tensor([kv_heads, capacity, head_dim], 2, &device);
