@@ -57,14 +57,7 @@ impl TextTokenizer {
     /// spelled out in `text` (such as `<|im_start|>`) still map to their single ids,
     /// exactly as transformers does.
     pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
-        let encoding = self
-            .inner
-            .encode(text, add_special_tokens)
-            .map_err(|source| TextError::Encode {
-                text: preview(text),
-                source,
-            })?;
-        Ok(encoding.get_ids().to_vec())
+        ids_of(&self.inner, text, add_special_tokens)
     }
 
     /// `text` as plain text: special tokens spelled in it (`<|im_start|>`) are taken apart
@@ -78,13 +71,7 @@ impl TextTokenizer {
         }
         let mut literal = self.inner.clone();
         literal.set_encode_special_tokens(true);
-        let encoding = literal
-            .encode(text, false)
-            .map_err(|source| TextError::Encode {
-                text: preview(text),
-                source,
-            })?;
-        Ok(encoding.get_ids().to_vec())
+        ids_of(&literal, text, false)
     }
 
     /// Whether `text` contains the spelling of one of the special tokens.
@@ -113,4 +100,14 @@ impl TextTokenizer {
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
+}
+
+fn ids_of(tokenizer: &Tokenizer, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+    let encoding = tokenizer
+        .encode(text, add_special_tokens)
+        .map_err(|source| TextError::Encode {
+            text: preview(text),
+            source,
+        })?;
+    Ok(encoding.get_ids().to_vec())
 }
