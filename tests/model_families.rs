@@ -18,7 +18,9 @@ use smolchat::model::{Architecture, Llama, ModelConfig, ModelError, Precision};
 use crate::common::{self, assert_close, full_forward, greedy_ids, one_token_at_a_time};
 use crate::gguf::builder::{Builder, V};
 
-const FAMILIES: [&str; 6] = ["qwen2", "qwen3", "smollm3", "phi3", "gemma3", "phi4"];
+const FAMILIES: [&str; 7] = [
+    "qwen2", "qwen3", "smollm3", "phi3", "gemma3", "phi4", "gemma3mm",
+];
 /// Gemma 3's GGUF files are refused for now (its norms and windows come from other keys).
 const GGUF_FAMILIES: [&str; 4] = ["qwen2", "qwen3", "smollm3", "phi3"];
 const BACKENDS: [BackendKind; 3] = [BackendKind::Flex, BackendKind::Ndarray, BackendKind::Gpu];

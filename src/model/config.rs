@@ -85,6 +85,9 @@ pub struct ModelConfig {
     pub attn_logit_softcapping: Option<f64>,
     #[serde(default)]
     pub final_logit_softcapping: Option<f64>,
+    /// Gemma 3's encoder-style variants attend both ways.
+    #[serde(default)]
+    pub use_bidirectional_attention: Option<bool>,
 }
 
 /// The `rope_type` a GGUF file's config gets when its scaling is the `rope_freqs.weight`
@@ -131,6 +134,59 @@ pub struct LongRopeScaling {
     pub long_factor: Vec<f32>,
     pub original_max_position_embeddings: usize,
     pub attention_factor: f32,
+}
+
+/// The class of Gemma 3's multimodal checkpoints (4B and up), whose language model is a
+/// `Gemma3ForCausalLM` described by their `text_config`.
+const GEMMA3_MULTIMODAL: &str = "Gemma3ForConditionalGeneration";
+
+/// Gemma3TextConfig's defaults in transformers, which the `text_config` of the checkpoints
+/// on the hub leaves out (google/gemma-3-4b-it's names only what differs from them).
+fn gemma3_text_defaults() -> serde_json::Value {
+    serde_json::json!({
+        "vocab_size": 262_208,
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "max_position_embeddings": 131_072,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "rope_local_base_freq": 10_000.0,
+        "query_pre_attn_scalar": 256,
+        "sliding_window": 4096,
+        "tie_word_embeddings": true,
+    })
+}
+
+/// A multimodal Gemma 3 config's language model, as a `Gemma3ForCausalLM` config (its
+/// weights are read without their `language_model.` prefix, see `checkpoint/safetensors.rs`);
+/// any other config as it is.
+fn language_model_config(json: serde_json::Value) -> serde_json::Value {
+    let multimodal = json["architectures"]
+        .as_array()
+        .is_some_and(|classes| classes.iter().any(|class| class == GEMMA3_MULTIMODAL));
+    if !multimodal {
+        return json;
+    }
+    let mut text = gemma3_text_defaults();
+    if let (Some(fields), Some(given)) = (text.as_object_mut(), json["text_config"].as_object()) {
+        fields.extend(given.clone());
+        fields.insert(
+            "architectures".into(),
+            serde_json::json!([Architecture::Gemma3.transformers_class()]),
+        );
+        if let Some(tied) = json
+            .get("tie_word_embeddings")
+            .filter(|_| !given.contains_key("tie_word_embeddings"))
+        {
+            fields.insert("tie_word_embeddings".into(), tied.clone());
+        }
+    }
+    text
 }
 
 fn default_rope_theta() -> f64 {
@@ -280,11 +336,13 @@ impl ModelConfig {
     }
 
     pub fn from_json(text: &str) -> Result<Self> {
+        let json_error = |source| ModelError::ConfigJson {
+            path: "config.json".into(),
+            source,
+        };
+        let json: serde_json::Value = serde_json::from_str(text).map_err(json_error)?;
         let mut config: Self =
-            serde_json::from_str(text).map_err(|source| ModelError::ConfigJson {
-                path: "config.json".into(),
-                source,
-            })?;
+            serde_json::from_value(language_model_config(json)).map_err(json_error)?;
         config.read_rope_parameters()?;
         config.validate()?;
         Ok(config)
@@ -394,6 +452,7 @@ impl ModelConfig {
             rope_local_base_freq: None,
             attn_logit_softcapping: None,
             final_logit_softcapping: None,
+            use_bidirectional_attention: None,
         };
         if architecture == Architecture::Gemma3 {
             return Err(ModelError::UnsupportedConfig {
@@ -535,6 +594,13 @@ impl ModelConfig {
                 "query_pre_attn_scalar",
                 scalar,
                 "scores are scaled by the head dimension; another scalar is not supported",
+            ));
+        }
+        if self.use_bidirectional_attention == Some(true) {
+            return Err(unsupported(
+                "use_bidirectional_attention",
+                true,
+                "a chat model attends to earlier positions only",
             ));
         }
         for (field, cap) in [
@@ -792,6 +858,41 @@ mod tests {
         assert_eq!(config.rotary_dim(), 48);
         json["partial_rotary_factor"] = 0.0.into();
         assert_eq!(rejected_field(&json.to_string()), "partial_rotary_factor");
+    }
+
+    /// google/gemma-3-4b-it's config names only what differs from Gemma3TextConfig's
+    /// defaults; its language model is read with them.
+    #[test]
+    fn a_multimodal_gemma3_config_gives_its_language_model() {
+        let json = r#"{"architectures": ["Gemma3ForConditionalGeneration"],
+            "model_type": "gemma3", "vision_config": {"hidden_size": 1152},
+            "text_config": {"hidden_size": 2560, "intermediate_size": 10240,
+                "model_type": "gemma3_text", "num_hidden_layers": 34,
+                "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}}"#;
+        let config = ModelConfig::from_json(json).expect("valid");
+        let family = config.family().expect("family");
+        assert_eq!(family.architecture, Architecture::Gemma3);
+        assert_eq!(
+            (
+                config.hidden_size,
+                config.num_hidden_layers,
+                config.head_dim()
+            ),
+            (2560, 34, 256)
+        );
+        assert_eq!(config.vocab_size, 262_208);
+        assert!(config.tie_word_embeddings);
+        assert!(matches!(
+            config.rope_scaling(),
+            Ok(Some(RopeScaling::Linear(factor))) if factor == 8.0
+        ));
+        let windows: Vec<Option<usize>> = family.windows;
+        assert_eq!(
+            windows.iter().filter(|w| w.is_none()).count(),
+            5,
+            "every sixth layer"
+        );
+        assert_eq!(windows[0], Some(1024));
     }
 
     /// `rms_norm_eps` 0 was accepted from config.json and refused from GGUF.

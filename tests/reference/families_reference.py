@@ -126,6 +126,42 @@ FAMILIES = {
             eos_token_id=2,
         ),
     ),
+    # Gemma 3's multimodal checkpoints (4B and up): the language model under `language_model.`,
+    # beside a vision tower that a text chat does not read.
+    "gemma3mm": (
+        transformers.Gemma3Config,
+        transformers.Gemma3ForConditionalGeneration,
+        dict(
+            text_config=dict(
+                vocab_size=128,
+                hidden_size=64,
+                intermediate_size=64,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                head_dim=16,
+                query_pre_attn_scalar=16,
+                sliding_window=4,
+                max_position_embeddings=256,
+                rms_norm_eps=1e-6,
+                pad_token_id=0,
+                bos_token_id=2,
+                eos_token_id=1,
+            ),
+            vision_config=dict(
+                hidden_size=16,
+                intermediate_size=16,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                image_size=28,
+                patch_size=14,
+            ),
+            mm_tokens_per_image=4,
+            image_token_index=127,
+            boi_token_index=125,
+            eoi_token_index=126,
+        ),
+    ),
 }
 
 INPUT_IDS = [1, 17, 42, 99, 3, 64, 127, 8, 55, 23, 90, 12]
@@ -151,7 +187,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     for seed, (name, (config_class, model_class, extra)) in enumerate(FAMILIES.items()):
-        config = config_class(**COMMON, **extra)
+        config = config_class(**extra) if "text_config" in extra else config_class(**COMMON, **extra)
         model = model_class(config).eval()
         randomised(model, seed)
         folder = args.out / name

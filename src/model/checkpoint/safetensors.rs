@@ -27,8 +27,34 @@ pub const SHARD_INDEX: &str = "model.safetensors.index.json";
 /// compute precision, so loading never holds the checkpoint in memory twice.
 pub struct SafetensorsCheckpoint {
     shards: Vec<Shard>,
-    tensor_shard: HashMap<String, usize>,
+    /// Each tensor the model may read, by the name `layout.rs` gives it: its shard and its
+    /// name there.
+    tensor_shard: HashMap<String, (usize, String)>,
     location: PathBuf,
+}
+
+/// Where a multimodal checkpoint keeps its language model (Gemma 3 4B and up: beside
+/// `vision_tower.` and `multi_modal_projector.`).
+const LANGUAGE_MODEL_PREFIX: &str = "language_model.";
+
+/// The tensors of a checkpoint by the names the model reads: as stored, or, in a multimodal
+/// checkpoint whose language model sits under [`LANGUAGE_MODEL_PREFIX`], that part alone
+/// without the prefix (the vision tower is not read).
+fn by_model_name(stored: HashMap<String, usize>) -> HashMap<String, (usize, String)> {
+    let embedding = TensorRole::Embedding.safetensors_name();
+    let prefixed = !stored.contains_key(&embedding)
+        && stored.contains_key(&format!("{LANGUAGE_MODEL_PREFIX}{embedding}"));
+    stored
+        .into_iter()
+        .filter_map(|(name, shard)| {
+            let model_name = if prefixed {
+                name.strip_prefix(LANGUAGE_MODEL_PREFIX)?.to_owned()
+            } else {
+                name.clone()
+            };
+            Some((model_name, (shard, name)))
+        })
+        .collect()
 }
 
 struct Shard {
@@ -51,12 +77,14 @@ impl SafetensorsCheckpoint {
         } else {
             let path = dir.join(SINGLE_FILE);
             let shard = Shard::open(&path)?;
-            let tensor_shard = shard
-                .metadata
-                .tensors()
-                .into_keys()
-                .map(|name| (name, 0))
-                .collect();
+            let tensor_shard = by_model_name(
+                shard
+                    .metadata
+                    .tensors()
+                    .into_keys()
+                    .map(|name| (name, 0))
+                    .collect(),
+            );
             Ok(Self {
                 shards: vec![shard],
                 tensor_shard,
@@ -95,7 +123,7 @@ impl SafetensorsCheckpoint {
         }
         Ok(Self {
             shards,
-            tensor_shard,
+            tensor_shard: by_model_name(tensor_shard),
             location: index_path.to_path_buf(),
         })
     }
@@ -105,8 +133,9 @@ impl SafetensorsCheckpoint {
             name: name.to_string(),
             location: self.location.clone(),
         };
-        let shard = &self.shards[*self.tensor_shard.get(name).ok_or_else(missing)?];
-        let info = shard.metadata.info(name).ok_or_else(missing)?;
+        let (shard, stored) = self.tensor_shard.get(name).ok_or_else(missing)?;
+        let shard = &self.shards[*shard];
+        let info = shard.metadata.info(stored).ok_or_else(missing)?;
         if info.shape != shape {
             return Err(ModelError::WrongShape {
                 name: name.to_string(),
@@ -130,9 +159,8 @@ impl Checkpoint for SafetensorsCheckpoint {
     }
 
     fn stored_dtype(&self, role: TensorRole) -> Option<DType> {
-        let name = role.safetensors_name();
-        let shard = &self.shards[*self.tensor_shard.get(&name)?];
-        match shard.metadata.info(&name)?.dtype {
+        let (shard, stored) = self.tensor_shard.get(&role.safetensors_name())?;
+        match self.shards[*shard].metadata.info(stored)?.dtype {
             Dtype::F32 => Some(DType::F32),
             Dtype::BF16 => Some(DType::BF16),
             Dtype::F16 => Some(DType::F16),
@@ -141,9 +169,9 @@ impl Checkpoint for SafetensorsCheckpoint {
     }
 
     fn float_values(&self) -> usize {
-        self.shards
-            .iter()
-            .flat_map(|shard| shard.metadata.tensors().into_values())
+        self.tensor_shard
+            .values()
+            .filter_map(|(shard, stored)| self.shards[*shard].metadata.info(stored))
             .map(|info| info.shape.iter().product::<usize>())
             .sum()
     }
