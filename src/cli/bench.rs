@@ -165,11 +165,11 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     let peak_rss_load_mb = memory::peak_resident_bytes().map(memory::mib);
     let (model, device) = (&loaded.model, &loaded.device);
     let config = model.config();
-    if args.prompt_tokens + args.gen_tokens > config.max_position_embeddings {
+    if args.prompt_tokens + args.gen_tokens > loaded.memory.context {
         return Err(format!(
             "--prompt-tokens + --gen-tokens = {} exceeds the model's context of {}",
             args.prompt_tokens + args.gen_tokens,
-            config.max_position_embeddings
+            loaded.memory.context
         ));
     }
     let vocab = config.vocab_size as u32;

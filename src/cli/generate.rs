@@ -120,7 +120,7 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
         }
         messages.push(ChatMessage::user(args.prompt.clone()));
         let window = ContextWindow {
-            limit: loaded.model.config().max_position_embeddings,
+            limit: loaded.memory.context,
             reserve_for_reply: 1,
             policy: OverflowPolicy::Stop,
         };
