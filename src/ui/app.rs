@@ -101,6 +101,10 @@ impl SmolchatApp {
             Action::Command(UiCommand::FocusInput | UiCommand::NewConversation) => {
                 view.focus_input = true;
             }
+            // Esc stops the reply; the message box keeps the keyboard for what comes next.
+            Action::Command(UiCommand::StopGeneration) if view.input_focused => {
+                view.focus_input = true;
+            }
             Action::Command(UiCommand::Quit) => view.close_requested = true,
             Action::Command(UiCommand::OpenModelFile) => {
                 view.dialog_requested = Some(Pick::GgufFile);

@@ -16,6 +16,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
     super::chat_view::centered_column(ui, |ui| {
         ui.horizontal(|ui| show_row(ui, id, enter_pressed, state, view, actions))
     });
+    view.input_focused = ui.memory(|memory| memory.has_focus(id));
 }
 
 /// The message box and the Send (or Stop) button beside it.

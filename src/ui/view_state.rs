@@ -10,6 +10,9 @@ pub struct ViewState {
     pub input: String,
     /// Set by the focus command; the input box takes focus on the next frame.
     pub focus_input: bool,
+    /// Whether the input box had the keyboard at the end of the last frame: egui takes focus
+    /// away on Esc before the frame's commands run, and Stop gives it back.
+    pub input_focused: bool,
     /// Index and draft text of the user message being edited.
     pub editing: Option<(usize, String)>,
     /// Index and draft title of the conversation being renamed.

@@ -89,6 +89,30 @@ fn shift_enter_adds_a_line_and_enter_sends() {
     assert_eq!(harness.state().view().input, "");
 }
 
+/// Esc stopped the reply and took the keyboard from the message box, so that what was typed
+/// next was lost.
+#[test]
+fn esc_stops_the_reply_and_the_message_box_keeps_the_keyboard() {
+    let (mut harness, engine, _dir) = window();
+    harness
+        .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
+        .focus();
+    harness.step();
+    type_message(&mut harness, "Tell me a story");
+    harness.key_press(Key::Enter);
+    harness.step();
+    let request = engine.generate_request();
+    harness.key_press(Key::Escape);
+    harness.step();
+    harness.step();
+    assert!(engine.is_cancelled(request.id), "Esc stops the reply");
+    harness
+        .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
+        .type_text("next");
+    harness.step();
+    assert_eq!(harness.state().view().input, "next");
+}
+
 #[test]
 fn a_narrow_window_gives_the_chat_room_and_chats_swaps_the_panels() {
     let (mut harness, _engine, _dir) = window_of_size([800.0, 600.0]);
