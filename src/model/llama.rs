@@ -175,32 +175,29 @@ impl Llama {
             device,
             dtype,
         );
+        let head_dim = config.head_dim();
         let mut rotations = vec![rope];
-        let (mut identity, mut local) = (None, None);
-        for (index, layer) in layers.iter_mut().enumerate() {
-            let local_theta = family.local_rope_theta.filter(|_| layer.window.is_some());
-            let (slot, make): (&mut Option<usize>, Box<dyn Fn() -> RotaryEmbedding>) =
-                if !family.rotates(index) {
-                    let head_dim = config.head_dim();
-                    (
-                        &mut identity,
-                        Box::new(move || RotaryEmbedding::identity(head_dim, device, dtype)),
-                    )
-                } else if let Some(theta) = local_theta {
-                    let head_dim = config.head_dim();
-                    (
-                        &mut local,
-                        Box::new(move || {
-                            RotaryEmbedding::new(head_dim, head_dim, theta, None, device, dtype)
-                        }),
-                    )
-                } else {
-                    continue;
-                };
-            layer.rotation = *slot.get_or_insert_with(|| {
-                rotations.push(make());
-                rotations.len() - 1
+        let mut add = |rotation: RotaryEmbedding| {
+            rotations.push(rotation);
+            rotations.len() - 1
+        };
+        let identity = (0..layers.len())
+            .any(|layer| !family.rotates(layer))
+            .then(|| add(RotaryEmbedding::identity(head_dim, device, dtype)));
+        let local = family
+            .local_rope_theta
+            .filter(|_| layers.iter().any(|layer| layer.window.is_some()))
+            .map(|theta| {
+                add(RotaryEmbedding::new(
+                    head_dim, head_dim, theta, None, device, dtype,
+                ))
             });
+        for (index, layer) in layers.iter_mut().enumerate() {
+            layer.rotation = match (family.rotates(index), layer.window, identity, local) {
+                (false, _, Some(identity), _) => identity,
+                (true, Some(_), _, Some(local)) => local,
+                _ => GLOBAL,
+            };
         }
         Ok(Self {
             embedding,
