@@ -13,6 +13,8 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 pub struct TextTokenizer {
     inner: Tokenizer,
     path: PathBuf,
+    /// The special tokens' spellings, looked for in every message of every prompt.
+    special_tokens: Vec<String>,
 }
 
 /// Shows where the tokenizer came from rather than dumping its whole vocabulary.
@@ -39,12 +41,22 @@ impl TextTokenizer {
             path: path.clone(),
             source,
         })?;
-        Ok(Self { inner, path })
+        Ok(Self::from_parts(inner, path))
     }
 
     /// A tokenizer built elsewhere, e.g. from the vocabulary inside a GGUF file at `path`.
     pub fn from_parts(inner: Tokenizer, path: PathBuf) -> Self {
-        Self { inner, path }
+        let special_tokens = inner
+            .get_added_tokens_decoder()
+            .into_values()
+            .filter(|token| token.special && !token.content.is_empty())
+            .map(|token| token.content)
+            .collect();
+        Self {
+            inner,
+            path,
+            special_tokens,
+        }
     }
 
     /// Where the tokenizer was loaded from, for messages shown to the user.
@@ -76,9 +88,9 @@ impl TextTokenizer {
 
     /// Whether `text` contains the spelling of one of the special tokens.
     pub fn spells_special_token(&self, text: &str) -> bool {
-        self.inner.get_added_tokens_decoder().values().any(|token| {
-            token.special && !token.content.is_empty() && text.contains(&token.content)
-        })
+        self.special_tokens
+            .iter()
+            .any(|token| text.contains(token.as_str()))
     }
 
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
