@@ -65,7 +65,7 @@ pub fn attend(
     if tokens == 0 {
         return Vec::new();
     }
-    let items = items(tokens, start, layout);
+    let items = items(tokens, start, layout, window);
     let item_len = TOKENS_PER_BLOCK.min(tokens) * layout.group() * partial_row_len(layout);
     let mut partials = vec![0.0; items.len() * item_len];
     split_rows(&mut partials, item_len, 1, &|first, out: &mut [f32]| {
@@ -82,22 +82,29 @@ fn partial_row_len(layout: HeadLayout) -> usize {
     layout.head_dim + 2
 }
 
-/// Token blocks × groups × key ranges, ordered so that one block's ranges are adjacent.
-fn items(tokens: usize, start: usize, layout: HeadLayout) -> Vec<Item> {
+/// Token blocks × groups × key ranges, ordered so that one block's ranges are adjacent. With a
+/// `window`, a block's ranges begin where its first token's window does: no item covers only
+/// keys that none of its tokens sees.
+fn items(tokens: usize, start: usize, layout: HeadLayout, window: Option<usize>) -> Vec<Item> {
     let blocks = tokens.div_ceil(TOKENS_PER_BLOCK);
     let wanted = (thread_count() * ITEMS_PER_THREAD).div_ceil(blocks * layout.kv_heads);
     let mut items = Vec::new();
     for block in 0..blocks {
         let tokens = block * TOKENS_PER_BLOCK..((block + 1) * TOKENS_PER_BLOCK).min(tokens);
-        // The block's last token sees the most: positions up to its own.
+        // The block's last token sees the most: positions up to its own; its first token's
+        // window starts earliest.
         let visible = start + tokens.end;
-        let ranges = visible
+        let lowest = window.map_or(0, |window| {
+            (start + tokens.start + 1).saturating_sub(window)
+        });
+        let seen = visible - lowest;
+        let ranges = seen
             .div_ceil(MAX_KEYS_PER_ITEM)
-            .max(wanted.min(visible.div_ceil(MIN_KEYS_PER_ITEM)))
+            .max(wanted.min(seen.div_ceil(MIN_KEYS_PER_ITEM)))
             .max(1);
-        let keys_per_item = visible.div_ceil(ranges);
+        let keys_per_item = seen.div_ceil(ranges);
         for group in 0..layout.kv_heads {
-            for first_key in (0..visible).step_by(keys_per_item) {
+            for first_key in (lowest..visible).step_by(keys_per_item) {
                 items.push(Item {
                     group,
                     tokens: tokens.clone(),
