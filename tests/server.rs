@@ -14,7 +14,7 @@ use smolchat::engine::{EngineHandle, EngineOptions, Event};
 use smolchat::generation::{FinishReason, GenerationSession, LoadedModel, ModelOptions, Step};
 use smolchat::model::{Logits, logits_to_vec};
 use smolchat::model_source::ModelSource;
-use smolchat::server::{RunningServer, Server, ServerConfig};
+use smolchat::server::{RunningServer, Server, ServerConfig, ServerLimits};
 use smolchat::text::{ChatMessage, ContextWindow, OverflowPolicy, SamplingParams};
 
 const MODEL: &str = "tiny-smollm";
@@ -56,7 +56,10 @@ impl Fixture {
             cors: Vec::new(),
             allowed_hosts: Vec::new(),
             model_names: vec![MODEL.to_string()],
-            max_body_bytes: MAX_BODY,
+            limits: ServerLimits {
+                max_body_bytes: MAX_BODY,
+                ..ServerLimits::default()
+            },
         };
         configure(&mut config);
         let server = Server::bind(config, engine.clone_client())
@@ -826,4 +829,136 @@ fn requests_from_web_pages_and_foreign_hosts_are_refused() {
         response.contains("access-control-allow-methods"),
         "{response}"
     );
+}
+
+/// A connection that has sent `sent` and nothing more: how long the server keeps it, up to
+/// `patience`, and what it wrote before closing it.
+fn held_open(address: SocketAddr, sent: &str, patience: Duration) -> (Duration, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(patience)).expect("timeout");
+    stream.write_all(sent.as_bytes()).expect("send");
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    (
+        started.elapsed(),
+        String::from_utf8_lossy(&answer).into_owned(),
+    )
+}
+
+fn read_timeout(seconds: u64) -> impl FnOnce(&mut ServerConfig) {
+    move |config| config.limits.read_timeout = Duration::from_secs(seconds)
+}
+
+/// Headers that never finish held their connection for good, and 20,000 of them exhausted
+/// the file descriptors; a body that never finishes did the same after the headers.
+#[test]
+fn a_request_that_is_never_finished_is_closed_after_the_read_timeout() {
+    let f = Fixture::start_configured(4, None, read_timeout(1));
+    let patience = Duration::from_secs(20);
+    let (held, _) = held_open(f.address(), "GET /health HTTP/1.1\r\nHost: loc", patience);
+    assert!(
+        held >= Duration::from_millis(900) && held < Duration::from_secs(5),
+        "a half-sent head was kept {held:?}"
+    );
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n\
+                Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"messages\"";
+    let (held, answer) = held_open(f.address(), head, patience);
+    assert!(
+        held < Duration::from_secs(5),
+        "a half-sent body was kept {held:?}"
+    );
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    // An idle kept-alive connection is closed after the same time.
+    let (held, answer) = held_open(
+        f.address(),
+        "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        patience,
+    );
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        held < Duration::from_secs(5),
+        "an idle connection was kept {held:?}"
+    );
+}
+
+/// More half-sent requests than the server has places push out only each other: a real
+/// request still gets in at once, and the oldest idle connections are the ones closed.
+#[test]
+fn a_flood_of_idle_connections_cannot_lock_out_a_real_request() {
+    let f = Fixture::start_configured(4, None, |config| {
+        config.limits.max_connections = 8;
+    });
+    let address = f.address();
+    let mut flood: Vec<std::net::TcpStream> = (0..40)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(address).expect("connect");
+            std::io::Write::write_all(&mut stream, b"GET /health HTTP/1.1\r\nHo").expect("send");
+            stream
+        })
+        .collect();
+    let started = Instant::now();
+    let health = get(address, "/health");
+    assert_eq!(health.status, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "/health took {:?} behind the flood",
+        started.elapsed()
+    );
+    // The first connections were closed to make room, the newest are still open.
+    assert!(
+        is_closed(&mut flood[0]),
+        "the oldest idle connection is still open"
+    );
+    let newest = flood.last_mut().expect("a connection");
+    assert!(!is_closed(newest), "the newest connection was closed");
+}
+
+/// Whether the server has closed `stream`: a read ends (or fails) rather than waiting.
+fn is_closed(stream: &mut std::net::TcpStream) -> bool {
+    use std::io::{ErrorKind, Read};
+    stream
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .expect("timeout");
+    match stream.read(&mut [0u8; 64]) {
+        Ok(0) => true,
+        Ok(n) => panic!("the server answered a half-sent request with {n} bytes"),
+        Err(err) => !matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut),
+    }
+}
+
+/// Only when every place is running a request is a newcomer turned away, with a 503 it can
+/// read and retry after.
+#[test]
+fn a_server_whose_every_connection_is_busy_answers_503() {
+    use std::io::Write;
+    let f = Fixture::start_configured(4, None, |config| {
+        config.limits.max_connections = 2;
+    });
+    let address = f.address();
+    let uploading: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| {
+            let mut stream = std::net::TcpStream::connect(address).expect("connect");
+            stream
+                .write_all(
+                    b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n\
+                      Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+                )
+                .expect("send");
+            stream
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(300));
+    let (_, answer) = held_open(
+        address,
+        "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n",
+        http::TIMEOUT,
+    );
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("Retry-After: 1"), "{answer}");
+    drop(uploading);
+    thread::sleep(Duration::from_millis(300));
+    assert_eq!(get(address, "/health").status, 200);
 }

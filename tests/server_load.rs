@@ -137,7 +137,7 @@ fn concurrent_streams_are_all_served_a_burst_is_refused_and_memory_returns() {
         cors: Vec::new(),
         allowed_hosts: Vec::new(),
         model_names: vec!["tiny-smollm".into()],
-        max_body_bytes: smolchat::server::DEFAULT_MAX_BODY_BYTES,
+        limits: smolchat::server::ServerLimits::default(),
     };
     let server = Server::bind(config, engine.clone_client())
         .expect("bind")

@@ -9,7 +9,7 @@ use crate::engine::{DEFAULT_QUEUE_LIMIT, EngineHandle, EngineOptions, Event};
 use crate::generation::ModelOptions;
 use crate::model::Precision;
 use crate::model_source::{ModelSource, model_name};
-use crate::server::{DEFAULT_MAX_BODY_BYTES, Server, ServerConfig};
+use crate::server::{Server, ServerConfig, ServerLimits};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -37,6 +37,15 @@ pub struct ServeArgs {
     /// Requests that may wait behind the running one; more get 503 with Retry-After.
     #[arg(long, default_value_t = DEFAULT_QUEUE_LIMIT)]
     queue: usize,
+    /// Open connections at once; when all are taken, the one idle longest is closed.
+    #[arg(long, default_value_t = ServerLimits::default().max_connections)]
+    max_connections: usize,
+    /// Seconds a client has to send a request's headers, and again its body.
+    #[arg(long, value_name = "SECONDS", default_value_t = ServerLimits::default().read_timeout.as_secs())]
+    read_timeout: u64,
+    /// The largest request body accepted, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = ServerLimits::default().max_body_bytes)]
+    max_body: usize,
     #[arg(long, value_enum, default_value_t)]
     backend: BackendKind,
     #[arg(long, value_enum, default_value_t)]
@@ -67,7 +76,11 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         cors: args.cors,
         allowed_hosts: args.allowed_hosts,
         model_names: model_names(&args.model, &source),
-        max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        limits: ServerLimits {
+            max_connections: args.max_connections,
+            read_timeout: Duration::from_secs(args.read_timeout),
+            max_body_bytes: args.max_body,
+        },
     };
     config.check()?;
     let dir = super::resolve_model(source)?;

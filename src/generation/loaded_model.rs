@@ -53,7 +53,10 @@ impl LoadedModel {
         } else {
             Parts::from_folder(path, &device, options.precision)?
         };
-        release_freed_heap();
+        // Reading a checkpoint allocates and frees far more than the model keeps (file
+        // buffers, conversions): without this, that memory stayed resident for as long as
+        // the model was loaded.
+        crate::stats::memory::release_freed_heap();
         let memory = MemoryPlan::new(parts.model.config(), weight_bytes(path), available);
         Ok(Self {
             memory,
@@ -194,16 +197,4 @@ fn integer_types(file: &GgufFile) -> Option<String> {
         }
     }
     (!types.is_empty()).then(|| types.join("+"))
-}
-
-/// Hands the heap that loading freed back to the system. Reading a checkpoint allocates
-/// and frees far more than the model keeps (file buffers, conversions), and glibc keeps
-/// freed memory mapped for reuse: without this, that memory stayed resident for as long as
-/// the model was loaded.
-fn release_freed_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns unused memory of the allocator's own arenas.
-    unsafe {
-        libc::malloc_trim(0);
-    }
 }

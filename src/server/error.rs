@@ -131,6 +131,19 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
     }
 
+    /// A body that did not arrive whole within the body timeout.
+    pub fn body_timeout(timeout: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!(
+                "the request body did not arrive within {} s",
+                timeout.as_secs_f32()
+            ),
+        )
+        .with_code("request_timeout")
+    }
+
     /// A body axum could not read: too large (413) or broken off.
     pub fn from_body(rejection: BytesRejection) -> Self {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {

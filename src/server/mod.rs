@@ -7,6 +7,7 @@
 //! shutdown built in. The engine stays a plain thread; `bridge.rs` joins the two.
 
 mod bridge;
+mod connections;
 mod error;
 mod request;
 mod response;
@@ -20,8 +21,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::extract::{DefaultBodyLimit, FromRequest, Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
@@ -32,6 +32,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::engine::Client;
 use bridge::Output;
+pub use connections::ServerLimits;
 pub use error::ApiError;
 use request::{Endpoint, Job};
 use response::Responder;
@@ -58,7 +59,7 @@ pub struct ServerConfig {
     pub allowed_hosts: Vec<String>,
     /// What `/v1/models` lists, then the other names a request's `model` may give.
     pub model_names: Vec<String>,
-    pub max_body_bytes: usize,
+    pub limits: ServerLimits,
 }
 
 impl ServerConfig {
@@ -103,6 +104,7 @@ fn unix_seconds() -> u64 {
 pub struct Server {
     listener: TcpListener,
     router: Router,
+    limits: ServerLimits,
 }
 
 impl Server {
@@ -114,12 +116,17 @@ impl Server {
         listener
             .set_nonblocking(true)
             .map_err(|err| err.to_string())?;
+        let limits = config.limits;
         let router = router(AppState {
             engine,
             config,
             started: unix_seconds(),
         });
-        Ok(Self { listener, router })
+        Ok(Self {
+            listener,
+            router,
+            limits,
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -146,18 +153,8 @@ impl Server {
                 shutdown.await;
                 let _ = stopping.send(true);
             });
-            let mut grace_over = stopped.clone();
-            let serve = axum::serve(listener, self.router).with_graceful_shutdown(async move {
-                let mut stopped = stopped;
-                let _ = stopped.wait_for(|stop| *stop).await;
-            });
-            tokio::select! {
-                served = serve => served,
-                _ = async move {
-                    let _ = grace_over.wait_for(|stop| *stop).await;
-                    tokio::time::sleep(SHUTDOWN_GRACE).await;
-                } => Ok(()),
-            }
+            connections::serve(listener, self.router, self.limits, stopped, SHUTDOWN_GRACE).await;
+            Ok(())
         })
     }
 
@@ -214,7 +211,7 @@ fn router(state: AppState) -> Router {
         .route("/health", get(health))
         .fallback(unknown_path)
         .method_not_allowed_fallback(wrong_method)
-        .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
+        .layer(DefaultBodyLimit::max(state.config.limits.max_body_bytes))
         .layer(middleware::from_fn_with_state(
             Arc::clone(&state),
             authorize,
@@ -399,16 +396,28 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
 
 async fn chat_completions(
     State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Result<Response, ApiError> {
+    let body = read_body(&state, request).await?;
     generate(state, Endpoint::Chat, body).await
 }
 
 async fn completions(
     State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Result<Response, ApiError> {
+    let body = read_body(&state, request).await?;
     generate(state, Endpoint::Completions, body).await
+}
+
+/// The whole body within the body timeout: a client that trickles a body byte by byte
+/// would otherwise keep its connection, and its place, for as long as it likes.
+async fn read_body(state: &AppState, request: Request) -> Result<Bytes, ApiError> {
+    let timeout = state.config.limits.read_timeout;
+    match tokio::time::timeout(timeout, Bytes::from_request(request, &())).await {
+        Ok(body) => body.map_err(ApiError::from_body),
+        Err(_) => Err(ApiError::body_timeout(timeout)),
+    }
 }
 
 /// Queues the request as a client of its own and answers once the engine has taken the
@@ -417,9 +426,8 @@ async fn completions(
 async fn generate(
     state: Arc<AppState>,
     endpoint: Endpoint,
-    body: Result<Bytes, BytesRejection>,
+    body: Bytes,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(ApiError::from_body)?;
     let job = request::parse(endpoint, &body, &state.config.model_names)?;
     let client = state.engine.clone_client();
     let id = client
@@ -574,7 +582,7 @@ mod tests {
             cors: Vec::new(),
             allowed_hosts: Vec::new(),
             model_names: vec!["m".into()],
-            max_body_bytes: 1 << 20,
+            limits: super::ServerLimits::default(),
         }
     }
 

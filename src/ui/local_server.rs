@@ -6,7 +6,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::engine::EngineHandle;
-use crate::server::{DEFAULT_MAX_BODY_BYTES, RunningServer, Server, ServerConfig};
+use crate::server::{RunningServer, Server, ServerConfig, ServerLimits};
 use crate::store::ServerSettings;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,7 +109,7 @@ fn start(wanted: &Started, engine: &EngineHandle) -> Result<RunningServer, Strin
         cors: Vec::new(),
         allowed_hosts: Vec::new(),
         model_names: vec![wanted.model.clone()],
-        max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        limits: ServerLimits::default(),
     };
     Server::bind(config, engine.clone_client())?
         .spawn()
