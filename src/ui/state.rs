@@ -72,6 +72,9 @@ struct ActiveGeneration {
     /// How much of the reply's text (bytes) and tokens its file holds.
     saved_text: usize,
     saved_tokens: usize,
+    /// An append failed: until a whole snapshot is saved, the file may end in a half line
+    /// that an append would continue, hiding the conversation, so only snapshots are tried.
+    snapshot_owed: bool,
     /// Stop was pressed; the engine stops once the step under way returns.
     stop_pressed: bool,
 }
@@ -633,6 +636,7 @@ impl AppState {
             last_save: Instant::now(),
             saved_text: 0,
             saved_tokens: 0,
+            snapshot_owed: false,
             stop_pressed: false,
         });
         self.live = None;
@@ -1016,6 +1020,14 @@ impl AppState {
         };
         active.last_save = Instant::now();
         let (id, message_index) = (active.conversation_id.clone(), active.message_index);
+        if active.snapshot_owed {
+            if self.save_by_id(&id)
+                && let Some(active) = &mut self.generation
+            {
+                active.snapshot_owed = false;
+            }
+            return;
+        }
         let (saved_text, saved_tokens) = (active.saved_text, active.saved_tokens);
         let Some(message) = self.active_reply() else {
             return;
@@ -1044,9 +1056,12 @@ impl AppState {
                 }
             }
             // The file went away or could not grow: a whole snapshot puts it back (and says
-            // why, once, if that fails too).
+            // why if that fails too); appending waits until one has succeeded.
             Err(_) => {
-                self.save_by_id(&id);
+                let saved = self.save_by_id(&id);
+                if let Some(active) = &mut self.generation {
+                    active.snapshot_owed = !saved;
+                }
             }
         }
     }
@@ -1089,10 +1104,14 @@ impl AppState {
             active.saved_tokens = message.tokens().len();
         }
         if let Err(err) = &result {
-            self.errors.push(format!(
+            let error = format!(
                 "cannot save the conversation to {}: {err}. Free some disk space or check the folder's permissions.",
                 self.store.path(&conversation.id).display()
-            ));
+            );
+            // Retried at every save while the disk is full: said once.
+            if !self.errors.contains(&error) {
+                self.errors.push(error);
+            }
         }
         result.is_ok()
     }

@@ -893,6 +893,37 @@ fn a_conversation_file_removed_while_a_reply_streams_is_written_again() {
     assert_eq!(f.saved().messages[1].content, "Hi");
 }
 
+/// A disk that refuses every write while a reply streams: the error is said once, appends
+/// wait for a whole snapshot (the file may end in a half line an append would continue),
+/// and once the disk takes writes again the file holds the whole reply, nothing twice.
+#[test]
+fn a_reply_streamed_while_saves_fail_is_saved_whole_once_they_work_again() {
+    let mut f = Fixture::ready();
+    let request = f.send("Hello");
+    let path = f.state.conversation_path(&f.state.current().id);
+    std::fs::remove_file(&path).unwrap();
+    // Neither an append nor a snapshot (a rename over it) can write where a folder is.
+    std::fs::create_dir(&path).unwrap();
+    f.state = f.state.with_save_interval(std::time::Duration::ZERO);
+    let stream = |f: &mut Fixture, text: &str| {
+        f.play([Event::Token {
+            request: request.id,
+            token: token(text),
+        }])
+    };
+    for text in ["Hi", " there", ","] {
+        stream(&mut f, text);
+    }
+    assert_eq!(f.state.errors().len(), 1, "{:?}", f.state.errors());
+    assert!(f.state.errors()[0].contains("cannot save"));
+    std::fs::remove_dir(&path).unwrap();
+    stream(&mut f, " friend");
+    assert_eq!(f.saved().messages[1].content, "Hi there, friend");
+    stream(&mut f, "!");
+    f.reply(request.id, &[], FinishReason::StopToken);
+    assert_eq!(f.saved().messages[1].content, "Hi there, friend!");
+}
+
 #[test]
 fn a_conversation_saves_where_the_user_chose() {
     let mut f = Fixture::ready();
