@@ -3,11 +3,13 @@
 //! Seed it with the real file's first few KB and `tests/gguf/fuzz.rs`'s synthetic file.
 #![no_main]
 
-use smolchat::gguf::{GgufFile, GgufConfig};
-use libfuzzer_sys::fuzz_target;
+use smolchat::gguf::{GgufConfig, GgufFile};
+use smolchat_fuzz::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(file) = GgufFile::from_bytes("fuzz.gguf", data.to_vec()) else { return };
+fuzz_target!(|data| {
+    let Ok(file) = GgufFile::from_bytes("fuzz.gguf", data.to_vec()) else {
+        return;
+    };
     for info in file.tensors() {
         let tensor = file.tensor(&info.name).expect("listed tensors exist");
         if info.n_elements < 1 << 20 {

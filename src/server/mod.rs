@@ -34,7 +34,7 @@ use crate::engine::Client;
 use bridge::Output;
 pub use connections::ServerLimits;
 pub use error::ApiError;
-use request::{Endpoint, Job};
+pub use request::{Endpoint, Job, parse as parse_request};
 use response::Responder;
 
 /// Request bodies above this are refused with 413: a full 2048-token context is about 10 KB
