@@ -21,8 +21,7 @@ use crate::gguf::builder::{Builder, V};
 const FAMILIES: [&str; 7] = [
     "qwen2", "qwen3", "smollm3", "phi3", "gemma3", "phi4", "gemma3mm",
 ];
-/// Gemma 3's GGUF files are refused for now (its norms and windows come from other keys).
-const GGUF_FAMILIES: [&str; 4] = ["qwen2", "qwen3", "smollm3", "phi3"];
+const GGUF_FAMILIES: [&str; 5] = ["qwen2", "qwen3", "smollm3", "phi3", "gemma3"];
 const BACKENDS: [BackendKind; 3] = [BackendKind::Flex, BackendKind::Ndarray, BackendKind::Gpu];
 
 fn family_dir(name: &str) -> PathBuf {
@@ -145,6 +144,10 @@ fn gguf_of(dir: &Path) -> GgufFile {
             .collect();
         let shape = view.shape().to_vec();
         let mut stored = values.clone();
+        // Gemma's norms as llama.cpp's converter writes them: the factor `1 + w` itself.
+        if family.gemma_norms && is_norm(role) {
+            stored.iter_mut().for_each(|w| *w += 1.0);
+        }
         let reordered = matches!(
             role,
             TensorRole::Layer(_, LayerRole::Query | LayerRole::Key)
@@ -159,6 +162,19 @@ fn gguf_of(dir: &Path) -> GgufFile {
         }
         let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
         builder = builder.f32_tensor(&role.gguf_name(), &dims, &stored);
+    }
+    // Gemma 3's windows: the width, which layers slide (as a flag per layer: the fixture's
+    // three layers are not llama.cpp's default pattern of six), the sliding layers' base.
+    if let (Some(window), Some(layer_types)) = (config.sliding_window, &config.layer_types) {
+        let flags: Vec<bool> = layer_types
+            .iter()
+            .map(|kind| kind == "sliding_attention")
+            .collect();
+        let local_base = config.rope_local_base_freq.expect("a local base") as f32;
+        builder = builder
+            .kv(&key("attention.sliding_window"), count(window))
+            .kv(&key("attention.sliding_window_pattern"), V::bools(&flags))
+            .kv(&key("rope.freq_base_swa"), V::F32(local_base));
     }
     // LongRoPE as llama.cpp's converter writes it: the factors as tensors, the original
     // context and the attention factor as metadata.
@@ -240,13 +256,39 @@ fn an_unsupported_architecture_is_refused_with_the_supported_list() {
     }
 }
 
-/// Gemma 3 from GGUF is refused by name rather than run without its windows and norms.
+fn is_norm(role: TensorRole) -> bool {
+    matches!(
+        role,
+        TensorRole::FinalNorm
+            | TensorRole::Layer(
+                _,
+                LayerRole::AttentionNorm
+                    | LayerRole::MlpNorm
+                    | LayerRole::QueryNorm
+                    | LayerRole::KeyNorm
+                    | LayerRole::AttentionOutputNorm
+                    | LayerRole::FeedForwardNorm
+                    | LayerRole::FeedForwardOutputNorm
+            )
+    )
+}
+
+/// A Gemma 3 GGUF file reads as its `config.json` does: the same windows, bases and scale,
+/// with the query scale and activation llama.cpp implies rather than stores.
 #[test]
-fn a_gemma3_gguf_file_is_refused_by_name() {
-    let file = gguf_of(&family_dir("gemma3"));
-    let gguf = GgufConfig::from_gguf(&file).expect("metadata");
-    let err = ModelConfig::from_gguf(&gguf).expect_err("refused");
-    assert!(err.to_string().contains("Gemma 3"), "{err}");
+fn a_gemma3_gguf_file_gives_the_config_of_its_folder() {
+    let dir = family_dir("gemma3");
+    let folder = ModelConfig::from_file(&dir.join("config.json")).expect("config");
+    let file = gguf_of(&dir);
+    let gguf =
+        ModelConfig::from_gguf(&GgufConfig::from_gguf(&file).expect("metadata")).expect("config");
+    assert_eq!(
+        gguf.family().expect("family"),
+        folder.family().expect("family")
+    );
+    assert_eq!(gguf.layer_types, folder.layer_types);
+    assert_eq!(gguf.query_pre_attn_scalar, folder.query_pre_attn_scalar);
+    assert_eq!(gguf.rope_theta, folder.rope_theta);
 }
 
 /// transformers 5 writes `rope_theta` inside `rope_parameters`; the fixture's Qwen3 uses a

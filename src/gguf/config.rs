@@ -59,8 +59,39 @@ pub struct GgufConfig {
     pub tied_embeddings: bool,
     /// `llama.attention.sliding_window`, where a family uses one (0 and absent: none).
     pub sliding_window: Option<u32>,
+    /// Which layers slide, `llama.attention.sliding_window_pattern`: a flag per layer, or a
+    /// period `n` (every `n`th layer attends to everything). Absent: the family's default.
+    pub sliding_window_pattern: Option<SlidingPattern>,
+    /// The RoPE base of the sliding layers (`llama.rope.freq_base_swa`).
+    pub rope_freq_base_swa: Option<f32>,
+    /// `llama.final_logit_softcapping`, where a family has one.
+    pub final_logit_softcapping: Option<f32>,
     /// Phi-3's LongRoPE, when the file carries [`LONG_ROPE_FACTORS_TENSOR`].
     pub long_rope: Option<LongRope>,
+}
+
+/// llama.cpp's two ways of saying which layers attend through a sliding window.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SlidingPattern {
+    /// One flag per layer: true where the layer slides.
+    Layers(Vec<bool>),
+    /// Every `n`th layer (the last of each `n`) attends to everything, the others slide;
+    /// 0: every layer slides.
+    Period(u32),
+}
+
+impl SlidingPattern {
+    /// Whether layer `index` attends through the window.
+    pub fn slides(&self, index: usize) -> bool {
+        match self {
+            Self::Layers(flags) => flags.get(index).copied().unwrap_or(false),
+            Self::Period(0) => true,
+            &Self::Period(n) => {
+                let n = n as usize;
+                index % n < n - 1
+            }
+        }
+    }
 }
 
 /// What LongRoPE needs beside its factor tensors: `llama.rope.scaling.original_context_length`
@@ -141,6 +172,12 @@ impl GgufConfig {
             sliding_window: file
                 .get_u32_opt(&key("attention.sliding_window"))?
                 .filter(|&window| window > 0),
+            sliding_window_pattern: sliding_pattern(
+                file,
+                &key("attention.sliding_window_pattern"),
+            )?,
+            rope_freq_base_swa: file.get_f32_opt(&key("rope.freq_base_swa"))?,
+            final_logit_softcapping: file.get_f32_opt(&key("final_logit_softcapping"))?,
             long_rope: match file.tensor_info(LONG_ROPE_FACTORS_TENSOR) {
                 None => None,
                 Some(_) => Some(LongRope {
@@ -235,4 +272,12 @@ fn rope_scaling(file: &GgufFile, arch: &str) -> Result<Option<RopeScaling>, Gguf
         low_freq_factor: file.get_f32_opt(&key("scaling.low_freq_factor"))?,
         high_freq_factor: file.get_f32_opt(&key("scaling.high_freq_factor"))?,
     }))
+}
+
+/// `key` as per-layer flags or as a period: llama.cpp's converter writes either.
+fn sliding_pattern(file: &GgufFile, key: &str) -> Result<Option<SlidingPattern>, GgufError> {
+    match file.get_bool_array_opt(key) {
+        Ok(flags) => Ok(flags.map(|flags| SlidingPattern::Layers(flags.to_vec()))),
+        Err(_) => Ok(file.get_u32_opt(key)?.map(SlidingPattern::Period)),
+    }
 }

@@ -319,6 +319,9 @@ impl GgufFile {
     pub fn get_i32_array(&self, key: &str) -> Result<&[i32], GgufError> {
         self.required(key)
     }
+    pub fn get_bool_array_opt(&self, key: &str) -> Result<Option<&[bool]>, GgufError> {
+        self.optional(key)
+    }
 }
 
 impl fmt::Debug for GgufFile {

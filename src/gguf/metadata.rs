@@ -330,5 +330,6 @@ slice_from_metadata!(
     String: String => "array<string>",
     F32: f32 => "array<f32>",
     I32: i32 => "array<i32>",
-    U32: u32 => "array<u32>"
+    U32: u32 => "array<u32>",
+    Bool: bool => "array<bool>"
 );

@@ -25,6 +25,13 @@ pub trait Checkpoint {
     /// The float type a tensor is stored in, if the checkpoint has it.
     fn stored_dtype(&self, role: TensorRole) -> Option<DType>;
 
+    /// Whether RMSNorm weights are stored as a family defines them: Gemma's as offsets from
+    /// one (`x · (1 + w)`). llama.cpp's converter adds the one in, so its files hold the
+    /// factor itself.
+    fn norm_weights_as_defined(&self) -> bool {
+        true
+    }
+
     /// Values stored in float types across the checkpoint's tensors: what an arena for its
     /// float weights needs to hold (integer weights are kept apart, see
     /// [`Checkpoint::integer_stacked`]).

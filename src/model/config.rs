@@ -5,6 +5,7 @@ use serde::Deserialize;
 use super::error::{ModelError, Result};
 use super::family::{Activation, Architecture, Family, rotated_except_every};
 use crate::gguf::GgufConfig;
+use crate::gguf::config::SlidingPattern;
 
 /// The hyper-parameters of a checkpoint of any supported family, in the terms of its
 /// `config.json` (a GGUF file's metadata is translated into them).
@@ -134,6 +135,37 @@ pub struct LongRopeScaling {
     pub long_factor: Vec<f32>,
     pub original_max_position_embeddings: usize,
     pub attention_factor: f32,
+}
+
+/// Gemma 3's kinds of layer as llama.cpp reads them from a GGUF file: without a window every
+/// layer attends to everything; with one, the file's pattern, or llama.cpp's default of five
+/// sliding layers to one global.
+fn gemma3_layer_types(gguf: &GgufConfig) -> Vec<String> {
+    let pattern = gguf
+        .sliding_window_pattern
+        .clone()
+        .unwrap_or(SlidingPattern::Period(6));
+    (0..gguf.block_count as usize)
+        .map(|layer| {
+            let slides = gguf.sliding_window.is_some() && pattern.slides(layer);
+            if slides {
+                "sliding_attention"
+            } else {
+                "full_attention"
+            }
+            .to_string()
+        })
+        .collect()
+}
+
+/// `query_pre_attn_scalar`, which GGUF files leave out: the head width, except for the 27B
+/// model (62 layers), whose queries are scaled by the model width per head, as llama.cpp does.
+fn gemma3_query_scalar(gguf: &GgufConfig) -> f64 {
+    if gguf.block_count == 62 && gguf.head_count > 0 {
+        f64::from(gguf.embedding_length / gguf.head_count)
+    } else {
+        f64::from(gguf.head_dim())
+    }
 }
 
 /// The class of Gemma 3's multimodal checkpoints (4B and up), whose language model is a
@@ -419,6 +451,7 @@ impl ModelConfig {
                 supported: Architecture::supported(Architecture::gguf_name),
             }
         })?;
+        let gemma = architecture == Architecture::Gemma3;
         let config = Self {
             architectures: vec![architecture.transformers_class().into()],
             hidden_size: gguf.embedding_length as usize,
@@ -443,24 +476,18 @@ impl ModelConfig {
             // llama.cpp's fixed step for SmolLM3; the key means nothing to other families.
             no_rope_layer_interval: (architecture == Architecture::SmolLm3).then_some(4),
             use_sliding_window: false,
-            layer_types: None,
+            layer_types: gemma.then(|| gemma3_layer_types(gguf)),
             sliding_window: gguf.sliding_window.map(|window| window as usize),
             original_max_position_embeddings: None,
             partial_rotary_factor: None,
-            hidden_activation: None,
-            query_pre_attn_scalar: None,
-            rope_local_base_freq: None,
+            hidden_activation: gemma.then(|| "gelu_pytorch_tanh".into()),
+            query_pre_attn_scalar: gemma.then(|| gemma3_query_scalar(gguf)),
+            rope_local_base_freq: gemma
+                .then(|| gguf.rope_freq_base_swa.map_or(10_000.0, f64::from)),
             attn_logit_softcapping: None,
-            final_logit_softcapping: None,
+            final_logit_softcapping: gguf.final_logit_softcapping.map(f64::from),
             use_bidirectional_attention: None,
         };
-        if architecture == Architecture::Gemma3 {
-            return Err(ModelError::UnsupportedConfig {
-                field: "general.architecture",
-                value: "gemma3".into(),
-                reason: "Gemma 3 runs from a Hugging Face folder; its GGUF files are not supported yet",
-            });
-        }
         if gguf.rope_dimension_count as usize != head_dim {
             return Err(ModelError::UnsupportedConfig {
                 field: "rope.dimension_count",
@@ -642,7 +669,12 @@ impl ModelConfig {
                 "only full_attention layers (and Gemma 3's sliding_attention) are supported",
             ));
         }
-        if sliding_allowed && self.sliding_window.is_none_or(|window| window == 0) {
+        // transformers' default when `layer_types` is absent has sliding layers too.
+        let slides = self
+            .layer_types
+            .as_ref()
+            .is_none_or(|kinds| kinds.iter().any(|kind| kind == "sliding_attention"));
+        if sliding_allowed && slides && self.sliding_window.is_none_or(|window| window == 0) {
             return Err(unsupported(
                 "sliding_window",
                 0,
@@ -761,6 +793,56 @@ mod tests {
             Err(ModelError::UnsupportedConfig { field, .. }) => field,
             other => panic!("expected an unsupported-config error, got {other:?}"),
         }
+    }
+
+    /// llama.cpp's default for Gemma 3 files that name no pattern: five sliding layers, then
+    /// one global, as google/gemma-3-1b-it's 26 layers are; none slide without a window.
+    #[test]
+    fn gemma3_gguf_layers_follow_llama_cpps_default_pattern() {
+        let mut gguf = GgufConfig {
+            architecture: "gemma3".into(),
+            context_length: 32768,
+            embedding_length: 1152,
+            block_count: 26,
+            feed_forward_length: 6912,
+            head_count: 4,
+            head_count_kv: 1,
+            key_length: 256,
+            rope_freq_base: 1_000_000.0,
+            rms_norm_eps: 1e-6,
+            vocab_size: 262_144,
+            rope_dimension_count: 256,
+            rope_scaling: None,
+            has_rope_freqs_tensor: false,
+            tied_embeddings: true,
+            sliding_window: Some(512),
+            sliding_window_pattern: None,
+            rope_freq_base_swa: None,
+            final_logit_softcapping: None,
+            long_rope: None,
+        };
+        let config = ModelConfig::from_gguf(&gguf).expect("config");
+        let global: Vec<usize> = (0..26)
+            .filter(|&i| config.layer_types.as_ref().expect("types")[i] == "full_attention")
+            .collect();
+        assert_eq!(global, [5, 11, 17, 23]);
+        assert_eq!(config.rope_local_base_freq, Some(10_000.0));
+        assert_eq!(config.query_pre_attn_scalar, Some(256.0));
+        gguf.sliding_window_pattern = Some(SlidingPattern::Period(2));
+        let config = ModelConfig::from_gguf(&gguf).expect("config");
+        assert_eq!(
+            config.layer_types.as_ref().expect("types")[..3],
+            ["sliding_attention", "full_attention", "sliding_attention"]
+        );
+        gguf.sliding_window = None;
+        let config = ModelConfig::from_gguf(&gguf).expect("config");
+        assert!(
+            config
+                .layer_types
+                .expect("types")
+                .iter()
+                .all(|kind| kind == "full_attention")
+        );
     }
 
     #[test]

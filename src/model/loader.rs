@@ -53,7 +53,8 @@ impl<'a> Loader<'a> {
             dtype,
             arena,
             quantization,
-            norm_weights_offset: config.family().is_ok_and(|family| family.gemma_norms),
+            norm_weights_offset: checkpoint.norm_weights_as_defined()
+                && config.family().is_ok_and(|family| family.gemma_norms),
         }
     }
 

@@ -34,6 +34,9 @@ fn metadata_and_config() {
         has_rope_freqs_tensor: false,
         tied_embeddings: true,
         sliding_window: None,
+        sliding_window_pattern: None,
+        rope_freq_base_swa: None,
+        final_logit_softcapping: None,
         long_rope: None,
     };
     assert_eq!(config, expected);

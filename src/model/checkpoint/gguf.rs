@@ -157,6 +157,10 @@ fn repeated(values: &[f32], times: usize) -> impl Iterator<Item = f32> + '_ {
 }
 
 impl Checkpoint for GgufCheckpoint {
+    fn norm_weights_as_defined(&self) -> bool {
+        false
+    }
+
     fn contains(&self, role: TensorRole) -> bool {
         self.file.tensor_info(&role.gguf_name()).is_some()
     }
