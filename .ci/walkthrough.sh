@@ -17,7 +17,9 @@ model="$PWD/tests/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 root="$(mktemp -d)"
 trap 'kill "${app_pid:-}" "${xvfb_pid:-}" 2>/dev/null || true; rm -rf "$root"' EXIT
 mkdir -p "$out"
-export SMOLCHAT_DATA_DIR="$root/data" SMOLCHAT_CONFIG_DIR="$root/config"
+# An empty Hugging Face cache too: the first-run screen lists the models it finds on this
+# machine, which would move the fields clicked below.
+export SMOLCHAT_DATA_DIR="$root/data" SMOLCHAT_CONFIG_DIR="$root/config" HF_HUB_CACHE="$root/hub"
 mkdir -p "$SMOLCHAT_CONFIG_DIR"
 settings="$SMOLCHAT_CONFIG_DIR/settings.json"
 

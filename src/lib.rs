@@ -9,6 +9,7 @@ pub mod gguf;
 pub mod hub;
 pub mod mapped_file;
 pub mod model;
+pub mod model_library;
 pub mod model_source;
 pub mod server;
 pub mod stats;

@@ -53,6 +53,11 @@ impl Paths {
         self.data_dir.join("conversations")
     }
 
+    /// Models of the user's own, which the first-run screen offers (see `model_library`).
+    pub fn models_dir(&self) -> PathBuf {
+        self.data_dir.join("models")
+    }
+
     pub fn settings_file(&self) -> PathBuf {
         self.config_dir.join("settings.json")
     }

@@ -145,6 +145,9 @@ impl SmolchatApp {
         if let Some(wait) = self.state.next_save_in() {
             ctx.request_repaint_after(wait);
         }
+        if self.state.scanning_models() {
+            ctx.request_repaint_after(std::time::Duration::from_millis(100));
+        }
 
         let size = ctx.viewport_rect().size();
         self.view.window_size = Some([size.x, size.y]);

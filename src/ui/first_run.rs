@@ -15,15 +15,19 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
         ui.add_space(40.0);
         ui.heading(labels::NO_MODEL_HEADING);
         ui.add_space(8.0);
-        ui.label(
+        ui.label(if state.local_models().is_empty() {
             "smolchat runs a small language model entirely on this computer. \
-             Download SmolLM2-135M-Instruct (about 270 MB, once) or use a model folder you already have.",
-        );
+             Download SmolLM2-135M-Instruct (about 270 MB, once) or use a model folder you already have."
+        } else {
+            "smolchat runs a small language model entirely on this computer. \
+             Open one you already have, or download SmolLM2-135M-Instruct (about 270 MB, once)."
+        });
         ui.add_space(16.0);
         if let ModelStatus::Failed(message) = state.model() {
             ui.colored_label(ui.visuals().error_fg_color, message);
             ui.add_space(8.0);
         }
+        local_models(ui, state, actions);
         match state.model() {
             ModelStatus::Downloading(progress) => {
                 let (fraction, text) = match progress {
@@ -79,6 +83,44 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
         let label = ui.label(labels::MODEL_FOLDER);
         model_path_field(ui, label.id, labels::USE_FOLDER, view, actions, 360.0);
     });
+}
+
+/// The models already on this computer, each opened with one click: someone who has one
+/// (or has no hub to download from) starts with it.
+fn local_models(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
+    let models = state.local_models();
+    if models.is_empty() {
+        return;
+    }
+    ui.label(RichText::new(labels::ON_THIS_COMPUTER).strong());
+    ui.add_space(4.0);
+    for model in models.iter().take(MAX_LISTED) {
+        let text = format!(
+            "{} {}  \u{b7}  {}",
+            labels::OPEN_LOCAL_MODEL,
+            model.name,
+            size_text(model.bytes)
+        );
+        if ui
+            .button(text)
+            .on_hover_text(model.path.display().to_string())
+            .clicked()
+        {
+            actions.push(Action::UseModelFolder(model.path.clone()));
+        }
+    }
+    ui.add_space(16.0);
+}
+
+/// Models listed at most; the path field opens any other.
+const MAX_LISTED: usize = 12;
+
+fn size_text(bytes: u64) -> String {
+    if bytes >= 1 << 30 {
+        format!("{:.1} GB", bytes as f64 / 1e9)
+    } else {
+        format!("{:.0} MB", bytes as f64 / 1e6)
+    }
 }
 
 /// The model path box (Enter loads what it names), with buttons for the desktop's dialogs.

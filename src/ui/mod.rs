@@ -38,5 +38,8 @@ pub mod labels {
     pub const CURRENT_MODEL: &str = "Current model";
     pub const USE_FOLDER: &str = "Use this model";
     pub const NO_MODEL_HEADING: &str = "No model yet";
+    /// The first-run screen's list of the models found on this machine, and its buttons.
+    pub const ON_THIS_COMPUTER: &str = "On this computer";
+    pub const OPEN_LOCAL_MODEL: &str = "Open";
     pub const SERVE_ON_LOCALHOST: &str = "Serve on localhost";
 }

@@ -14,6 +14,7 @@ use crate::engine::{
 };
 use crate::generation::{FinishReason, MemoryPlan, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
+use crate::model_library::{self, LocalModel};
 use crate::model_source::{ModelSource, is_gguf};
 use crate::store::{
     Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, ReplyVariant,
@@ -106,6 +107,10 @@ pub struct AppState {
     started: Instant,
     /// Replies finished since the model loaded: the GPU compiles its kernels in the first.
     replies_on_model: usize,
+    /// The models on this machine, once the scan started with the window has finished.
+    local_models: Vec<LocalModel>,
+    /// The scan under way, off this thread: a large store must not hold up the window.
+    scanning: Option<crossbeam_channel::Receiver<Vec<LocalModel>>>,
 }
 
 impl AppState {
@@ -139,7 +144,10 @@ impl AppState {
             save_interval: DEFAULT_SAVE_INTERVAL,
             started: Instant::now(),
             replies_on_model: 0,
+            local_models: Vec::new(),
+            scanning: None,
         };
+        state.scanning = scan_local_models(&state.paths);
         if let Some(folder) = state.settings.model_folder.clone() {
             state.load_model_folder(folder);
         }
@@ -799,8 +807,29 @@ impl AppState {
         }
     }
 
+    /// The models found on this machine (empty until the scan has finished).
+    pub fn local_models(&self) -> &[LocalModel] {
+        &self.local_models
+    }
+
+    /// Whether the scan for local models is still under way: nothing wakes the window when
+    /// it ends, so the window looks again shortly.
+    pub fn scanning_models(&self) -> bool {
+        self.scanning.is_some()
+    }
+
     /// Takes in everything the engine reported since the last call. Never blocks.
     pub fn poll(&mut self) {
+        if let Some(scanning) = &self.scanning {
+            match scanning.try_recv() {
+                Ok(found) => {
+                    self.local_models = found;
+                    self.scanning = None;
+                }
+                Err(crossbeam_channel::TryRecvError::Disconnected) => self.scanning = None,
+                Err(crossbeam_channel::TryRecvError::Empty) => {}
+            }
+        }
         let events: Vec<Event> = self.engine.events().try_iter().collect();
         for event in events {
             self.handle(event);
@@ -1119,6 +1148,20 @@ impl AppState {
     pub fn conversation_path(&self, id: &str) -> PathBuf {
         self.store.path(id)
     }
+}
+
+/// Starts looking for the models on this machine on a thread of its own; `None` if the
+/// thread cannot start (the first-run screen then offers the download and the path field).
+fn scan_local_models(paths: &Paths) -> Option<crossbeam_channel::Receiver<Vec<LocalModel>>> {
+    let locations = model_library::locations(paths);
+    let (found, scanning) = crossbeam_channel::bounded(1);
+    std::thread::Builder::new()
+        .name("smolchat-model-scan".into())
+        .spawn(move || {
+            let _ = found.send(model_library::scan(&locations));
+        })
+        .ok()?;
+    Some(scanning)
 }
 
 /// Dismisses entry `index` of a list of messages; false when there is none.

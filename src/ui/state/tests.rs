@@ -924,6 +924,37 @@ fn a_reply_streamed_while_saves_fail_is_saved_whole_once_they_work_again() {
     assert_eq!(f.saved().messages[1].content, "Hi there, friend!");
 }
 
+/// A model in smolchat's own folder is offered at first run, found off the window's thread,
+/// and opens as a model typed by hand does.
+#[test]
+fn models_on_this_computer_are_found_and_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths::under(dir.path());
+    let file = paths.models_dir().join("tiny.Q8_0.gguf");
+    std::fs::create_dir_all(paths.models_dir()).unwrap();
+    std::fs::write(&file, b"GGUF\x03\0\0\0").unwrap();
+    let (handle, engine) = ScriptedEngine::new();
+    let mut state = AppState::new(paths, handle);
+    let started = std::time::Instant::now();
+    while state.scanning_models() && started.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        state.poll();
+    }
+    let found = state.local_models();
+    assert!(
+        found
+            .iter()
+            .any(|model| model.path == file && model.name == "tiny.Q8_0"),
+        "{found:?}"
+    );
+    assert!(state.apply(Action::UseModelFolder(file.clone())));
+    assert!(matches!(
+        engine.commands().as_slice(),
+        [Command::LoadModel { .. }]
+    ));
+    assert_eq!(state.settings().model_folder.as_ref(), Some(&file));
+}
+
 #[test]
 fn a_conversation_saves_where_the_user_chose() {
     let mut f = Fixture::ready();
