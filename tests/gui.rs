@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use egui::{Key, accesskit::Role as A11y};
 use egui_kittest::Harness;
-use egui_kittest::kittest::Queryable;
+use egui_kittest::kittest::{NodeT, Queryable};
 use smolchat::backend::BackendKind;
 use smolchat::engine::EngineHandle;
 use smolchat::generation::FinishReason;
-use smolchat::store::{Paths, Settings};
+use smolchat::store::{Paths, Settings, Theme};
 use smolchat::text::Role;
 use smolchat::ui::{
     Action, AppState, ExportFormat, ModelStatus, ServerStatus, SmolchatApp, UiCommand, labels,
@@ -305,6 +305,111 @@ fn regenerate_edit_and_resend_export_and_undo_delete() {
     harness.step();
     assert!(listed(harness.state()), "undo brings the conversation back");
     assert!(file.is_file(), "undo saves it again");
+}
+
+/// Presses `key` with Ctrl (as Linux reports it: both `ctrl` and `command`) and more.
+fn press_with_ctrl(harness: &mut Harness<'_, SmolchatApp>, key: Key, shift: bool) {
+    let modifiers = egui::Modifiers {
+        ctrl: true,
+        command: true,
+        shift,
+        ..Default::default()
+    };
+    harness.key_press_modifiers(modifiers, key);
+    harness.step();
+}
+
+/// No mouse: Edit's box has the keyboard at once and Ctrl+Enter resends it; Ctrl+Tab,
+/// Ctrl+Shift+Tab and Ctrl+1…9 move between chats; F2 opens the title; F1 the sheet of
+/// shortcuts; the View menu's switches show whether they are on.
+#[test]
+fn chats_are_edited_switched_and_renamed_from_the_keyboard() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths::under(dir.path());
+    configure(&paths, 4);
+    let mut harness = harness(&paths);
+    send(&mut harness, "Question");
+    wait_until(&mut harness, "the reply", |app| {
+        !app.state().is_generating()
+    });
+
+    harness.get_by_label("Edit").click();
+    harness.step();
+    harness.step();
+    let draft = harness.get_by_role_and_label(A11y::MultilineTextInput, "Edit message");
+    assert!(draft.is_focused(), "Edit gives its box the keyboard");
+    draft.type_text(" again");
+    harness.step();
+    press_with_ctrl(&mut harness, Key::Enter, false);
+    wait_until(&mut harness, "the reply to the edit", |app| {
+        !app.state().is_generating() && app.state().current().messages.len() == 2
+    });
+    assert_eq!(
+        harness.state().state().current().messages[0].content,
+        "Question again",
+        "Ctrl+Enter resent the edit without a new line"
+    );
+
+    // An empty chat is reused by New chat: the second gets a message first.
+    harness.state_mut().execute(UiCommand::NewConversation);
+    send(&mut harness, "Second");
+    wait_until(&mut harness, "the second reply", |app| {
+        !app.state().is_generating()
+    });
+    harness.state_mut().execute(UiCommand::NewConversation);
+    harness.step();
+    assert_eq!(harness.state().state().conversations().len(), 3);
+    assert_eq!(harness.state().state().current_index(), 0);
+    press_with_ctrl(&mut harness, Key::Tab, false);
+    assert_eq!(harness.state().state().current_index(), 1);
+    press_with_ctrl(&mut harness, Key::Tab, true);
+    press_with_ctrl(&mut harness, Key::Tab, true);
+    assert_eq!(harness.state().state().current_index(), 2, "wraps around");
+    press_with_ctrl(&mut harness, Key::Num2, false);
+    assert_eq!(harness.state().state().current_index(), 1);
+
+    harness.key_press(Key::F2);
+    harness.step();
+    harness.step();
+    let title = harness.get_by_role_and_label(A11y::TextInput, "Conversation title");
+    assert!(title.is_focused(), "F2 gives the title field the keyboard");
+    title.type_text(" renamed");
+    harness.step();
+    harness.key_press(Key::Enter);
+    harness.step();
+    assert!(
+        harness
+            .state()
+            .state()
+            .current()
+            .title
+            .ends_with(" renamed"),
+        "{}",
+        harness.state().state().current().title
+    );
+
+    harness.get_by_label("View").click();
+    harness.run_steps(3);
+    let toggled = |command: UiCommand| {
+        let node = harness.get_by_role_and_label(A11y::MenuItemCheckBox, command.label());
+        format!("{:?}", node.accesskit_node().toggled())
+    };
+    let theme = harness.state().state().settings().theme;
+    for (command, on) in [
+        (UiCommand::ThemeSystem, theme == Theme::System),
+        (UiCommand::ThemeLight, theme == Theme::Light),
+        (UiCommand::ThemeDark, theme == Theme::Dark),
+        (UiCommand::ToggleSettings, true),
+    ] {
+        let expected = if on { "Some(True)" } else { "Some(False)" };
+        assert_eq!(toggled(command), expected, "{command:?}");
+    }
+    harness.key_press(Key::Escape);
+    harness.step();
+    harness.key_press(Key::F1);
+    harness.step();
+    // Only on the sheet: a widget's own key beside the commands'.
+    harness.get_by_label("Resend an edited message");
 }
 
 /// `POST /v1/completions` with `body`, over a plain socket; the whole response.

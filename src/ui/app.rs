@@ -6,7 +6,7 @@ use strum::IntoEnumIterator;
 
 use std::path::PathBuf;
 
-use super::commands::{Action, Menu, UiCommand};
+use super::commands::{Action, Menu, UiCommand, WIDGET_KEYS};
 use super::file_dialog::{Answer, Dialog, Pick};
 use super::state::ExportFormat;
 use super::state::{AppState, ModelStatus};
@@ -106,6 +106,11 @@ impl SmolchatApp {
                 view.focus_input = true;
             }
             Action::Command(UiCommand::Quit) => view.close_requested = true,
+            Action::Command(UiCommand::ShowShortcuts) => view.shortcuts_open = true,
+            Action::Command(UiCommand::RenameChat) => {
+                let current = self.state.current_index();
+                view.renaming = Some((current, self.state.current().title.clone()));
+            }
             Action::Command(UiCommand::OpenModelFile) => {
                 view.dialog_requested = Some(Pick::GgufFile);
             }
@@ -140,6 +145,9 @@ impl SmolchatApp {
         let ctx = ui.ctx().clone();
         for command in UiCommand::pressed(&ctx) {
             self.execute(command);
+        }
+        if let Some(index) = UiCommand::chat_number_pressed(&ctx) {
+            self.execute(Action::Select(index));
         }
         // Woken by engine events otherwise; this only covers the periodic save.
         if let Some(wait) = self.state.next_save_in() {
@@ -212,6 +220,7 @@ impl SmolchatApp {
         if !ctx.input(|input| input.raw.hovered_files.is_empty()) {
             drop_hint(&ctx);
         }
+        shortcuts_sheet(&ctx, &mut self.view.shortcuts_open);
     }
 
     /// Keeps what the next start restores: the window's size and the unsent message.
@@ -291,7 +300,7 @@ fn menu_bar(ui: &mut egui::Ui, state: &AppState, list_shown: bool, actions: &mut
         for menu in Menu::iter() {
             ui.menu_button(menu.label(), |ui| {
                 for command in UiCommand::iter().filter(|command| command.menu() == menu) {
-                    command_menu_item(ui, command, actions);
+                    command_menu_item(ui, command, checked(command, state, list_shown), actions);
                 }
             });
         }
@@ -322,15 +331,76 @@ fn menu_bar(ui: &mut egui::Ui, state: &AppState, list_shown: bool, actions: &mut
     });
 }
 
-fn command_menu_item(ui: &mut egui::Ui, command: UiCommand, actions: &mut Vec<Action>) {
-    let mut button = egui::Button::new(command.label());
+/// Whether a menu's switch is on, for the commands that are switches (`None` otherwise).
+fn checked(command: UiCommand, state: &AppState, list_shown: bool) -> Option<bool> {
+    let settings = state.settings();
+    match command {
+        UiCommand::ToggleConversations => Some(list_shown),
+        UiCommand::ToggleSettings => Some(settings.show_settings),
+        UiCommand::ToggleTokenView => Some(settings.show_token_probabilities),
+        UiCommand::ToggleServer => Some(settings.server.enabled),
+        UiCommand::ThemeSystem => Some(settings.theme == Theme::System),
+        UiCommand::ThemeLight => Some(settings.theme == Theme::Light),
+        UiCommand::ThemeDark => Some(settings.theme == Theme::Dark),
+        _ => None,
+    }
+}
+
+/// A menu entry with its shortcut, and a check mark for a switch that is on (a blank of the
+/// same width when off, so that the labels line up).
+fn command_menu_item(
+    ui: &mut egui::Ui,
+    command: UiCommand,
+    checked: Option<bool>,
+    actions: &mut Vec<Action>,
+) {
+    let label = match checked {
+        Some(true) => format!("\u{2714} {}", command.label()),
+        Some(false) => format!("\u{2003} {}", command.label()),
+        None => command.label().to_string(),
+    };
+    let mut button = egui::Button::new(label);
     if let Some(shortcut) = command.shortcut() {
         button = button.shortcut_text(ui.ctx().format_shortcut(&shortcut));
     }
-    if ui.add(button).clicked() {
+    let response = ui.add(button);
+    if let Some(on) = checked {
+        response.widget_info(|| {
+            egui::WidgetInfo::selected(egui::Role::MenuItemCheckBox, true, on, command.label())
+        });
+    }
+    if response.clicked() {
         actions.push(command.into());
         ui.close();
     }
+}
+
+/// Every shortcut on one sheet (F1): the commands' own, then the keys that belong to a
+/// widget.
+fn shortcuts_sheet(ctx: &egui::Context, open: &mut bool) {
+    egui::Window::new(UiCommand::ShowShortcuts.label())
+        .open(open)
+        .collapsible(false)
+        .resizable(false)
+        .show(ctx, |ui| {
+            egui::Grid::new("shortcuts")
+                .num_columns(2)
+                .striped(true)
+                .show(ui, |ui| {
+                    for command in UiCommand::iter() {
+                        if let Some(shortcut) = command.shortcut() {
+                            ui.monospace(ctx.format_shortcut(&shortcut));
+                            ui.label(command.label());
+                            ui.end_row();
+                        }
+                    }
+                    for (keys, what) in WIDGET_KEYS {
+                        ui.monospace(keys);
+                        ui.label(what);
+                        ui.end_row();
+                    }
+                });
+        });
 }
 
 /// Engine and file errors, each with what to do next, until dismissed.

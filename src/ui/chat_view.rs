@@ -46,10 +46,27 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                             && *editing == index
                         {
                             let label = ui.label("Edit message");
-                            ui.add(egui::TextEdit::multiline(draft).desired_width(f32::INFINITY))
+                            let id = ui.make_persistent_id(("edit", index));
+                            // Taken before the box sees it, which would add a line.
+                            let resend_key = ui.memory(|memory| memory.has_focus(id))
+                                && ui.input_mut(|input| {
+                                    input.consume_key(egui::Modifiers::COMMAND, egui::Key::Enter)
+                                });
+                            let field = ui
+                                .add(
+                                    egui::TextEdit::multiline(draft)
+                                        .id(id)
+                                        .desired_width(f32::INFINITY),
+                                )
                                 .labelled_by(label.id);
+                            if std::mem::take(&mut view.focus_edit) {
+                                field.request_focus();
+                            }
                             ui.horizontal(|ui| {
-                                if ui.button("Resend").clicked() {
+                                let resend = ui
+                                    .button("Resend")
+                                    .on_hover_text("Send the edited message again (Ctrl+Enter)");
+                                if resend.clicked() || resend_key {
                                     actions.push(Action::EditAndResend(index, draft.clone()));
                                 }
                                 cancel_edit |= ui.button("Cancel").clicked();
@@ -96,6 +113,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                                     .clicked()
                             {
                                 view.editing = Some((index, message.content.clone()));
+                                view.focus_edit = true;
                             }
                             if message.role == Role::Assistant && index == last && !generating {
                                 last_reply_actions(ui, message, actions);

@@ -33,6 +33,12 @@ pub enum UiCommand {
     ExportJsonAs,
     OpenModelFile,
     OpenModelFolder,
+    /// The chat below the current one in the list, and above it (wrapping around). The
+    /// previous one is declared first: its shortcut, with Shift, would match the next's too.
+    PreviousChat,
+    NextChat,
+    /// Opens the current chat's title for editing in the conversation list.
+    RenameChat,
     FocusInput,
     ToggleConversations,
     ToggleSettings,
@@ -44,6 +50,8 @@ pub enum UiCommand {
     ThemeDark,
     /// Closes the window; the draft and the window's size are kept for next time.
     Quit,
+    /// Every keyboard shortcut, on one sheet.
+    ShowShortcuts,
 }
 
 /// The menu bar's menus, in their order.
@@ -51,6 +59,7 @@ pub enum UiCommand {
 pub enum Menu {
     Chat,
     View,
+    Help,
 }
 
 impl Menu {
@@ -58,6 +67,7 @@ impl Menu {
         match self {
             Menu::Chat => "Chat",
             Menu::View => "View",
+            Menu::Help => "Help",
         }
     }
 }
@@ -86,6 +96,10 @@ impl UiCommand {
             UiCommand::ThemeSystem => "Theme: as the system",
             UiCommand::ThemeLight => "Theme: light",
             UiCommand::ThemeDark => "Theme: dark",
+            UiCommand::PreviousChat => "Previous chat",
+            UiCommand::NextChat => "Next chat",
+            UiCommand::RenameChat => "Rename chat",
+            UiCommand::ShowShortcuts => "Keyboard shortcuts",
         }
     }
 
@@ -103,8 +117,12 @@ impl UiCommand {
             | UiCommand::ExportJsonAs
             | UiCommand::OpenModelFile
             | UiCommand::OpenModelFolder
+            | UiCommand::RenameChat
             | UiCommand::Quit => Menu::Chat,
+            UiCommand::ShowShortcuts => Menu::Help,
             UiCommand::FocusInput
+            | UiCommand::PreviousChat
+            | UiCommand::NextChat
             | UiCommand::ToggleConversations
             | UiCommand::ToggleSettings
             | UiCommand::ToggleTokenView
@@ -130,6 +148,13 @@ impl UiCommand {
             UiCommand::ContinueLast => command(Key::E),
             UiCommand::PreviousReply => Some(KeyboardShortcut::new(Modifiers::ALT, Key::ArrowLeft)),
             UiCommand::NextReply => Some(KeyboardShortcut::new(Modifiers::ALT, Key::ArrowRight)),
+            UiCommand::PreviousChat => Some(KeyboardShortcut::new(
+                Modifiers::COMMAND | Modifiers::SHIFT,
+                Key::Tab,
+            )),
+            UiCommand::NextChat => command(Key::Tab),
+            UiCommand::RenameChat => Some(KeyboardShortcut::new(Modifiers::NONE, Key::F2)),
+            UiCommand::ShowShortcuts => Some(KeyboardShortcut::new(Modifiers::NONE, Key::F1)),
             UiCommand::ExportMarkdown
             | UiCommand::ExportJson
             | UiCommand::ExportMarkdownAs
@@ -150,6 +175,16 @@ impl UiCommand {
         }
     }
 
+    /// Ctrl+1 to Ctrl+9 this frame, as the chat at that place in the list (the key press is
+    /// consumed).
+    pub fn chat_number_pressed(ctx: &egui::Context) -> Option<usize> {
+        ctx.input_mut(|input| {
+            CHAT_NUMBER_KEYS.iter().position(|&key| {
+                input.consume_shortcut(&KeyboardShortcut::new(Modifiers::COMMAND, key))
+            })
+        })
+    }
+
     /// The commands whose shortcut was pressed this frame (the key presses are consumed).
     pub fn pressed(ctx: &egui::Context) -> Vec<UiCommand> {
         ctx.input_mut(|input| {
@@ -163,6 +198,31 @@ impl UiCommand {
         })
     }
 }
+
+/// The keys that, with Ctrl (Cmd on macOS), open the first nine chats.
+pub const CHAT_NUMBER_KEYS: [Key; 9] = [
+    Key::Num1,
+    Key::Num2,
+    Key::Num3,
+    Key::Num4,
+    Key::Num5,
+    Key::Num6,
+    Key::Num7,
+    Key::Num8,
+    Key::Num9,
+];
+
+/// Keys that belong to one widget rather than a command, for the shortcuts sheet.
+pub const WIDGET_KEYS: [(&str, &str); 5] = [
+    ("Enter", "Send the message"),
+    ("Shift+Enter", "New line in the message"),
+    ("Ctrl+Enter", "Resend an edited message"),
+    (
+        "Ctrl+1 \u{2026} Ctrl+9",
+        "Open the chat at that place in the list",
+    ),
+    ("Enter or Esc", "Finish renaming a chat"),
+];
 
 /// What a view asks for. The data is what the view holds when it asks (the text typed, the
 /// index clicked), so running an action needs nothing from the view afterwards.

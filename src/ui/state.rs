@@ -341,6 +341,22 @@ impl AppState {
             UiCommand::ToggleServer => {
                 self.change_settings(|s| s.server.enabled = !s.server.enabled)
             }
+            UiCommand::PreviousChat | UiCommand::NextChat => {
+                let count = self.conversations.len();
+                let step = if command == UiCommand::NextChat {
+                    1
+                } else {
+                    count - 1
+                };
+                self.select((self.current + step) % count)
+            }
+            // The title is edited in the list, which is shown for it; the window opens the field.
+            UiCommand::RenameChat => {
+                self.settings.show_conversations
+                    || self.change_settings(|s| s.show_conversations = true)
+            }
+            // A sheet of the window's own.
+            UiCommand::ShowShortcuts => true,
         }
     }
 

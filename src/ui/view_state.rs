@@ -15,6 +15,10 @@ pub struct ViewState {
     pub input_focused: bool,
     /// Index and draft text of the user message being edited.
     pub editing: Option<(usize, String)>,
+    /// Set by Edit; the edit box takes focus on the next frame.
+    pub focus_edit: bool,
+    /// Whether the keyboard shortcuts sheet is open.
+    pub shortcuts_open: bool,
     /// Index and draft title of the conversation being renamed.
     pub renaming: Option<(usize, String)>,
     /// The first-run screen's and the settings panel's model folder field.
