@@ -153,6 +153,9 @@ impl SmolchatApp {
         if let Some(wait) = self.state.next_save_in() {
             ctx.request_repaint_after(wait);
         }
+        if let Some(wait) = self.state.next_notice_change() {
+            ctx.request_repaint_after(wait);
+        }
         if self.state.scanning_models() {
             ctx.request_repaint_after(std::time::Duration::from_millis(100));
         }

@@ -80,6 +80,20 @@ struct ActiveGeneration {
     stop_pressed: bool,
 }
 
+/// A passing word about what just happened. It leaves after [`NOTICE_LIFETIME`] or when
+/// dismissed (errors, which say what to do, stay until dismissed); one about a conversation
+/// shows only while that conversation is open.
+#[derive(Debug)]
+struct Notice {
+    text: String,
+    /// The conversation it concerns, by id.
+    conversation: Option<String>,
+    until: Instant,
+}
+
+/// How long a notice stays by default: long enough to read two lines.
+pub const NOTICE_LIFETIME: Duration = Duration::from_secs(8);
+
 pub struct AppState {
     paths: Paths,
     settings: Settings,
@@ -100,10 +114,11 @@ pub struct AppState {
     /// Short, passing messages (export done, messages dropped from the context, ...), each
     /// dismissed on its own: one event can have two things to say (a GPU fallback and a
     /// missing chat template on the same model).
-    notices: Vec<String>,
+    notices: Vec<Notice>,
     /// The last deleted conversation, until undone or replaced by the next deletion.
     deleted: Option<Conversation>,
     save_interval: Duration,
+    notice_lifetime: Duration,
     started: Instant,
     /// Replies finished since the model loaded: the GPU compiles its kernels in the first.
     replies_on_model: usize,
@@ -142,6 +157,7 @@ impl AppState {
             notices: Vec::new(),
             deleted: None,
             save_interval: DEFAULT_SAVE_INTERVAL,
+            notice_lifetime: NOTICE_LIFETIME,
             started: Instant::now(),
             replies_on_model: 0,
             local_models: Vec::new(),
@@ -158,6 +174,12 @@ impl AppState {
     /// How often a streaming reply is written to disk (default [`DEFAULT_SAVE_INTERVAL`]).
     pub fn with_save_interval(mut self, interval: Duration) -> Self {
         self.save_interval = interval;
+        self
+    }
+
+    /// How long a notice stays (default [`NOTICE_LIFETIME`]).
+    pub fn with_notice_lifetime(mut self, lifetime: Duration) -> Self {
+        self.notice_lifetime = lifetime;
         self
     }
 
@@ -196,8 +218,27 @@ impl AppState {
         &self.errors
     }
 
-    pub fn notices(&self) -> &[String] {
-        &self.notices
+    /// The notices for what is on screen now, oldest first.
+    pub fn notices(&self) -> Vec<&str> {
+        self.shown_notices()
+            .map(|notice| notice.text.as_str())
+            .collect()
+    }
+
+    fn shown_notices(&self) -> impl Iterator<Item = &Notice> {
+        let now = Instant::now();
+        let current = &self.current().id;
+        self.notices.iter().filter(move |notice| {
+            notice.until > now && notice.conversation.as_ref().is_none_or(|id| id == current)
+        })
+    }
+
+    /// How long until the next notice leaves, so the window can ask to be woken for it.
+    pub fn next_notice_change(&self) -> Option<Duration> {
+        let now = Instant::now();
+        self.shown_notices()
+            .map(|notice| notice.until.saturating_duration_since(now))
+            .min()
     }
 
     pub fn can_undo_delete(&self) -> bool {
@@ -281,7 +322,13 @@ impl AppState {
             Action::DownloadDefaultModel => self.download_default_model(),
             Action::UpdateSettings(settings) => self.update_settings(settings),
             Action::DismissError(index) => remove(&mut self.errors, index),
-            Action::DismissNotice(index) => remove(&mut self.notices, index),
+            Action::DismissNotice(index) => {
+                let Some(text) = self.notices().get(index).map(|text| text.to_string()) else {
+                    return false;
+                };
+                self.notices.retain(|notice| notice.text != text);
+                true
+            }
             Action::ExportTo(format, path) => self.export_to(format, path),
             Action::NoFileDialog { for_export } => {
                 self.notify(no_file_dialog_advice(for_export));
@@ -752,7 +799,7 @@ impl AppState {
             return false;
         };
         let notice = deleted_notice(&conversation);
-        self.notices.retain(|n| *n != notice);
+        self.notices.retain(|n| n.text != notice);
         let saved = self.save(&conversation);
         let position = self
             .conversations
@@ -815,12 +862,25 @@ impl AppState {
         }
     }
 
-    /// Shows a notice, once: the same news twice says nothing more.
+    /// Shows a notice, once: the same news twice only keeps it up longer.
     fn notify(&mut self, notice: impl Into<String>) {
-        let notice = notice.into();
-        if !self.notices.contains(&notice) {
-            self.notices.push(notice);
-        }
+        self.post_notice(notice.into(), None);
+    }
+
+    /// A notice about conversation `id`, shown while it is open.
+    fn notify_about(&mut self, id: String, notice: impl Into<String>) {
+        self.post_notice(notice.into(), Some(id));
+    }
+
+    fn post_notice(&mut self, text: String, conversation: Option<String>) {
+        let now = Instant::now();
+        self.notices
+            .retain(|notice| notice.until > now && notice.text != text);
+        self.notices.push(Notice {
+            text,
+            conversation,
+            until: now + self.notice_lifetime,
+        });
     }
 
     /// The models found on this machine (empty until the scan has finished).
@@ -910,8 +970,11 @@ impl AppState {
                         resident_bytes: None,
                         device_bytes: None,
                     });
-                    if dropped_messages > 0 {
-                        self.notify(format!(
+                    if dropped_messages > 0
+                        && let Some(active) = &self.generation
+                    {
+                        let id = active.conversation_id.clone();
+                        self.notify_about(id, format!(
                             "{dropped_messages} oldest messages did not fit the context and were left out of the prompt."
                         ));
                     }
@@ -961,8 +1024,12 @@ impl AppState {
                             });
                         }
                     }
-                    if reason == FinishReason::ContextFull {
-                        self.notify(
+                    if reason == FinishReason::ContextFull
+                        && let Some(active) = &self.generation
+                    {
+                        let id = active.conversation_id.clone();
+                        self.notify_about(
+                            id,
                             "The context window is full. Start a new chat, or set the overflow policy to drop old turns.",
                         );
                     }

@@ -51,7 +51,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
             ui.label(format!("API http://{address}/v1"))
                 .on_hover_text("Serve on localhost is on: other programs can use this model");
         }
-        for (index, notice) in state.notices().iter().enumerate() {
+        for (index, notice) in state.notices().into_iter().enumerate() {
             ui.separator();
             ui.label(RichText::new(notice).italics());
             if ui

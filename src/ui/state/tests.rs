@@ -370,6 +370,34 @@ fn generating_without_a_model_advises_getting_one() {
     );
 }
 
+/// The notice that old turns were left out belongs to its chat: a new chat does not show it,
+/// going back does, and it leaves on its own after its time (it used to stay for good).
+#[test]
+fn a_notice_about_a_chat_shows_with_that_chat_and_leaves_after_its_time() {
+    let mut f = Fixture::ready();
+    let request = f.send("Hello");
+    f.play([Event::PromptProcessed {
+        request: request.id,
+        stats: stats(0).generation,
+        dropped_messages: 2,
+    }]);
+    f.reply(request.id, &["Hi"], FinishReason::StopToken);
+    let left_out = "2 oldest messages did not fit the context and were left out of the prompt.";
+    assert_eq!(f.state.notices(), [left_out]);
+    assert!(f.state.apply(UiCommand::NewConversation));
+    assert!(f.state.notices().is_empty(), "{:?}", f.state.notices());
+    assert!(f.state.apply(Action::Select(1)));
+    assert_eq!(f.state.notices(), [left_out]);
+    assert!(f.state.next_notice_change().is_some());
+
+
+    let mut f = Fixture::ready();
+    f.state = f.state.with_notice_lifetime(std::time::Duration::ZERO);
+    assert!(f.state.apply(Action::Command(UiCommand::ExportMarkdown)));
+    assert!(f.state.notices().is_empty(), "{:?}", f.state.notices());
+    assert_eq!(f.state.next_notice_change(), None);
+}
+
 #[test]
 fn a_full_context_advises_a_new_chat_or_dropping_old_turns() {
     let advice = "Start a new chat, or set the overflow policy to drop old turns.";
