@@ -410,6 +410,12 @@ fn chats_are_edited_switched_and_renamed_from_the_keyboard() {
     harness.step();
     // Only on the sheet: a widget's own key beside the commands'.
     harness.get_by_label("Resend an edited message");
+    harness.key_press(Key::Escape);
+    harness.step();
+    assert!(
+        harness.query_by_label("Resend an edited message").is_none(),
+        "Esc closes the sheet"
+    );
 }
 
 /// `POST /v1/completions` with `body`, over a plain socket; the whole response.

@@ -143,6 +143,12 @@ impl SmolchatApp {
     pub fn show(&mut self, ui: &mut egui::Ui) {
         self.state.poll();
         let ctx = ui.ctx().clone();
+        // Esc closes the shortcuts sheet before it stops anything.
+        if self.view.shortcuts_open
+            && ctx.input_mut(|input| input.consume_key(egui::Modifiers::NONE, egui::Key::Escape))
+        {
+            self.view.shortcuts_open = false;
+        }
         for command in UiCommand::pressed(&ctx) {
             self.execute(command);
         }

@@ -78,9 +78,10 @@ impl UiCommand {
             UiCommand::NewConversation => "New chat",
             UiCommand::StopGeneration => "Stop",
             UiCommand::FocusInput => "Focus message box",
-            UiCommand::ToggleConversations => "Toggle conversation list",
-            UiCommand::ToggleSettings => "Toggle settings",
-            UiCommand::ToggleTokenView => "Toggle token probabilities",
+            // Switches: the menus mark them with a check when on.
+            UiCommand::ToggleConversations => "Conversation list",
+            UiCommand::ToggleSettings => "Settings panel",
+            UiCommand::ToggleTokenView => "Token probabilities",
             UiCommand::RegenerateLast => "Regenerate last reply",
             UiCommand::ContinueLast => "Continue last reply",
             UiCommand::PreviousReply => "Previous reply",

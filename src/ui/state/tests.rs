@@ -390,7 +390,6 @@ fn a_notice_about_a_chat_shows_with_that_chat_and_leaves_after_its_time() {
     assert_eq!(f.state.notices(), [left_out]);
     assert!(f.state.next_notice_change().is_some());
 
-
     let mut f = Fixture::ready();
     f.state = f.state.with_notice_lifetime(std::time::Duration::ZERO);
     assert!(f.state.apply(Action::Command(UiCommand::ExportMarkdown)));
