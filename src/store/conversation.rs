@@ -77,6 +77,10 @@ pub struct GenerationRecord {
     pub stats: Option<MessageStats>,
     #[serde(default)]
     pub tokens: Vec<StoredToken>,
+    /// The oldest messages of the conversation this reply's prompt left out to fit the
+    /// context (the system prompt never is): the model did not see them.
+    #[serde(default)]
+    pub left_out: usize,
 }
 
 /// The figures the status bar shows, kept with the reply after generation ends.
@@ -457,6 +461,7 @@ mod tests {
             .push(StoredMessage::new(Role::User, "Tell me a story"));
         conversation.messages.push(StoredMessage {
             generation: Some(GenerationRecord {
+                left_out: 0,
                 model: "SmolLM2-135M-Instruct".into(),
                 model_dir: "/models/smollm2".into(),
                 backend: BackendKind::Flex,

@@ -37,7 +37,11 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
         .auto_shrink([false, false])
         .show(ui, |ui| {
             centered_column(ui, |ui| {
+                let first_seen = first_seen(&conversation.messages);
                 for (index, message) in conversation.messages.iter().enumerate() {
+                    if first_seen == Some(index) {
+                        left_out_marker(ui, index);
+                    }
                     let is_streaming = streaming == Some(index);
                     message_frame(ui, message.role).show(ui, |ui| {
                         ui.set_width(ui.available_width());
@@ -303,6 +307,30 @@ fn role_name(role: Role) -> &'static str {
 }
 
 /// The reply's own figures, kept after the status bar moves on.
+/// The first message the model saw when it wrote the latest reply, when that reply's prompt
+/// left older ones out to fit the context.
+fn first_seen(messages: &[StoredMessage]) -> Option<usize> {
+    messages
+        .iter()
+        .rev()
+        .find_map(|message| message.generation.as_ref())
+        .map(|record| record.left_out)
+        .filter(|&left_out| left_out > 0 && left_out < messages.len())
+}
+
+/// A line across the conversation where the model's view of it begins.
+fn left_out_marker(ui: &mut egui::Ui, left_out: usize) {
+    ui.separator();
+    ui.label(
+        RichText::new(format!(
+            "\u{2191} {left_out} earlier messages were left out of the context of the last reply: the model no longer sees them."
+        ))
+        .small()
+        .weak(),
+    );
+    ui.add_space(8.0);
+}
+
 fn generation_summary(ui: &mut egui::Ui, record: &GenerationRecord) {
     let reason = match record.finish_reason {
         Some(FinishReason::StopToken) => "complete",
@@ -346,4 +374,39 @@ pub fn stats_line(stats: &MessageStats) -> String {
         stats.context_used,
         stats.context_limit
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_seen;
+    use crate::store::{GenerationRecord, StoredMessage};
+    use crate::text::Role;
+
+    fn reply(left_out: usize) -> StoredMessage {
+        let mut message = StoredMessage::new(Role::Assistant, "a reply");
+        message.generation = Some(GenerationRecord {
+            model: "m".into(),
+            model_dir: "/m".into(),
+            backend: crate::backend::BackendKind::default(),
+            sampling: crate::text::SamplingParams::default(),
+            max_new_tokens: 8,
+            overflow: crate::text::OverflowPolicy::default(),
+            finish_reason: None,
+            stats: None,
+            tokens: Vec::new(),
+            left_out,
+        });
+        message
+    }
+
+    /// The marker goes where the latest reply's view began, and nowhere when it saw it all.
+    #[test]
+    fn the_marker_goes_before_the_first_message_the_latest_reply_saw() {
+        let user = || StoredMessage::new(Role::User, "a question");
+        let messages = [user(), reply(0), user(), reply(2), user(), reply(2)];
+        assert_eq!(first_seen(&messages), Some(2));
+        let messages = [user(), reply(0), user(), reply(2), user(), reply(0)];
+        assert_eq!(first_seen(&messages), None);
+        assert_eq!(first_seen(&[user()]), None);
+    }
 }

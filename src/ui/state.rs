@@ -666,6 +666,7 @@ impl AppState {
             finish_reason: None,
             stats: None,
             tokens: Vec::new(),
+            left_out: 0,
         };
         match reply {
             Reply::New(earlier) => conversation.messages.push(StoredMessage {
@@ -970,6 +971,13 @@ impl AppState {
                         resident_bytes: None,
                         device_bytes: None,
                     });
+                    if dropped_messages > 0
+                        && let Some(record) = self
+                            .active_message(request)
+                            .and_then(|message| message.generation.as_mut())
+                    {
+                        record.left_out = dropped_messages;
+                    }
                     if dropped_messages > 0
                         && let Some(active) = &self.generation
                     {

@@ -384,6 +384,9 @@ fn a_notice_about_a_chat_shows_with_that_chat_and_leaves_after_its_time() {
     f.reply(request.id, &["Hi"], FinishReason::StopToken);
     let left_out = "2 oldest messages did not fit the context and were left out of the prompt.";
     assert_eq!(f.state.notices(), [left_out]);
+    // Kept with the reply, for the conversation's marker where the model's view began.
+    let saved = f.saved();
+    assert_eq!(saved.messages[1].generation.as_ref().unwrap().left_out, 2);
     assert!(f.state.apply(UiCommand::NewConversation));
     assert!(f.state.notices().is_empty(), "{:?}", f.state.notices());
     assert!(f.state.apply(Action::Select(1)));
