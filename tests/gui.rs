@@ -388,6 +388,17 @@ fn chats_are_edited_switched_and_renamed_from_the_keyboard() {
         harness.state().state().current().title
     );
 
+    // Delete on a focused chat in the list deletes it; "Undo delete" brings it back.
+    let before = harness.state().state().conversations().len();
+    harness.get_by_label("Question").focus();
+    harness.step();
+    harness.key_press(Key::Delete);
+    harness.step();
+    assert_eq!(harness.state().state().conversations().len(), before - 1);
+    harness.get_by_label("Undo delete").click();
+    harness.step();
+    assert_eq!(harness.state().state().conversations().len(), before);
+
     harness.get_by_label("View").click();
     harness.run_steps(3);
     let toggled = |command: UiCommand| {

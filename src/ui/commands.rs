@@ -214,7 +214,7 @@ pub const CHAT_NUMBER_KEYS: [Key; 9] = [
 ];
 
 /// Keys that belong to one widget rather than a command, for the shortcuts sheet.
-pub const WIDGET_KEYS: [(&str, &str); 5] = [
+pub const WIDGET_KEYS: [(&str, &str); 6] = [
     ("Enter", "Send the message"),
     ("Shift+Enter", "New line in the message"),
     ("Ctrl+Enter", "Resend an edited message"),
@@ -223,6 +223,10 @@ pub const WIDGET_KEYS: [(&str, &str); 5] = [
         "Open the chat at that place in the list",
     ),
     ("Enter or Esc", "Finish renaming a chat"),
+    (
+        "Delete",
+        "Delete the chat that has the keyboard in the list",
+    ),
 ];
 
 /// What a view asks for. The data is what the view holds when it asks (the text typed, the

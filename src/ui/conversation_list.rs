@@ -50,6 +50,15 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                     if title.clicked() {
                         actions.push(Action::Select(index));
                     }
+                    // From the keyboard: Tab to a chat, Space opens it, Delete deletes it
+                    // ("Undo delete" above brings it back).
+                    if title.has_focus()
+                        && ui.input_mut(|input| {
+                            input.consume_key(egui::Modifiers::NONE, egui::Key::Delete)
+                        })
+                    {
+                        actions.push(Action::Delete(index));
+                    }
                     if title.double_clicked() {
                         view.renaming = Some((index, conversation.title.clone()));
                     }
