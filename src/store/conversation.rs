@@ -205,8 +205,13 @@ impl Conversation {
         }
     }
 
-    pub fn to_markdown(&self) -> String {
+    /// The chat as Markdown, headed by `system_prompt`, the one its replies were written
+    /// under (its own, or the app's default), when there is one.
+    pub fn to_markdown(&self, system_prompt: &str) -> String {
         let mut out = format!("# {}\n\n", self.title);
+        if !system_prompt.trim().is_empty() {
+            out.push_str(&format!("## System\n\n{}\n\n", system_prompt.trim_end()));
+        }
         for message in &self.messages {
             let who = match message.role {
                 Role::System => "System",
@@ -441,7 +446,14 @@ mod tests {
         let (all, problems) = store.load_all();
         assert_eq!(all, vec![conversation.clone()]);
         assert_eq!(problems.len(), 1);
-        assert!(conversation.to_markdown().contains("## You\n\nhello"));
+        let markdown = conversation.to_markdown("");
+        assert!(markdown.contains("## You\n\nhello"), "{markdown}");
+        assert!(!markdown.contains("## System"), "{markdown}");
+        let markdown = conversation.to_markdown("Be brief.");
+        assert!(
+            markdown.contains("## System\n\nBe brief.\n\n## You"),
+            "{markdown}"
+        );
         store.delete(&conversation.id).unwrap();
         assert!(!store.path(&conversation.id).exists());
     }

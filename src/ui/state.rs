@@ -845,7 +845,9 @@ impl AppState {
     fn export_to(&mut self, format: ExportFormat, path: PathBuf) -> bool {
         let conversation = self.current();
         let bytes = match format {
-            ExportFormat::Markdown => Ok(conversation.to_markdown().into_bytes()),
+            ExportFormat::Markdown => {
+                Ok(conversation.to_markdown(self.system_prompt()).into_bytes())
+            }
             ExportFormat::Json => conversation.to_json(),
         };
         match bytes.and_then(|bytes| crate::atomic_file::write_atomic(&path, &bytes)) {

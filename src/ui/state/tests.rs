@@ -997,6 +997,14 @@ fn a_conversation_saves_where_the_user_chose() {
     )));
     let text = std::fs::read_to_string(&chosen).unwrap();
     assert!(text.contains("## You\n\nHello"), "{text}");
+    // The chat's system prompt heads the export (it was left out).
+    assert!(f.state.apply(Action::SetSystemPrompt("Be brief.".into())));
+    assert!(f.state.apply(Action::ExportTo(
+        crate::ui::ExportFormat::Markdown,
+        chosen.clone()
+    )));
+    let text = std::fs::read_to_string(&chosen).unwrap();
+    assert!(text.contains("## System\n\nBe brief.\n\n## You"), "{text}");
     assert_eq!(
         f.state.notices().last().unwrap(),
         &format!("Exported to {}", chosen.display())
