@@ -368,6 +368,23 @@ fn chats_are_edited_switched_and_renamed_from_the_keyboard() {
     press_with_ctrl(&mut harness, Key::Num2, false);
     assert_eq!(harness.state().state().current_index(), 1);
 
+    // What is typed and not sent stays with its chat.
+    let message_box = |harness: &Harness<'_, SmolchatApp>| {
+        harness
+            .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
+            .focus();
+    };
+    message_box(&harness);
+    harness.step();
+    harness
+        .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
+        .type_text("not sent yet");
+    harness.step();
+    press_with_ctrl(&mut harness, Key::Tab, false);
+    assert_eq!(harness.state().view().input, "");
+    press_with_ctrl(&mut harness, Key::Tab, true);
+    assert_eq!(harness.state().view().input, "not sent yet");
+
     harness.key_press(Key::F2);
     harness.step();
     harness.step();

@@ -37,6 +37,9 @@ pub struct Conversation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<bool>,
     pub messages: Vec<StoredMessage>,
+    /// The message typed here and not sent yet: it stays with its chat.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub draft: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -202,6 +205,7 @@ impl Conversation {
             system_prompt: None,
             thinking: None,
             messages: Vec::new(),
+            draft: String::new(),
         }
     }
 

@@ -76,7 +76,7 @@ impl SmolchatApp {
                 .as_ref()
                 .map(|folder| folder.display().to_string())
                 .unwrap_or_default(),
-            input: state.settings().draft.clone(),
+            input: state.current().draft.clone(),
             focus_input: true,
             ..ViewState::default()
         };
@@ -95,7 +95,17 @@ impl SmolchatApp {
     /// [`AppState::apply`], and what the window shows follows here.
     pub fn execute(&mut self, action: impl Into<Action>) {
         let action = action.into();
+        let chat_before = self.state.current().id.clone();
         let done = self.state.apply(action.clone());
+        // The unsent message stays with its chat; the next chat's comes into the box.
+        if self.state.current().id != chat_before {
+            let draft = std::mem::take(&mut self.view.input);
+            self.state.apply(Action::KeepDraft {
+                conversation: chat_before,
+                draft,
+            });
+            self.view.input = self.state.current().draft.clone();
+        }
         let view = &mut self.view;
         match action {
             Action::Command(UiCommand::FocusInput | UiCommand::NewConversation) => {

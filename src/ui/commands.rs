@@ -260,9 +260,16 @@ pub enum Action {
     NoFileDialog {
         for_export: bool,
     },
-    /// Keeps the window's size and the unsent message for the next start (on closing).
+    /// Keeps the window's size and the current chat's unsent message for the next start
+    /// (on closing).
     RememberWindow {
         size: Option<[f32; 2]>,
+        draft: String,
+    },
+    /// The unsent message of conversation `conversation` (by id), kept with it when the
+    /// window moves to another chat.
+    KeepDraft {
+        conversation: String,
         draft: String,
     },
 }

@@ -141,6 +141,10 @@ impl AppState {
         if conversations.is_empty() {
             conversations.push(Conversation::new());
         }
+        // A draft the app kept before drafts belonged to chats goes to the newest chat.
+        if !settings.draft.is_empty() && conversations[0].draft.is_empty() {
+            conversations[0].draft = settings.draft.clone();
+        }
         let mut state = Self {
             paths,
             settings,
@@ -334,10 +338,23 @@ impl AppState {
                 self.notify(no_file_dialog_advice(for_export));
                 true
             }
-            Action::RememberWindow { size, draft } => self.change_settings(|settings| {
-                settings.window_size = size.or(settings.window_size);
-                settings.draft = draft;
-            }),
+            Action::RememberWindow { size, draft } => {
+                let id = self.current().id.clone();
+                self.keep_draft(&id, draft);
+                let conversation = self.current().clone();
+                let saved = conversation.messages.is_empty() && conversation.draft.is_empty()
+                    || self.save(&conversation);
+                // Drafts belonged to the app before they belonged to a chat.
+                saved
+                    && self.change_settings(|settings| {
+                        settings.window_size = size.or(settings.window_size);
+                        settings.draft.clear();
+                    })
+            }
+            Action::KeepDraft {
+                conversation,
+                draft,
+            } => self.keep_draft(&conversation, draft),
         }
     }
 
@@ -536,6 +553,17 @@ impl AppState {
         )
     }
 
+    /// The unsent message of conversation `id`, kept in memory (saved with the conversation).
+    fn keep_draft(&mut self, id: &str, draft: String) -> bool {
+        match self.conversations.iter_mut().find(|c| c.id == id) {
+            Some(conversation) => {
+                conversation.draft = draft;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Sends the user's message and starts the reply.
     fn send(&mut self, text: &str) -> bool {
         let text = text.trim();
@@ -543,6 +571,7 @@ impl AppState {
             return false;
         }
         let conversation = &mut self.conversations[self.current];
+        conversation.draft.clear();
         if conversation.messages.is_empty() {
             conversation.title = title_from(text);
         }

@@ -710,8 +710,45 @@ fn the_draft_and_window_size_are_remembered() {
     }));
     let (handle, _engine) = ScriptedEngine::new();
     let again = AppState::new(Paths::under(f.dir.path()), handle);
-    assert_eq!(again.settings().draft, "unsent");
+    assert_eq!(again.current().draft, "unsent");
     assert_eq!(again.settings().window_size, Some([900.0, 640.0]));
+}
+
+/// A draft stays with the chat it was typed in: switching chats and restarting bring it back
+/// there, not into whichever chat is open (a restart used to put it in the newest).
+#[test]
+fn an_unsent_message_stays_with_its_chat() {
+    let mut f = Fixture::ready();
+    let request = f.send("First chat");
+    f.reply(request.id, &["Hi"], FinishReason::StopToken);
+    let first = f.state.current().id.clone();
+    assert!(f.state.apply(UiCommand::NewConversation));
+    assert!(f.state.apply(Action::KeepDraft {
+        conversation: first.clone(),
+        draft: "half a thought".into(),
+    }));
+    assert_eq!(f.state.current().draft, "");
+    assert!(f.state.apply(Action::Select(1)));
+    assert_eq!(f.state.current().id, first);
+    assert_eq!(f.state.current().draft, "half a thought");
+    assert!(f.state.apply(Action::RememberWindow {
+        size: None,
+        draft: "half a thought, longer".into(),
+    }));
+    let (handle, _engine) = ScriptedEngine::new();
+    let again = AppState::new(Paths::under(f.dir.path()), handle);
+    let kept = again
+        .conversations()
+        .iter()
+        .find(|c| c.id == first)
+        .unwrap();
+    assert_eq!(kept.draft, "half a thought, longer");
+    assert_eq!(again.settings().draft, "", "no longer the app's");
+    // Sending it clears it.
+    let request = f.send("half a thought, longer");
+    assert_eq!(f.state.current().draft, "");
+    f.reply(request.id, &["Ok"], FinishReason::StopToken);
+    assert_eq!(f.saved().draft, "");
 }
 
 #[test]
