@@ -142,13 +142,7 @@ def flood(process, address):
     )
     for connection in held:
         connection.close()
-    time.sleep(1.0)
-    ok, seconds = health(address)
-    if not ok:
-        failures += 1
-    if not check_memory(process.pid, before, "flood"):
-        failures += 1
-    return failures
+    return failures + recovered(process, address, before, "flood")
 
 
 def soak(process, address):
@@ -160,16 +154,15 @@ def soak(process, address):
     outcomes = run_clients(address, SOAK_REQUESTS)
     seconds = time.monotonic() - started
     print(f"soak: {SOAK_REQUESTS} requests from {SOAK_CLIENTS} clients in {seconds:.1f} s: {outcomes}")
+    failures = outcomes["broken"] + (sum(outcomes.values()) != SOAK_REQUESTS)
+    return failures + recovered(process, address, before, "soak")
+
+
+def recovered(process, address, before, label):
+    """Failures after an attack: /health must answer, and memory be back near `before`."""
     time.sleep(1.0)
-    failures = outcomes["broken"]
-    if sum(outcomes.values()) != SOAK_REQUESTS:
-        failures += 1
     ok, _ = health(address)
-    if not ok:
-        failures += 1
-    if not check_memory(process.pid, before, "soak"):
-        failures += 1
-    return failures
+    return (not ok) + (not check_memory(process.pid, before, label))
 
 
 def run_clients(address, requests):
