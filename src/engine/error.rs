@@ -22,8 +22,9 @@ pub enum EngineError {
     Download {
         model: String,
         reason: String,
-        /// The hub could not be reached at all (rather than refusing or sending bad data).
-        offline: bool,
+        /// Why the hub could not be reached at all (rather than refusing or sending bad
+        /// data), in a few words: "Connection refused".
+        unreachable: Option<String>,
     },
 
     #[error("the download of {model} was stopped")]
@@ -68,7 +69,10 @@ impl EngineError {
             },
             other => EngineError::Download {
                 model: model.to_string(),
-                offline: matches!(other, HubError::Offline { .. }),
+                unreachable: match &other {
+                    HubError::Offline { reason, .. } => Some(short_cause(reason)),
+                    _ => None,
+                },
                 reason: other.to_string(),
             },
         }
@@ -96,5 +100,30 @@ impl EngineError {
                 reason: other.to_string(),
             },
         }
+    }
+}
+
+/// A network error as a person reads it: without the I/O layer's prefix and the system's
+/// error number ("io: Connection refused (os error 111)" is "Connection refused").
+fn short_cause(reason: &str) -> String {
+    let reason = reason.strip_prefix("io: ").unwrap_or(reason);
+    let reason = match reason.rfind(" (os error ") {
+        Some(at) if reason.ends_with(')') => &reason[..at],
+        _ => reason,
+    };
+    reason.trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::short_cause;
+
+    #[test]
+    fn a_network_cause_loses_its_prefix_and_error_number() {
+        assert_eq!(
+            short_cause("io: Connection refused (os error 111)"),
+            "Connection refused"
+        );
+        assert_eq!(short_cause("dns failed"), "dns failed");
     }
 }

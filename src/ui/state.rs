@@ -1312,6 +1312,19 @@ fn title_from(text: &str) -> String {
 
 /// Engine errors say what went wrong; this adds what the user can do about it.
 fn error_advice(error: &EngineError) -> String {
+    // The hub's own message says where the cache is and which variable to set: the
+    // command line's advice. The window says it in its own words, once.
+    if let EngineError::Download {
+        model,
+        unreachable: Some(cause),
+        ..
+    } = error
+    {
+        return format!(
+            "Cannot reach the model hub to download {model} ({cause}). Check the network \
+             connection and try again, or open a model you already have."
+        );
+    }
     let hint = match error {
         EngineError::ModelNotFound { .. } | EngineError::ModelLoad { .. } => {
             "Choose another model folder in the settings, or download the default model."

@@ -342,15 +342,26 @@ fn a_missing_or_broken_model_folder_advises_another_folder() {
     assert_advises(&broken, advice);
 }
 
+/// Offline, the first-run screen said it in six lines: the hub's message for the command
+/// line (cache folder, HF_ENDPOINT, "(os error 111)"), then the window's advice again.
 #[test]
 fn a_failed_download_advises_checking_the_network() {
-    let shown = failed_load(EngineError::Download {
-        model: "HuggingFaceTB/SmolLM2-135M-Instruct".into(),
-        reason: "connection refused".into(),
-        offline: true,
-    });
-    assert_advises(&shown, "connection refused");
+    let hub = crate::hub::HubError::Offline {
+        model_id: "HuggingFaceTB/SmolLM2-135M-Instruct".into(),
+        endpoint: "https://huggingface.co".into(),
+        cache_dir: "/home/someone/.cache/huggingface/hub".into(),
+        reason: "io: Connection refused (os error 111)".into(),
+    };
+    let error = EngineError::from_hub("HuggingFaceTB/SmolLM2-135M-Instruct", hub);
+    let shown = failed_load(error);
+    assert_advises(&shown, "Connection refused");
     assert_advises(&shown, "Check the network connection");
+    let text = shown.join("\n");
+    for noise in ["os error", "HF_ENDPOINT", ".cache"] {
+        assert!(!text.contains(noise), "{text}");
+    }
+    assert_eq!(text.matches("network").count(), 1, "{text}");
+    assert!(text.len() < 200, "{} characters: {text}", text.len());
 }
 
 #[test]
@@ -584,7 +595,7 @@ fn a_download_error_is_shown_once_and_gone_when_a_model_loads() {
         error: EngineError::Download {
             model: "HuggingFaceTB/SmolLM2-135M-Instruct".into(),
             reason: "connection refused".into(),
-            offline: true,
+            unreachable: Some("Connection refused".into()),
         },
     }]);
     let shown = shown_problems(&f.state);
