@@ -144,6 +144,9 @@ pub struct ModelInfo {
     pub software_gpu: bool,
     /// What the model's own files recommend for sampling.
     pub sampling_defaults: SamplingDefaults,
+    /// The integer types a GGUF file's weights are stored in (`Q8_0+Q4_1`), which the CPU
+    /// multiplies as stored whatever the precision.
+    pub integer_weights: Option<String>,
 }
 
 /// Figures sent while generating: the generation's own and the process's memory.

@@ -310,6 +310,7 @@ impl Worker {
                     backend_fallback: loaded.device.fallback.clone(),
                     software_gpu: loaded.device.is_software_renderer(),
                     sampling_defaults: loaded.sampling_defaults,
+                    integer_weights: loaded.integer_types.clone(),
                 };
                 let cache = loaded.new_cache();
                 self.model = Some((loaded, cache));

@@ -160,6 +160,7 @@ pub fn model_info(dir: &Path) -> ModelInfo {
         backend_fallback: None,
         software_gpu: false,
         sampling_defaults: Default::default(),
+        integer_weights: None,
     }
 }
 

@@ -6,7 +6,7 @@ use super::commands::Action;
 use super::first_run::model_path_field;
 use super::labels;
 use super::local_server::ServerStatus;
-use super::state::AppState;
+use super::state::{AppState, ModelStatus};
 use super::stats_plot;
 use super::view_state::ViewState;
 use crate::backend::BackendKind;
@@ -22,12 +22,30 @@ const BACKENDS: [(BackendKind, &str); 3] = [
     (BackendKind::Gpu, "GPU (wgpu)"),
 ];
 
-const PRECISIONS: [(Precision, &str); 4] = [
-    (Precision::F32, "f32 (exact, recommended)"),
-    (Precision::Bf16, "bf16 (half the memory of f32 weights)"),
-    (Precision::F16, "f16 (as bf16, closer to f32)"),
-    (Precision::Q8, "8-bit weights (least memory)"),
-];
+/// The precisions as the model in use takes them. A GGUF file's integer weights stay as
+/// stored on the CPU (the status bar says which), so there the choice changes only
+/// activations and the cache: "exact" and "least memory" would promise what such a file
+/// cannot give.
+fn precisions(integer_weights: Option<&str>, backend: BackendKind) -> [(Precision, String); 4] {
+    match integer_weights.filter(|_| backend != BackendKind::Gpu) {
+        None => [
+            (Precision::F32, "f32 (exact, recommended)".into()),
+            (
+                Precision::Bf16,
+                "bf16 (half the memory of f32 weights)".into(),
+            ),
+            (Precision::F16, "f16 (as bf16, closer to f32)".into()),
+            (Precision::Q8, "8-bit weights (least memory)".into()),
+        ],
+        // Short: the status bar names the stored types, and a long name squeezes the label.
+        Some(_) => [
+            (Precision::F32, "f32 (recommended)".into()),
+            (Precision::Bf16, "bf16 (16-bit activations)".into()),
+            (Precision::F16, "f16 (16-bit activations)".into()),
+            (Precision::Q8, "8-bit (no change here)".into()),
+        ],
+    }
+}
 
 pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     egui::ScrollArea::vertical()
@@ -41,7 +59,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                 changed |= context_and_prompt(ui, &mut settings)
             });
             section(ui, "Model", |ui| {
-                changed |= model(ui, &mut settings, view, actions)
+                changed |= model(ui, state, &mut settings, view, actions)
             });
             section(ui, "Local API server", |ui| {
                 changed |= local_server(ui, &mut settings, state.server())
@@ -167,12 +185,22 @@ fn choice<T: Copy + PartialEq>(
 /// True when the backend or the precision changed (which reloads the model).
 fn model(
     ui: &mut egui::Ui,
+    state: &AppState,
     s: &mut Settings,
     view: &mut ViewState,
     actions: &mut Vec<Action>,
 ) -> bool {
+    let integer_weights = match state.model() {
+        ModelStatus::Ready(info) => info.integer_weights.as_deref(),
+        _ => None,
+    };
+    let precisions = precisions(integer_weights, s.backend);
+    let precisions: Vec<(Precision, &str)> = precisions
+        .iter()
+        .map(|(precision, name)| (*precision, name.as_str()))
+        .collect();
     let changed = choice(ui, "Backend", &mut s.backend, &BACKENDS)
-        | choice(ui, "Precision", &mut s.precision, &PRECISIONS);
+        | choice(ui, "Precision", &mut s.precision, &precisions);
     let label = ui.label(labels::CURRENT_MODEL);
     model_path_field(ui, label.id, "Load", view, actions, f32::INFINITY);
     changed
@@ -222,4 +250,35 @@ fn local_server(ui: &mut egui::Ui, s: &mut Settings, status: &ServerStatus) -> b
         _ => ui.add(egui::Label::new(line).selectable(true)),
     };
     changed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A Q4_1 file was offered "f32 (exact, recommended)" and "8-bit weights (least
+    /// memory)": neither holds for weights that stay 4-bit integers on the CPU.
+    #[test]
+    fn a_quantized_file_is_not_promised_exactness_or_less_memory() {
+        let names = |integers, backend| -> Vec<String> {
+            precisions(integers, backend)
+                .into_iter()
+                .map(|(_, name)| name)
+                .collect()
+        };
+        let quantized = names(Some("Q8_0+Q4_1"), BackendKind::Flex);
+        assert!(
+            !quantized
+                .iter()
+                .any(|name| name.contains("exact") || name.contains("least"))
+        );
+        assert_eq!(quantized[0], "f32 (recommended)");
+        assert!(quantized[3].contains("no change"), "{}", quantized[3]);
+        assert!(names(None, BackendKind::Flex)[0].contains("exact"));
+        // The GPU dequantizes them to the precision chosen: the plain names hold.
+        assert_eq!(
+            names(Some("Q4_1"), BackendKind::Gpu),
+            names(None, BackendKind::Gpu)
+        );
+    }
 }
