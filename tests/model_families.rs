@@ -21,7 +21,7 @@ use crate::gguf::builder::{Builder, V};
 const FAMILIES: [&str; 7] = [
     "qwen2", "qwen3", "smollm3", "phi3", "gemma3", "phi4", "gemma3mm",
 ];
-const GGUF_FAMILIES: [&str; 5] = ["qwen2", "qwen3", "smollm3", "phi3", "gemma3"];
+const GGUF_FAMILIES: [&str; 6] = ["qwen2", "qwen3", "smollm3", "phi3", "phi4", "gemma3"];
 const BACKENDS: [BackendKind; 3] = [BackendKind::Flex, BackendKind::Ndarray, BackendKind::Gpu];
 
 fn family_dir(name: &str) -> PathBuf {
@@ -126,6 +126,7 @@ fn gguf_of(dir: &Path) -> GgufFile {
             count(config.num_kv_heads()),
         )
         .kv(&key("attention.key_length"), count(config.head_dim()))
+        .kv(&key("rope.dimension_count"), count(config.rotary_dim()))
         .kv(&key("attention.value_length"), count(config.head_dim()))
         .kv(&key("rope.freq_base"), V::F32(config.rope_theta as f32))
         .kv(
@@ -194,7 +195,7 @@ fn gguf_of(dir: &Path) -> GgufFile {
                 .map(|v| v.as_f64().expect("a factor") as f32)
                 .collect()
         };
-        let half = [config.head_dim() as u64 / 2];
+        let half = [config.rotary_dim() as u64 / 2];
         builder = builder
             .kv(
                 &key("rope.scaling.original_context_length"),
@@ -217,9 +218,12 @@ fn each_family_from_gguf_matches_transformers() {
         let reference = Reference::load(&dir);
         let file = gguf_of(&dir);
         let config = ModelConfig::from_gguf(&GgufConfig::from_gguf(&file).expect("metadata"))
-            .expect("config");
+            .unwrap_or_else(|err| panic!("{family}: {err}"));
+        let folder = ModelConfig::from_file(&dir.join("config.json")).expect("config");
         let architecture = config.architecture().expect("architecture");
-        assert_eq!(architecture.gguf_name(), family, "the file's family");
+        assert_eq!(architecture, folder.architecture().expect("architecture"));
+        // Phi-4-mini's partial rotation, from `rope.dimension_count`.
+        assert_eq!(config.rotary_dim(), folder.rotary_dim(), "{family}");
         let reordered = architecture.gguf_reorders_qk().then(|| config.head_dim());
         let checkpoint = GgufCheckpoint::new(file, reordered);
         let device = common::device(BackendKind::Flex);

@@ -479,7 +479,9 @@ impl ModelConfig {
             layer_types: gemma.then(|| gemma3_layer_types(gguf)),
             sliding_window: gguf.sliding_window.map(|window| window as usize),
             original_max_position_embeddings: None,
-            partial_rotary_factor: None,
+            partial_rotary_factor: (gguf.rope_dimension_count < gguf.head_dim()
+                && architecture == Architecture::Phi3)
+                .then(|| f64::from(gguf.rope_dimension_count) / f64::from(gguf.head_dim())),
             hidden_activation: gemma.then(|| "gelu_pytorch_tanh".into()),
             query_pre_attn_scalar: gemma.then(|| gemma3_query_scalar(gguf)),
             rope_local_base_freq: gemma
@@ -488,11 +490,12 @@ impl ModelConfig {
             final_logit_softcapping: gguf.final_logit_softcapping.map(f64::from),
             use_bidirectional_attention: None,
         };
-        if gguf.rope_dimension_count as usize != head_dim {
+        if config.rotary_dim() != gguf.rope_dimension_count as usize {
             return Err(ModelError::UnsupportedConfig {
                 field: "rope.dimension_count",
                 value: gguf.rope_dimension_count.to_string(),
-                reason: "RoPE over part of each head is not supported",
+                reason: "RoPE over part of each head is supported for Phi-3's family only, \
+                         over an even share of it",
             });
         }
         config.validate()?;

@@ -244,8 +244,9 @@ impl TensorRole {
             Self::Layer(_, role) => role.shape(config),
             Self::Embedding | Self::LmHead => vec![config.vocab_size, config.hidden_size],
             Self::FinalNorm => vec![config.hidden_size],
+            // One per rotated frequency: fewer than the head's pairs under a partial rotation.
             Self::RopeFactors | Self::LongRopeFactors | Self::ShortRopeFactors => {
-                vec![config.head_dim() / 2]
+                vec![config.rotary_dim() / 2]
             }
         }
     }
