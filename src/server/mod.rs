@@ -398,16 +398,14 @@ async fn chat_completions(
     State(state): State<Arc<AppState>>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let body = read_body(&state, request).await?;
-    generate(state, Endpoint::Chat, body).await
+    generate(state, Endpoint::Chat, request).await
 }
 
 async fn completions(
     State(state): State<Arc<AppState>>,
     request: Request,
 ) -> Result<Response, ApiError> {
-    let body = read_body(&state, request).await?;
-    generate(state, Endpoint::Completions, body).await
+    generate(state, Endpoint::Completions, request).await
 }
 
 /// The whole body within the body timeout: a client that trickles a body byte by byte
@@ -426,8 +424,9 @@ async fn read_body(state: &AppState, request: Request) -> Result<Bytes, ApiError
 async fn generate(
     state: Arc<AppState>,
     endpoint: Endpoint,
-    body: Bytes,
+    request: Request,
 ) -> Result<Response, ApiError> {
+    let body = read_body(&state, request).await?;
     let job = request::parse(endpoint, &body, &state.config.model_names)?;
     let client = state.engine.clone_client();
     let id = client

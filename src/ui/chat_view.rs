@@ -40,6 +40,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                 let first_seen = first_seen(&conversation.messages);
                 for (index, message) in conversation.messages.iter().enumerate() {
                     if first_seen == Some(index) {
+                        // As many were left out as come before the first one seen.
                         left_out_marker(ui, index);
                     }
                     let is_streaming = streaming == Some(index);
@@ -306,7 +307,6 @@ fn role_name(role: Role) -> &'static str {
     }
 }
 
-/// The reply's own figures, kept after the status bar moves on.
 /// The first message the model saw when it wrote the latest reply, when that reply's prompt
 /// left older ones out to fit the context.
 fn first_seen(messages: &[StoredMessage]) -> Option<usize> {
@@ -331,6 +331,7 @@ fn left_out_marker(ui: &mut egui::Ui, left_out: usize) {
     ui.add_space(8.0);
 }
 
+/// The reply's own figures, kept after the status bar moves on.
 fn generation_summary(ui: &mut egui::Ui, record: &GenerationRecord) {
     let reason = match record.finish_reason {
         Some(FinishReason::StopToken) => "complete",

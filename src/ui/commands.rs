@@ -201,7 +201,7 @@ impl UiCommand {
 }
 
 /// The keys that, with Ctrl (Cmd on macOS), open the first nine chats.
-pub const CHAT_NUMBER_KEYS: [Key; 9] = [
+const CHAT_NUMBER_KEYS: [Key; 9] = [
     Key::Num1,
     Key::Num2,
     Key::Num3,

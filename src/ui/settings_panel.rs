@@ -22,28 +22,34 @@ const BACKENDS: [(BackendKind, &str); 3] = [
     (BackendKind::Gpu, "GPU (wgpu)"),
 ];
 
-/// The precisions as the model in use takes them. A GGUF file's integer weights stay as
-/// stored on the CPU (the status bar says which), so there the choice changes only
-/// activations and the cache: "exact" and "least memory" would promise what such a file
-/// cannot give.
-fn precisions(integer_weights: Option<&str>, backend: BackendKind) -> [(Precision, String); 4] {
-    match integer_weights.filter(|_| backend != BackendKind::Gpu) {
-        None => [
-            (Precision::F32, "f32 (exact, recommended)".into()),
-            (
-                Precision::Bf16,
-                "bf16 (half the memory of f32 weights)".into(),
-            ),
-            (Precision::F16, "f16 (as bf16, closer to f32)".into()),
-            (Precision::Q8, "8-bit weights (least memory)".into()),
-        ],
-        // Short: the status bar names the stored types, and a long name squeezes the label.
-        Some(_) => [
-            (Precision::F32, "f32 (recommended)".into()),
-            (Precision::Bf16, "bf16 (16-bit activations)".into()),
-            (Precision::F16, "f16 (16-bit activations)".into()),
-            (Precision::Q8, "8-bit (no change here)".into()),
-        ],
+const PRECISIONS: [(Precision, &str); 4] = [
+    (Precision::F32, "f32 (exact, recommended)"),
+    (Precision::Bf16, "bf16 (half the memory of f32 weights)"),
+    (Precision::F16, "f16 (as bf16, closer to f32)"),
+    (Precision::Q8, "8-bit weights (least memory)"),
+];
+
+/// The same for a GGUF file's integer weights, which stay as stored on the CPU (the status
+/// bar says which): the choice changes only activations and the cache, so "exact" and
+/// "least memory" would promise what such a file cannot give. Short, as a long name squeezes
+/// the combo's label.
+const PRECISIONS_FOR_INTEGERS: [(Precision, &str); 4] = [
+    (Precision::F32, "f32 (recommended)"),
+    (Precision::Bf16, "bf16 (16-bit activations)"),
+    (Precision::F16, "f16 (16-bit activations)"),
+    (Precision::Q8, "8-bit (no change here)"),
+];
+
+/// The precisions as the model in use takes them (the GPU dequantizes integer weights to
+/// the precision chosen).
+fn precisions(
+    integer_weights: Option<&str>,
+    backend: BackendKind,
+) -> &'static [(Precision, &'static str); 4] {
+    if integer_weights.is_some() && backend != BackendKind::Gpu {
+        &PRECISIONS_FOR_INTEGERS
+    } else {
+        &PRECISIONS
     }
 }
 
@@ -195,12 +201,8 @@ fn model(
         _ => None,
     };
     let precisions = precisions(integer_weights, s.backend);
-    let precisions: Vec<(Precision, &str)> = precisions
-        .iter()
-        .map(|(precision, name)| (*precision, name.as_str()))
-        .collect();
     let changed = choice(ui, "Backend", &mut s.backend, &BACKENDS)
-        | choice(ui, "Precision", &mut s.precision, &precisions);
+        | choice(ui, "Precision", &mut s.precision, precisions);
     let label = ui.label(labels::CURRENT_MODEL);
     model_path_field(ui, label.id, "Load", view, actions, f32::INFINITY);
     changed
@@ -260,10 +262,10 @@ mod tests {
     /// memory)": neither holds for weights that stay 4-bit integers on the CPU.
     #[test]
     fn a_quantized_file_is_not_promised_exactness_or_less_memory() {
-        let names = |integers, backend| -> Vec<String> {
+        let names = |integers, backend| -> Vec<&str> {
             precisions(integers, backend)
-                .into_iter()
-                .map(|(_, name)| name)
+                .iter()
+                .map(|(_, name)| *name)
                 .collect()
         };
         let quantized = names(Some("Q8_0+Q4_1"), BackendKind::Flex);

@@ -1003,16 +1003,15 @@ impl AppState {
                         device_bytes: None,
                     });
                     if dropped_messages > 0
-                        && let Some(record) = self
-                            .active_message(request)
-                            .and_then(|message| message.generation.as_mut())
-                    {
-                        record.left_out = dropped_messages;
-                    }
-                    if dropped_messages > 0
                         && let Some(active) = &self.generation
                     {
                         let id = active.conversation_id.clone();
+                        if let Some(record) = self
+                            .active_message(request)
+                            .and_then(|message| message.generation.as_mut())
+                        {
+                            record.left_out = dropped_messages;
+                        }
                         self.notify_about(id, format!(
                             "{dropped_messages} oldest messages did not fit the context and were left out of the prompt."
                         ));
