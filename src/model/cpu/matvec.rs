@@ -10,9 +10,9 @@
 //! for BLAS. Splitting the weight's rows over every core and streaming each row once
 //! through a wide dot product is what reaches the memory bandwidth.
 
-use std::borrow::Cow;
 use std::cell::RefCell;
 
+use super::features;
 use super::host::HostFloat;
 use super::math::dot;
 use super::threads::{SharedOutput, split_rows};
@@ -89,26 +89,31 @@ fn quantized(
             }
         }
     };
-    let integer = has_integer_kernel(weight, block).then(|| BlockInts::of(x, block));
+    let kernel = integer_kernel(weight, block);
+    let integer = kernel.map(|kernel| IntegerActivations::of(x, block, kernel));
     // The rounding forms the block sums too; the portable kernel reads `x` as it is.
-    let sums: Cow<'_, [f32]> = match (offsets, &integer) {
-        (None, _) => Cow::Borrowed(&[]),
-        (Some(_), Some(rounded)) => Cow::Borrowed(&rounded.sums),
-        (Some(_), None) => Cow::Owned(x.chunks_exact(block).map(|x| x.iter().sum()).collect()),
+    let sums: Vec<f32> = match (offsets, &integer) {
+        (Some(_), None) => x.chunks_exact(block).map(|x| x.iter().sum()).collect(),
+        _ => Vec::new(),
     };
     split_rows(out, 1, MIN_ROWS_PER_PART, &|first, out: &mut [f32]| {
         FACTORS.with_borrow_mut(|buffer| {
             let weight = weight.rows(first, out.len(), cols);
-            let scales = scales.range(block_range(first, out.len()));
-            match &integer {
-                // SAFETY: the kernel exists, checked above; the sizes are checked at the top.
-                Some(x) => unsafe { rows_dot_integer(weight, scales, buffer, x, out) },
-                None => {
+            let blocks = block_range(first, out.len());
+            let scales = scales.range(blocks.clone());
+            match (kernel, &integer) {
+                // SAFETY: the kernel runs on this CPU, checked above; the sizes are checked at
+                // the top.
+                (Some(kernel), Some(x)) => unsafe {
+                    let offsets = offsets.map(|offsets| offsets.range(blocks));
+                    rows_dot_integer(kernel, weight, scales, offsets, buffer, x, out)
+                },
+                _ => {
                     let scales = scales.f32s(0..scales.len(), buffer);
                     rows_dot_integer_portable(weight, scales, block, x, out);
+                    add_offsets(first, out, &sums, buffer);
                 }
             }
-            add_offsets(first, out, &sums, buffer);
         });
     });
 }
@@ -209,11 +214,7 @@ struct Rounded {
 fn round_block(x: &[f32], values: &mut [i16]) -> Rounded {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::is_x86_feature_detected;
-        if x.len().is_multiple_of(16)
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-        {
+        if x.len().is_multiple_of(16) && features::cpu().avx2 {
             // SAFETY: the CPU has AVX2 and FMA, and the block is whole vectors of 16.
             return unsafe { round_block_avx2(x, values) };
         }
@@ -271,45 +272,78 @@ unsafe fn round_block_avx2(x: &[f32], values: &mut [i16]) -> Rounded {
     }
 }
 
-/// Whether the CPU has an integer kernel for `values` in blocks of `block`: bytes in blocks
-/// of 32 (`--precision q8` and most GGUF types) or 16 (GGUF's Q6_K), 4- and 5-bit values in
-/// blocks of 32. Other blocks take the portable kernel.
-fn has_integer_kernel(values: Ints<'_>, block: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::is_x86_feature_detected;
-        is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-            && matches!(
-                (values, block),
-                (Ints::Bytes(_), 16 | 32)
-                    | (Ints::Nibbles { .. } | Ints::FiveBits { .. }, NIBBLE_BLOCK)
-            )
+/// The integer kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum IntegerKernel {
+    Avx2,
+    /// See [`integer_avx512`].
+    Avx512 {
+        vnni: bool,
+    },
+}
+
+/// The fastest integer kernel this CPU has for `values` in blocks of `block`: bytes in
+/// blocks of 32 (`--precision q8` and most GGUF types) or 16 (GGUF's Q6_K), 4- and 5-bit
+/// values in blocks of 32 (five bits on AVX2 alone). Other blocks take the portable kernel.
+fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
+    let cpu = features::cpu();
+    let fits = matches!(
+        (values, block),
+        (Ints::Bytes(_), 16 | 32) | (Ints::Nibbles { .. } | Ints::FiveBits { .. }, NIBBLE_BLOCK)
+    );
+    if !cpu.avx2 || !fits {
+        return None;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (values, block);
-        false
+    match values {
+        Ints::FiveBits { .. } => Some(IntegerKernel::Avx2),
+        _ if cpu.avx512 => Some(IntegerKernel::Avx512 {
+            vnni: cpu.avx512_vnni,
+        }),
+        _ => Some(IntegerKernel::Avx2),
     }
 }
 
-/// The integer kernel for the weights' storage and block.
+/// The activations rounded for an integer kernel, and in the order it reads them.
+struct IntegerActivations {
+    ints: BlockInts,
+    /// For the AVX-512 kernel and blocks of 32, `integer_avx512::paired(&ints)`; else empty.
+    paired: Vec<i16>,
+}
+
+impl IntegerActivations {
+    fn of(x: &[f32], block: usize, kernel: IntegerKernel) -> Self {
+        let ints = BlockInts::of(x, block);
+        let paired = match kernel {
+            #[cfg(target_arch = "x86_64")]
+            IntegerKernel::Avx512 { .. } if block == 32 => integer_avx512::paired(&ints),
+            _ => Vec::new(),
+        };
+        Self { ints, paired }
+    }
+}
+
+/// Adds `W x` to `out` with the integer `kernel`, offsets included (`offset · Σ x` per
+/// block, from the activations' block sums).
 ///
 /// # Safety
-/// [`has_integer_kernel`] must hold for `weight` and `x`'s block, `x` hold `cols` values
-/// rounded in blocks, `weight` `out.len()` rows of `cols` values and `scales` one per block.
-/// The kernels read f16 and f32 scales in the loop; others are widened into `buffer` first.
+/// `kernel` must be one that [`integer_kernel`] gives for `weight` and `x`'s block (or a
+/// slower one this CPU runs), `x` hold `cols` values rounded in blocks, `weight` `out.len()`
+/// rows of `cols` values and `scales` and `offsets` one per block. The AVX2 kernels read f16
+/// and f32 scales in the loop, others widened into `buffer` first; the AVX-512 kernel
+/// multiplies a row's scales by the activations' into `buffer` first.
 unsafe fn rows_dot_integer(
+    kernel: IntegerKernel,
     weight: Ints<'_>,
     scales: Factors<'_>,
+    offsets: Option<Factors<'_>>,
     buffer: &mut Vec<f32>,
-    x: &BlockInts,
+    x: &IntegerActivations,
     out: &mut [f32],
 ) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's guarantees are each kernel's.
     unsafe {
+        let (paired, x) = (&x.paired, &x.ints);
         macro_rules! run {
             ($halves:literal, $scales:expr) => {{
                 let scales = $scales.as_ptr().cast::<u8>();
@@ -329,16 +363,32 @@ unsafe fn rows_dot_integer(
                 }
             }};
         }
-        match scales {
-            Factors::F32(scales) => run!(false, scales),
-            Factors::F16(scales) => run!(true, scales),
-            Factors::Scaled { .. } => run!(false, scales.f32s(0..scales.len(), buffer)),
+        match (kernel, scales) {
+            (IntegerKernel::Avx512 { vnni: true }, _) => {
+                return integer_avx512::rows_dot_vnni(
+                    weight, scales, offsets, x, paired, buffer, out,
+                );
+            }
+            (IntegerKernel::Avx512 { vnni: false }, _) => {
+                return integer_avx512::rows_dot(weight, scales, offsets, x, paired, buffer, out);
+            }
+            (IntegerKernel::Avx2, Factors::F32(scales)) => run!(false, scales),
+            (IntegerKernel::Avx2, Factors::F16(scales)) => run!(true, scales),
+            (IntegerKernel::Avx2, Factors::Scaled { .. }) => {
+                run!(false, scales.f32s(0..scales.len(), buffer))
+            }
+        }
+        if let Some(offsets) = offsets {
+            let offsets = offsets.f32s(0..offsets.len(), buffer);
+            for (y, offsets) in out.iter_mut().zip(offsets.chunks_exact(x.scales.len())) {
+                *y += dot(offsets, &x.sums);
+            }
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (weight, scales, buffer, x, out);
-        unreachable!("has_integer_kernel is false off x86-64");
+        let _ = (kernel, weight, scales, offsets, buffer, x, out);
+        unreachable!("integer_kernel is None off x86-64");
     }
 }
 
@@ -374,11 +424,7 @@ fn rows_dot_for_this_cpu<W: HostFloat>() -> RowsDot<W> {
 fn rows_dot_vectorized<W: HostFloat>() -> Option<RowsDot<W>> {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::is_x86_feature_detected;
-        if is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-            && is_x86_feature_detected!("f16c")
-        {
+        if features::cpu().avx2 {
             // SAFETY: the CPU supports the kernel's features, checked just above.
             return Some(|weight, x, out| unsafe { avx2::rows_dot(weight, x, out) });
         }
@@ -408,6 +454,9 @@ fn rows_dot_portable<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
 }
 
 #[cfg(target_arch = "x86_64")]
+mod integer_avx512;
+
+#[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
@@ -420,13 +469,13 @@ mod avx2 {
     /// step's products on two cores, alternated within one run, it cut the time by 10%
     /// (bf16, 1 KB ahead) and 13% (8-bit, 2 KB ahead).
     const PREFETCH_BYTES: usize = 1024;
-    const PREFETCH_BYTES_Q8: usize = 2048;
+    pub(super) const PREFETCH_BYTES_Q8: usize = 2048;
 
     /// Asks for the cache line at `bytes` past `at`, which may lie past the end of the
     /// weights: a prefetch never faults, and `wrapping_add` forms the address without
     /// claiming it is inside the allocation.
     #[inline(always)]
-    fn prefetch<T>(at: *const T, bytes: usize) {
+    pub(super) fn prefetch<T>(at: *const T, bytes: usize) {
         // SAFETY: a prefetch reads nothing the program can observe and cannot fault.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>().wrapping_add(bytes)) };
     }
@@ -746,6 +795,20 @@ mod tests {
         }
     }
 
+    /// `fastest` and the integer kernels slower than it.
+    fn integer_kernels_up_to(fastest: IntegerKernel) -> Vec<IntegerKernel> {
+        match fastest {
+            IntegerKernel::Avx2 => vec![IntegerKernel::Avx2],
+            IntegerKernel::Avx512 { vnni } => {
+                let mut kernels = vec![IntegerKernel::Avx2, IntegerKernel::Avx512 { vnni: false }];
+                if vnni {
+                    kernels.push(IntegerKernel::Avx512 { vnni: true });
+                }
+                kernels
+            }
+        }
+    }
+
     /// Each integer path against the f64 product of the values it reads: the weights as
     /// stored, and the activations as given (portable) or as rounded to 16 bits (integer);
     /// bytes, nibbles and five bits (Q4_0's and Q5_0's centred ones without offsets, others
@@ -774,8 +837,8 @@ mod tests {
             ),
         ] {
             assert_eq!(
-                has_integer_kernel(values, block),
-                std::arch::is_x86_feature_detected!("avx2"),
+                integer_kernel(values, block).is_some(),
+                features::cpu().avx2,
                 "an integer kernel reads blocks of {block} wherever the CPU has AVX2"
             );
         }
@@ -784,7 +847,10 @@ mod tests {
             (7, 96, 32),
             (67, 576, 32),
             (16, 1536, 32),
+            (3, 2560, 32),
             (33, 576, 16),
+            (33, 768, 16),
+            (5, 48, 16),
             (9, 1536, 64),
             (5, 96, 48),
             (9, 40, 20),
@@ -830,12 +896,36 @@ mod tests {
                     .map(as_f16)
                     .collect::<Vec<_>>()
             });
-            let factors = |values: &[f32]| match packed {
-                true => BlockFactors::F16(values.iter().map(|&v| f16::from_f32(v)).collect()),
-                false => BlockFactors::F32(values.to_vec()),
+            // Rows of whole super-blocks hold their factors as a K type's are: an f16 base per
+            // 256 values times a small integer per block.
+            let k_type = cols.is_multiple_of(256);
+            let scales = match k_type {
+                true => scales
+                    .chunks(256 / block)
+                    .enumerate()
+                    .flat_map(|(g, group)| {
+                        let base = as_f16(0.001 * (1 + g % 5) as f32);
+                        group
+                            .iter()
+                            .map(move |v| base * (v * 500.0).round().clamp(-63.0, 63.0))
+                    })
+                    .collect(),
+                false => scales,
+            };
+            let factors = |values: &[f32]| match (k_type, packed) {
+                (true, _) => BlockFactors::F32(values.to_vec()).compacted(block),
+                (false, true) => {
+                    BlockFactors::F16(values.iter().map(|&v| f16::from_f32(v)).collect())
+                }
+                (false, false) => BlockFactors::F32(values.to_vec()),
             };
             let (scale_factors, offset_factors) =
                 (factors(&scales), offsets.as_deref().map(factors));
+            assert_eq!(
+                k_type,
+                matches!(scale_factors, BlockFactors::Scaled { .. }),
+                "{rows}x{cols}/{block}: K-type factors"
+            );
             let mut x = values(cols, 5);
             x[cols / 3] = 40.0;
             // The kernels multiply the integers by the activations (rounded, in the integer
@@ -878,7 +968,7 @@ mod tests {
                 offsets: offset_factors.as_ref().map(BlockFactors::borrowed),
                 block,
             };
-            if has_integer_kernel(ints, block) {
+            if let Some(fastest) = integer_kernel(ints, block) {
                 let rounded_x = BlockInts::of(&x, block);
                 let rounded: Vec<f32> = rounded_x
                     .values
@@ -886,18 +976,28 @@ mod tests {
                     .enumerate()
                     .map(|(c, &q)| f32::from(q) * rounded_x.scales[c / block])
                     .collect();
-                let mut out = vec![1.0; rows];
-                // SAFETY: the kernel exists, and the sizes are the ones it reads.
-                unsafe {
-                    rows_dot_integer(
-                        ints,
-                        scale_factors.borrowed(),
-                        &mut Vec::new(),
-                        &rounded_x,
-                        &mut out,
-                    )
-                };
-                close(&from_ones(out), &rounded, &no_offsets, "integer");
+                for kernel in integer_kernels_up_to(fastest) {
+                    let x = IntegerActivations::of(&x, block, kernel);
+                    let mut out = vec![1.0; rows];
+                    // SAFETY: the kernel runs on this CPU, and the sizes are the ones it reads.
+                    unsafe {
+                        rows_dot_integer(
+                            kernel,
+                            ints,
+                            scale_factors.borrowed(),
+                            offset_factors.as_ref().map(BlockFactors::borrowed),
+                            &mut Vec::new(),
+                            &x,
+                            &mut out,
+                        )
+                    };
+                    close(
+                        &from_ones(out),
+                        &rounded,
+                        &offset_part,
+                        &format!("{kernel:?}"),
+                    );
+                }
                 close(&product(rows_of, &x), &rounded, &offset_part, "matvec");
             } else {
                 close(&product(rows_of, &x), &x, &offset_part, "matvec");

@@ -9,6 +9,7 @@
 //! against that composition or an f64 reference.
 
 mod attention_kernel;
+mod features;
 mod host;
 mod math;
 mod matmul;

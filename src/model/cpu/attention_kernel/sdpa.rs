@@ -359,8 +359,7 @@ mod tests {
     #[test]
     fn few_row_products_equal_a_float64_reference() {
         #[cfg(target_arch = "x86_64")]
-        let direct = std::arch::is_x86_feature_detected!("avx2")
-            && std::arch::is_x86_feature_detected!("fma");
+        let direct = crate::model::cpu::features::cpu().avx2;
         #[cfg(not(target_arch = "x86_64"))]
         let direct = false;
         for rows in 1..=4 {

@@ -207,7 +207,7 @@ impl<E: HostFloat> Operands for Widened<E> {
 
     fn supported() -> bool {
         #[cfg(target_arch = "x86_64")]
-        return std::arch::is_x86_feature_detected!("avx512f");
+        return crate::model::cpu::features::cpu().avx512;
         #[cfg(not(target_arch = "x86_64"))]
         false
     }
@@ -239,8 +239,7 @@ impl Operands for Bf16Pairs {
     fn supported() -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            use std::arch::is_x86_feature_detected;
-            is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
+            crate::model::cpu::features::cpu().avx512_bf16
         }
         #[cfg(not(target_arch = "x86_64"))]
         false

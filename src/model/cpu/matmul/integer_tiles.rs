@@ -28,6 +28,7 @@ use std::ops::Range;
 mod token_lanes;
 
 use super::Shape;
+use crate::model::cpu::features;
 use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::threads::{SharedOutput, split_ranges};
 use crate::model::cpu::weights::{Factors, Ints, WeightRows};
@@ -354,8 +355,7 @@ struct Tile {
 
 #[cfg(target_arch = "x86_64")]
 fn supported() -> bool {
-    use std::arch::is_x86_feature_detected;
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+    features::cpu().avx2
 }
 
 /// The tile kernels. AVX2 multiplies a step of 32 values as two vectors of sixteen 16-bit
@@ -606,10 +606,10 @@ enum Kernel {
 #[cfg(target_arch = "x86_64")]
 impl Kernel {
     fn for_this_cpu() -> Self {
-        use std::arch::is_x86_feature_detected;
-        if !is_x86_feature_detected!("avx512f") || !is_x86_feature_detected!("avx512bw") {
+        let cpu = features::cpu();
+        if !cpu.avx512 {
             Self::Avx2
-        } else if is_x86_feature_detected!("avx512vnni") {
+        } else if cpu.avx512_vnni {
             Self::Avx512Vnni
         } else {
             Self::Avx512
@@ -619,12 +619,11 @@ impl Kernel {
     /// The kernels this CPU can run, the fastest last.
     #[cfg(test)]
     fn all_for_this_cpu() -> Vec<Self> {
-        use std::arch::is_x86_feature_detected;
         let mut kernels = vec![];
         if supported() {
             kernels.push(Self::Avx2);
         }
-        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
+        if features::cpu().avx512 {
             kernels.push(Self::Avx512);
         }
         if matches!(Self::for_this_cpu(), Self::Avx512Vnni) {

@@ -5,6 +5,7 @@
 //! faster).
 
 use super::Matrix;
+use crate::model::cpu::features;
 
 /// Most rows of `a` these kernels take: their accumulators fill the AVX registers.
 const MAX_ROWS: usize = 4;
@@ -15,12 +16,7 @@ const MAX_ROWS: usize = 4;
 pub fn product(a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32], out_stride: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        use std::arch::is_x86_feature_detected;
-        if a.rows <= MAX_ROWS
-            && a.col_stride == 1
-            && is_x86_feature_detected!("avx2")
-            && is_x86_feature_detected!("fma")
-        {
+        if a.rows <= MAX_ROWS && a.col_stride == 1 && features::cpu().avx2 {
             if b.row_stride == 1 {
                 // SAFETY: the CPU has the kernel's features, checked just above.
                 unsafe { avx2::dot_columns(a, b, out, out_stride) };
@@ -177,7 +173,7 @@ mod avx512 {
         let fits = b.cols.is_multiple_of(LANES)
             && (1..=MAX_VECTORS).contains(&vectors)
             && (1..=MAX_ROWS).contains(&a.rows);
-        if !fits || !is_x86_feature_detected!("avx512f") {
+        if !fits || !super::features::cpu().avx512 {
             return false;
         }
         // SAFETY: the CPU has AVX-512, checked just above, and `vectors` is b.cols / 16.

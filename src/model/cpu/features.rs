@@ -1,0 +1,109 @@
+//! What the CPU offers the hand-written kernels, read once, and the setting that caps it.
+//!
+//! `SMOLCHAT_MAX_CPU=avx2` makes every kernel take the path a CPU without AVX-512 takes (most
+//! laptops have none), and `SMOLCHAT_MAX_CPU=portable` the plain-Rust one, so that one
+//! machine can time and check the paths other machines run. Every kernel asks here rather
+//! than detecting features itself, so the cap reaches all of them.
+
+use std::sync::OnceLock;
+
+/// The variable that caps the features the kernels use.
+pub const MAX_CPU_VARIABLE: &str = "SMOLCHAT_MAX_CPU";
+
+/// The instruction sets a kernel may use; each implies the ones above it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Features {
+    /// AVX2 with FMA and F16C, which every x86-64 CPU with AVX2 has.
+    pub avx2: bool,
+    /// AVX-512 F and BW.
+    pub avx512: bool,
+    /// AVX-512 VNNI: integer dot products of pairs and quads in one instruction.
+    pub avx512_vnni: bool,
+    /// AVX-512 BF16: products of bf16 pairs.
+    pub avx512_bf16: bool,
+}
+
+/// The features of this CPU, less what `SMOLCHAT_MAX_CPU` turns off.
+pub fn cpu() -> Features {
+    static FEATURES: OnceLock<Features> = OnceLock::new();
+    *FEATURES.get_or_init(|| {
+        let detected = detected();
+        match std::env::var(MAX_CPU_VARIABLE) {
+            Ok(cap) => match capped(detected, &cap) {
+                Some(features) => features,
+                None => {
+                    eprintln!(
+                        "{MAX_CPU_VARIABLE}={cap:?} is not one of avx512, avx2 or portable; \
+                         using every feature this CPU has"
+                    );
+                    detected
+                }
+            },
+            Err(_) => detected,
+        }
+    })
+}
+
+/// `features` less those above `cap`, or `None` for a cap that names no level.
+fn capped(features: Features, cap: &str) -> Option<Features> {
+    match cap.trim().to_ascii_lowercase().as_str() {
+        "avx512" | "" => Some(features),
+        "avx2" => Some(Features {
+            avx2: features.avx2,
+            ..Features::default()
+        }),
+        "portable" => Some(Features::default()),
+        _ => None,
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn detected() -> Features {
+    use std::arch::is_x86_feature_detected;
+    let avx2 = is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c");
+    let avx512 =
+        avx2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
+    Features {
+        avx2,
+        avx512,
+        avx512_vnni: avx512 && is_x86_feature_detected!("avx512vnni"),
+        avx512_bf16: avx512 && is_x86_feature_detected!("avx512bf16"),
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn detected() -> Features {
+    Features::default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: Features = Features {
+        avx2: true,
+        avx512: true,
+        avx512_vnni: true,
+        avx512_bf16: true,
+    };
+
+    #[test]
+    fn a_cap_turns_off_what_lies_above_it_and_nothing_adds_a_feature() {
+        assert_eq!(capped(ALL, "avx512"), Some(ALL));
+        assert_eq!(
+            capped(ALL, " AVX2 "),
+            Some(Features {
+                avx2: true,
+                ..Features::default()
+            })
+        );
+        assert_eq!(capped(ALL, "portable"), Some(Features::default()));
+        assert_eq!(
+            capped(Features::default(), "avx2"),
+            Some(Features::default())
+        );
+        assert_eq!(capped(ALL, "sse9"), None);
+    }
+}
