@@ -68,4 +68,11 @@ pub trait Checkpoint {
         let _ = parts;
         Ok(None)
     }
+
+    /// Whether the parts are stored in different integer types (a Q4_K_M file's v beside q
+    /// and k), which the CPU holds apart, each as stored.
+    fn integer_types_differ(&self, parts: &[(TensorRole, Vec<usize>)]) -> bool {
+        let _ = parts;
+        false
+    }
 }

@@ -37,10 +37,15 @@ impl Linear {
 
     /// A projection by integer weights, multiplied as stored by the CPU kernels.
     pub fn integers(weight: Arc<cpu::IntegerWeights>) -> Self {
+        Self::stored(cpu::Weight::Integers(weight))
+    }
+
+    /// A projection the CPU kernels hold as stored, with no tensor of its own.
+    pub fn stored(weight: cpu::Weight) -> Self {
         Self {
             bias: None,
             weight: None,
-            kernel_weight: Some(cpu::Weight::Integers(weight)),
+            kernel_weight: Some(weight),
         }
     }
 
@@ -161,7 +166,7 @@ impl Linear {
         // Float weights may be held narrower than the activations (see `Loader::storage_dtype`).
         let weight = match &self.weight {
             Some(weight) => weight.val(),
-            // Only `Linear::integers` holds no tensor, and integer weights always widen.
+            // Only `Linear::stored` holds no tensor, and integer weights always widen.
             None => self
                 .kernel_weight
                 .as_ref()

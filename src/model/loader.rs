@@ -88,6 +88,27 @@ impl<'a> Loader<'a> {
             .map(|weights| weights.packed().compacted()))
     }
 
+    /// [`Loader::integers`] as the kernels' weight: parts stored in different types held
+    /// apart, each as stored (see [`cpu::Weight::Stacked`]).
+    fn integer_weight(&mut self, parts: &[TensorRole]) -> Result<Option<cpu::Weight>> {
+        let shaped: Vec<(TensorRole, Vec<usize>)> = parts
+            .iter()
+            .map(|&role| (role, role.shape(self.config)))
+            .collect();
+        if parts.len() < 2 || !self.checkpoint.integer_types_differ(&shaped) {
+            let integers = self.integers(parts)?;
+            return Ok(integers.map(|integers| cpu::Weight::Integers(Arc::new(integers))));
+        }
+        let mut held = Vec::with_capacity(parts.len());
+        for &part in parts {
+            let Some(integers) = self.integers(&[part])? else {
+                return Ok(None);
+            };
+            held.push(cpu::Weight::Integers(Arc::new(integers)));
+        }
+        Ok(Some(cpu::Weight::Stacked(held)))
+    }
+
     pub fn matrix(&mut self, role: TensorRole) -> Result<Tensor<2>> {
         let dtype = self.storage_dtype(&[role]);
         let shape = role.shape(self.config);
@@ -110,8 +131,8 @@ impl<'a> Loader<'a> {
     /// never holds the float copy of more than one.
     /// Parts stored as integers stay so on the CPU (see [`Loader::integers`]).
     pub fn projection(&mut self, parts: &[TensorRole]) -> Result<Linear> {
-        if let Some(integers) = self.integers(parts)? {
-            return Ok(Linear::integers(Arc::new(integers)));
+        if let Some(weight) = self.integer_weight(parts)? {
+            return Ok(Linear::stored(weight));
         }
         let (arena, dtype) = match self.quantization {
             Some(_) => (None, self.dtype),

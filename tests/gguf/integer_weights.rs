@@ -76,6 +76,9 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
         .map(|(role, _, _, rows, _)| (TensorRole::Layer(0, *role), vec![*rows, COLS]))
         .collect();
 
+    // The CPU holds such parts apart, each as stored; the stack of all three is still exact.
+    assert!(checkpoint.integer_types_differ(&shaped));
+    assert!(!checkpoint.integer_types_differ(&shaped[..1]));
     let integers = checkpoint
         .integer_stacked(&shaped)
         .expect("readable")

@@ -208,6 +208,15 @@ impl Checkpoint for GgufCheckpoint {
         Ok(TensorData::from_bytes(bytes, shape, dtype))
     }
 
+    fn integer_types_differ(&self, parts: &[(TensorRole, Vec<usize>)]) -> bool {
+        self.stack(parts).is_ok_and(|stack| {
+            let mut types = stack.parts.iter().map(|(_, info)| info.ggml_type);
+            types
+                .next()
+                .is_some_and(|first| types.any(|ty| ty != first))
+        })
+    }
+
     /// Parts of different types (a Q4_K_M file mixes them within one fused projection) share
     /// the finest block among them; a coarser part's scales repeat.
     fn integer_stacked(

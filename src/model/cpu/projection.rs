@@ -24,6 +24,14 @@ pub fn project(weight: &Weight, x: &Tensor<2>, residual: Option<&Tensor<2>>) -> 
     if weight_cols != cols || residual.is_some_and(|r| r.dims() != [tokens, rows]) {
         return None;
     }
+    if let Weight::Stacked(parts) = weight {
+        let parts = parts.iter().map(|part| project(part, x, None));
+        let y = Tensor::cat(parts.collect::<Option<Vec<_>>>()?, 1);
+        return Some(match residual {
+            Some(residual) => y + residual.clone(),
+            None => y,
+        });
+    }
     let weight = weight.rows()?;
     let x = HostTensor::of(x)?;
     let residual = match residual {
@@ -114,6 +122,46 @@ mod tests {
                 let got = project(&kernel_weight, &x, Some(&residual)).expect("and a residual");
                 assert_close(got, product + residual);
             }
+        }
+    }
+
+    /// Parts held apart, one in 4-bit blocks of 32 and one in bytes in blocks of 16 with
+    /// offsets, multiply as their dense stack does, for a decode row and a prompt.
+    #[test]
+    fn stacked_parts_give_the_product_of_their_dense_stack() {
+        use std::sync::Arc;
+
+        use crate::model::cpu::{BlockFactors, IntegerValues, IntegerWeights};
+
+        let device = Device::flex();
+        let cols = 64;
+        let part = |rows: usize, block: usize, bits: u32, seed: usize| {
+            let values: Vec<i8> = (0..rows * cols)
+                .map(|i| (((i * 37 + seed * 11) % (1 << bits)) as i32 - (1 << (bits - 1))) as i8)
+                .collect();
+            let factors =
+                |scale: f32| (0..rows * cols / block).map(move |b| scale * (1 + b % 3) as f32);
+            let values = match bits {
+                4 => IntegerValues::packing(&values),
+                _ => IntegerValues::Bytes(values),
+            };
+            Weight::Integers(Arc::new(IntegerWeights {
+                dims: [rows, cols],
+                block,
+                values,
+                scales: BlockFactors::F32(factors(0.01).collect()),
+                offsets: (bits == 8).then(|| BlockFactors::F32(factors(-0.02).collect())),
+            }))
+        };
+        let stacked = Weight::Stacked(vec![part(5, 32, 4, 1), part(3, 16, 8, 2)]);
+        assert_eq!(stacked.dims(), [8, cols]);
+        let dense = stacked.dense(&device).expect("integer parts widen");
+        for tokens in [1, 4] {
+            let x = tensor(tokens, cols, 4, &device);
+            let residual = tensor(tokens, 8, 6, &device);
+            let product = x.clone().matmul(dense.clone().transpose());
+            let got = project(&stacked, &x, Some(&residual)).expect("the kernels take the parts");
+            assert_close(got, product + residual);
         }
     }
 
