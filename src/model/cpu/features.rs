@@ -15,7 +15,7 @@ pub const MAX_CPU_VARIABLE: &str = "SMOLCHAT_MAX_CPU";
 pub struct Features {
     /// AVX2 with FMA and F16C, which every x86-64 CPU with AVX2 has.
     pub avx2: bool,
-    /// AVX-512 F and BW.
+    /// AVX-512 F, BW and VL.
     pub avx512: bool,
     /// AVX-512 VNNI: integer dot products of pairs and quads in one instruction.
     pub avx512_vnni: bool,
@@ -63,8 +63,10 @@ fn detected() -> Features {
     let avx2 = is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c");
-    let avx512 =
-        avx2 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
+    let avx512 = avx2
+        && is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl");
     Features {
         avx2,
         avx512,

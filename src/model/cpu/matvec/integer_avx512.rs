@@ -219,38 +219,55 @@ macro_rules! kernel {
     };
 }
 
-kernel!(rows_dot, "avx2,fma,f16c,avx512f,avx512bw", |sums, a, b| {
-    _mm512_add_epi32(sums, _mm512_madd_epi16(a, b))
-});
+kernel!(
+    rows_dot,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    |sums, a, b| { _mm512_add_epi32(sums, _mm512_madd_epi16(a, b)) }
+);
 kernel!(
     rows_dot_vnni,
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vnni",
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     |sums, a, b| _mm512_dpwssd_epi32(sums, a, b)
 );
 
 /// Runs `$body` for each sixteen factors from the first, as f32 in `$vector`, `$at` their
-/// first index, the kind of factors told apart once. A K type's (a base per group of 8 or 16
-/// times a small integer each) are widened in registers: converted one at a time, they took
-/// as long as the product itself.
+/// first index and `$mask` the lanes that hold one, the kind of factors told apart once;
+/// returns how many it ran for (the rest are the caller's). f16 and f32 factors are read to
+/// the end, the last few under a mask: rows of 576 values (SmolLM2-135M) have 18 blocks. A K
+/// type's (a base per group of 8 or 16 times a small integer each) are widened in registers,
+/// sixteen at a time: converted one at a time, they took as long as the product itself.
 macro_rules! each_sixteen {
-    ($factors:expr, |$at:ident, $vector:ident| $body:block) => {{
+    ($factors:expr, |$at:ident, $mask:ident, $vector:ident| $body:block) => {{
         let factors: Factors<'_> = $factors;
-        let main = factors.len() / 16 * 16;
-        // SAFETY (all reads): factors `at..at + 16` exist, and with them their groups' bases.
+        let len = factors.len();
+        let main = len / 16 * 16;
+        let lanes_from = |at: usize| -> __mmask16 {
+            match len - at {
+                16.. => 0xFFFF,
+                left => (1 << left) - 1,
+            }
+        };
+        // SAFETY (all reads): the lanes of `$mask` from `at` hold factors, and with a K type's
+        // their groups' bases; masked-off lanes are not read.
         match factors {
             Factors::F16(values) => {
-                for $at in (0..main).step_by(16) {
+                for $at in (0..len).step_by(16) {
+                    let $mask = lanes_from($at);
                     let $vector = unsafe {
-                        _mm512_cvtph_ps(_mm256_loadu_si256(values.as_ptr().add($at).cast()))
+                        let at = values.as_ptr().add($at).cast();
+                        _mm512_cvtph_ps(_mm256_maskz_loadu_epi16($mask, at))
                     };
                     $body
                 }
+                len
             }
             Factors::F32(values) => {
-                for $at in (0..main).step_by(16) {
-                    let $vector = unsafe { _mm512_loadu_ps(values.as_ptr().add($at)) };
+                for $at in (0..len).step_by(16) {
+                    let $mask = lanes_from($at);
+                    let $vector = unsafe { _mm512_maskz_loadu_ps($mask, values.as_ptr().add($at)) };
                     $body
                 }
+                len
             }
             Factors::Scaled {
                 bases,
@@ -260,6 +277,7 @@ macro_rules! each_sixteen {
             } if first.is_multiple_of(per) && (per == 8 || per == 16) => {
                 let lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
                 for $at in (0..main).step_by(16) {
+                    let $mask = lanes_from($at);
                     let $vector = unsafe {
                         let steps = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
                             steps.as_ptr().add($at).cast(),
@@ -280,9 +298,11 @@ macro_rules! each_sixteen {
                     };
                     $body
                 }
+                main
             }
             Factors::Scaled { .. } => {
                 for $at in (0..main).step_by(16) {
+                    let $mask = lanes_from($at);
                     let mut each = [0.0f32; 16];
                     for (lane, value) in each.iter_mut().enumerate() {
                         *value = factors.get($at + lane);
@@ -290,29 +310,30 @@ macro_rules! each_sixteen {
                     let $vector = unsafe { _mm512_loadu_ps(each.as_ptr()) };
                     $body
                 }
+                main
             }
         }
-        main
     }};
 }
 
 /// `combined[b] = scales[b] · x_scales[b]` for one row's blocks.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F and F16C; `combined` and `x_scales` must hold `scales.len()`
+/// The CPU must have AVX-512 F, BW and VL and F16C; `combined` and `x_scales` must hold `scales.len()`
 /// values.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn combine_scales(scales: Factors<'_>, x_scales: &[f32], combined: &mut [f32]) {
     let len = scales.len();
     let (x_scales, combined) = (&x_scales[..len], &mut combined[..len]);
-    let main = each_sixteen!(scales, |at, factors| {
-        // SAFETY: at + 16 <= len, the length of both.
+    let done = each_sixteen!(scales, |at, lanes, factors| {
+        // SAFETY: the lanes hold elements of both, which have `len`.
         unsafe {
-            let x = _mm512_loadu_ps(x_scales.as_ptr().add(at));
-            _mm512_storeu_ps(combined.as_mut_ptr().add(at), _mm512_mul_ps(factors, x));
+            let x = _mm512_maskz_loadu_ps(lanes, x_scales.as_ptr().add(at));
+            let product = _mm512_mul_ps(factors, x);
+            _mm512_mask_storeu_ps(combined.as_mut_ptr().add(at), lanes, product);
         }
     });
-    for i in main..len {
+    for i in done..len {
         combined[i] = scales.get(i) * x_scales[i];
     }
 }
@@ -320,17 +341,17 @@ unsafe fn combine_scales(scales: Factors<'_>, x_scales: &[f32], combined: &mut [
 /// `Σ_b factors[b] · values[b]`: a row's offsets times the activations' block sums.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F and F16C; `values` must hold `factors.len()` values.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw")]
+/// The CPU must have AVX-512 F, BW and VL and F16C; `values` must hold `factors.len()` values.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn factor_dot(factors: Factors<'_>, values: &[f32]) -> f32 {
     let values = &values[..factors.len()];
     let mut total = _mm512_setzero_ps();
-    let main = each_sixteen!(factors, |at, factors| {
-        // SAFETY: at + 16 <= len, the length of both.
-        let v = unsafe { _mm512_loadu_ps(values.as_ptr().add(at)) };
+    let done = each_sixteen!(factors, |at, lanes, factors| {
+        // SAFETY: the lanes hold elements of both, which have `factors.len()`.
+        let v = unsafe { _mm512_maskz_loadu_ps(lanes, values.as_ptr().add(at)) };
         total = _mm512_fmadd_ps(factors, v, total);
     });
-    let tail: f32 = (main..values.len())
+    let tail: f32 = (done..values.len())
         .map(|i| factors.get(i) * values[i])
         .sum();
     _mm512_reduce_add_ps(total) + tail
