@@ -137,7 +137,7 @@ def main():
     print(f"memory read after: {bandwidth_after:.1f} GB/s")
 
     median = lambda runs, key: statistics.median(r[key] for r in runs)  # noqa: E731
-    baseline = " | baseline: prefill / decode (ours over it)" if args.baseline else ""
+    baseline = " baseline: prefill / decode (ours over it) |" if args.baseline else ""
     print("\n| file | prefill tok/s ours / llama.cpp (ratio) | decode tok/s ours / llama.cpp "
           "(ratio) | decode GB/s (share of bandwidth) | load s | peak RSS MiB ours / llama.cpp "
           f"|{baseline}")
