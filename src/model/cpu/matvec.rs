@@ -272,6 +272,10 @@ unsafe fn round_block_avx2(x: &[f32], values: &mut [i16]) -> Rounded {
     }
 }
 
+/// Rows the AVX2 integer kernel multiplies per call where their factors are widened first
+/// (see [`rows_dot_integer`]).
+const AVX2_ROWS_AT_ONCE: usize = 16;
+
 /// The integer kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum IntegerKernel {
@@ -345,21 +349,23 @@ unsafe fn rows_dot_integer(
     unsafe {
         let (paired, x) = (&x.paired, &x.ints);
         macro_rules! run {
-            ($halves:literal, $scales:expr) => {{
+            ($halves:literal, $scales:expr, $weight:expr, $out:expr) => {{
                 let scales = $scales.as_ptr().cast::<u8>();
-                match weight {
+                match $weight {
                     Ints::Bytes(weight) if x.block == 16 => {
-                        avx2::rows_dot_q8::<16, $halves>(weight, scales, x, out)
+                        avx2::rows_dot_q8::<16, $halves>(weight, scales, x, $out)
                     }
-                    Ints::Bytes(weight) => avx2::rows_dot_q8::<32, $halves>(weight, scales, x, out),
+                    Ints::Bytes(weight) => {
+                        avx2::rows_dot_q8::<32, $halves>(weight, scales, x, $out)
+                    }
                     Ints::Nibbles { values, zero } => {
-                        avx2::rows_dot_packed::<$halves>(values, &[], zero, scales, x, out)
+                        avx2::rows_dot_packed::<$halves>(values, &[], zero, scales, x, $out)
                     }
                     Ints::FiveBits {
                         nibbles,
                         high,
                         zero,
-                    } => avx2::rows_dot_packed::<$halves>(nibbles, high, zero, scales, x, out),
+                    } => avx2::rows_dot_packed::<$halves>(nibbles, high, zero, scales, x, $out),
                 }
             }};
         }
@@ -372,16 +378,35 @@ unsafe fn rows_dot_integer(
             (IntegerKernel::Avx512 { vnni: false }, _) => {
                 return integer_avx512::rows_dot(weight, scales, offsets, x, paired, buffer, out);
             }
-            (IntegerKernel::Avx2, Factors::F32(scales)) => run!(false, scales),
-            (IntegerKernel::Avx2, Factors::F16(scales)) => run!(true, scales),
-            (IntegerKernel::Avx2, Factors::Scaled { .. }) => {
-                run!(false, scales.f32s(0..scales.len(), buffer))
-            }
+            (IntegerKernel::Avx2, _) => {}
         }
-        if let Some(offsets) = offsets {
-            let offsets = offsets.f32s(0..offsets.len(), buffer);
-            for (y, offsets) in out.iter_mut().zip(offsets.chunks_exact(x.scales.len())) {
-                *y += dot(offsets, &x.sums);
+        // A few rows at a time, so that factors widened to f32 (a K type's) are still in the
+        // first-level cache when the kernel reads them: widened a task's rows at once, they
+        // passed through memory once more.
+        let (cols, blocks) = (x.values.len(), x.scales.len());
+        let widened = matches!(scales, Factors::Scaled { .. })
+            || offsets.is_some_and(|offsets| !matches!(offsets, Factors::F32(_)));
+        let rows_at_once = match widened {
+            true => AVX2_ROWS_AT_ONCE,
+            // One call: the kernel's prefetching restarts with each.
+            false => out.len().max(1),
+        };
+        for (part, out) in out.chunks_mut(rows_at_once).enumerate() {
+            let first = part * rows_at_once;
+            let weight = weight.rows(first, out.len(), cols);
+            let factors = first * blocks..(first + out.len()) * blocks;
+            match scales.range(factors.clone()) {
+                Factors::F32(scales) => run!(false, scales, weight, out),
+                Factors::F16(scales) => run!(true, scales, weight, out),
+                scales @ Factors::Scaled { .. } => {
+                    run!(false, scales.f32s(0..scales.len(), buffer), weight, out)
+                }
+            }
+            if let Some(offsets) = offsets {
+                let offsets = offsets.range(factors).f32s(0..out.len() * blocks, buffer);
+                for (y, offsets) in out.iter_mut().zip(offsets.chunks_exact(blocks)) {
+                    *y += dot(offsets, &x.sums);
+                }
             }
         }
     }
