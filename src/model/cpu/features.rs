@@ -2,8 +2,9 @@
 //!
 //! `SMOLCHAT_MAX_CPU=avx2` makes every kernel take the path a CPU without AVX-512 takes (most
 //! laptops have none), and `SMOLCHAT_MAX_CPU=portable` the plain-Rust one, so that one
-//! machine can time and check the paths other machines run. Every kernel asks here rather
-//! than detecting features itself, so the cap reaches all of them.
+//! machine can time and check the paths other machines run. Every kernel of ours asks here
+//! rather than detecting features itself, so the cap reaches all of them; the loops the
+//! compiler vectorizes (`multiversion`) and the `gemm` crate still choose for themselves.
 
 use std::sync::OnceLock;
 
