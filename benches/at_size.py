@@ -1,7 +1,8 @@
 """smolchat next to llama.cpp at the sizes people run, in the same minutes.
 
-Writes a random checkpoint of a real model's shape (benches/shapes/NAME/config.json, with
-SmolLM2's tokenizer), converts it with llama.cpp's own tools to GGUF types (BF16 first, the
+Writes a random checkpoint of a real model's shape (benches/shapes/NAME/config.json:
+smollm2-1.7b, qwen3-1.7b; with SmolLM2's tokenizer, which the converter pads to a larger
+vocabulary), converts it with llama.cpp's own tools to GGUF types (BF16 first, the
 others quantized from it), measures the machine's memory read bandwidth, then alternates
 `smolchat bench` and `llama-bench` (its defaults: weights repacked) on each file, round after
 round, and prints the medians of the rounds and their ratios, smolchat over llama.cpp.
