@@ -81,14 +81,6 @@ fn quantized(
     let blocks_per_row = cols / block;
     let block_range =
         |first: usize, len: usize| first * blocks_per_row..(first + len) * blocks_per_row;
-    let add_offsets = |first: usize, out: &mut [f32], sums: &[f32], buffer: &mut Vec<f32>| {
-        if let Some(offsets) = offsets {
-            let offsets = offsets.f32s(block_range(first, out.len()), buffer);
-            for (y, offsets) in out.iter_mut().zip(offsets.chunks_exact(blocks_per_row)) {
-                *y += dot(offsets, sums);
-            }
-        }
-    };
     let kernel = integer_kernel(weight, block);
     let integer = kernel.map(|kernel| IntegerActivations::of(x, block, kernel));
     // The rounding forms the block sums too; the portable kernel reads `x` as it is.
@@ -111,7 +103,9 @@ fn quantized(
                 _ => {
                     let scales = scales.f32s(0..scales.len(), buffer);
                     rows_dot_integer_portable(weight, scales, block, x, out);
-                    add_offsets(first, out, &sums, buffer);
+                    if let Some(offsets) = offsets {
+                        add_offset_terms(offsets.range(blocks), &sums, buffer, out);
+                    }
                 }
             }
         });
@@ -369,16 +363,16 @@ unsafe fn rows_dot_integer(
                 }
             }};
         }
-        match (kernel, scales) {
-            (IntegerKernel::Avx512 { vnni: true }, _) => {
+        match kernel {
+            IntegerKernel::Avx512 { vnni: true } => {
                 return integer_avx512::rows_dot_vnni(
                     weight, scales, offsets, x, paired, buffer, out,
                 );
             }
-            (IntegerKernel::Avx512 { vnni: false }, _) => {
+            IntegerKernel::Avx512 { vnni: false } => {
                 return integer_avx512::rows_dot(weight, scales, offsets, x, paired, buffer, out);
             }
-            (IntegerKernel::Avx2, _) => {}
+            IntegerKernel::Avx2 => {}
         }
         // A few rows at a time, so that factors widened to f32 (a K type's) are still in the
         // first-level cache when the kernel reads them: widened a task's rows at once, they
@@ -403,10 +397,7 @@ unsafe fn rows_dot_integer(
                 }
             }
             if let Some(offsets) = offsets {
-                let offsets = offsets.range(factors).f32s(0..out.len() * blocks, buffer);
-                for (y, offsets) in out.iter_mut().zip(offsets.chunks_exact(blocks)) {
-                    *y += dot(offsets, &x.sums);
-                }
+                add_offset_terms(offsets.range(factors), &x.sums, buffer, out);
             }
         }
     }
@@ -414,6 +405,15 @@ unsafe fn rows_dot_integer(
     {
         let _ = (kernel, weight, scales, offsets, buffer, x, out);
         unreachable!("integer_kernel is None off x86-64");
+    }
+}
+
+/// Adds `Σ_b offsets[r, b] · sums[b]` to each row `r` of `out`: the weights' offsets times the
+/// activations' block sums. The offsets are widened into `buffer` where not in f32.
+fn add_offset_terms(offsets: Factors<'_>, sums: &[f32], buffer: &mut Vec<f32>, out: &mut [f32]) {
+    let offsets = offsets.f32s(0..offsets.len(), buffer);
+    for (y, offsets) in out.iter_mut().zip(offsets.chunks_exact(sums.len())) {
+        *y += dot(offsets, sums);
     }
 }
 
