@@ -253,7 +253,8 @@ fn bench_reports_speed_memory_and_load_time_as_json() {
 }
 
 /// A decode step on the GPU is five launches per layer (the norm with q/k/v, attention, the
-/// output projection, the norm with gate/up, the gate with down) and ten at most around them
+/// output projection, the norm with gate/up, the gate with down; past one chunk of positions
+/// attention takes a second) and ten at most around them
 /// (the embedding, the likeliest tokens and the row's weight), and each step reads back only
 /// those. Burn's own operations took about twenty launches per layer.
 #[test]

@@ -123,6 +123,7 @@ impl Attention {
             // takes Burn's composition, which narrows the cache to it.
             LayerCache::Device(slot)
                 if gpu::runs_decode_step(&qkv)
+                    && self.head_dim <= gpu::MAX_HEAD_DIM
                     && self.window.is_none_or(|window| start < window) =>
             {
                 slot.write_with(|keys, values| {

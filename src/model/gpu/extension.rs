@@ -13,7 +13,9 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use burn_cubecl::tensor::CubeTensor;
 use cubecl::prelude::*;
 
-use super::attention::decode_attention_kernel;
+use super::attention::{
+    THREADS as ATTENTION_THREADS, combine_chunks_kernel, decode_attention_kernel,
+};
 use super::matvec::{MAX_STAGED, Prologue, ROWS_PER_STEP, WIDTH, matvec_kernel};
 use super::top::{CHUNK, THREADS, top_kernel};
 
@@ -25,6 +27,14 @@ use super::top::{CHUNK, THREADS, top_kernel};
 /// for SmolLM2-135M, against about 50 µs of launch cost each).
 const SOFTWARE_RENDERER_WORKGROUPS: usize = 64;
 const MAX_WORKGROUPS: usize = 65_535;
+/// Threads per attention workgroup on a software renderer (see `decode_attention`).
+const SOFTWARE_RENDERER_ATTENTION_THREADS: usize = 64;
+
+/// Whether `tensor`'s device is a software renderer (lavapipe), whose workgroups run on the
+/// CPU's cores.
+fn software_renderer(tensor: &CubeTensor) -> bool {
+    tensor.client.properties().identity.physical.is_none()
+}
 
 #[backend_extension(Cube, Fusion)]
 pub trait DecodeKernels: Backend {
@@ -104,8 +114,7 @@ impl DecodeKernels for CubeBackend {
         );
         // Four values per load where the rows allow it.
         let vector_size = if cols.is_multiple_of(4) { 4 } else { 1 };
-        let software_renderer = input.client.properties().identity.physical.is_none();
-        let budget = if software_renderer {
+        let budget = if software_renderer(&input) {
             SOFTWARE_RENDERER_WORKGROUPS
         } else {
             MAX_WORKGROUPS
@@ -152,10 +161,29 @@ impl DecodeKernels for CubeBackend {
         let shape = keys.meta.shape();
         let (kv_heads, capacity, head_dim) = (shape[0], shape[1], shape[2]);
         let dtype = qkv.dtype;
-        let output = empty_device_dtype(
+        // A software renderer runs a workgroup's threads on one core, where more threads are
+        // more barrier work and no more parallelism.
+        let threads = if software_renderer(&qkv) {
+            SOFTWARE_RENDERER_ATTENTION_THREADS
+        } else {
+            ATTENTION_THREADS
+        };
+        let lanes = (threads / head_dim).max(1);
+        let chunk = lanes * head_dim;
+        let halving = (chunk - 1).checked_ilog2().map_or(0, |bits| 1 << bits);
+        let chunks = (position + 1).div_ceil(chunk);
+        // The result, and after it what each chunk leaves for the combining launch: one
+        // allocation.
+        let context = heads * head_dim;
+        let left_by_chunks = if chunks > 1 {
+            heads * chunks * (head_dim + 2)
+        } else {
+            0
+        };
+        let buffer = empty_device_dtype(
             qkv.client.clone(),
             qkv.device.clone(),
-            Shape::new([1, heads * head_dim]),
+            Shape::new([context + left_by_chunks]),
             dtype,
         );
         // Written in place when the cache holds the only reference to its buffers, as it
@@ -167,27 +195,49 @@ impl DecodeKernels for CubeBackend {
         let (keys, values) = (writable(keys), writable(values));
         // SAFETY: `gpu::decode_attention` checked the shapes: `qkv` holds `heads + 2 ·
         // kv_heads` heads, the tables reach `position`, and the caches hold `capacity >
-        // position` positions of `kv_heads` heads.
+        // position` positions of `kv_heads` heads; `chunks` chunks of `chunk` positions
+        // cover the `position + 1` positions, and `buffer` holds what they leave.
         unsafe {
             decode_attention_kernel::launch_unchecked(
-                &output.client,
-                CubeCount::Static(heads as u32, 1, 1),
-                CubeDim::new_1d(head_dim as u32),
+                &buffer.client,
+                CubeCount::Static(heads as u32, chunks as u32, 1),
+                CubeDim::new_1d(chunk as u32),
                 into_contiguous(qkv).into_buffer_arg(),
                 into_contiguous(cos).into_buffer_arg(),
                 into_contiguous(signed_sin).into_buffer_arg(),
                 keys.clone().into_buffer_arg(),
                 values.clone().into_buffer_arg(),
-                output.clone().into_buffer_arg(),
+                buffer.clone().into_buffer_arg(),
                 position,
                 capacity,
                 1.0 / (head_dim as f32).sqrt(),
                 heads,
                 kv_heads,
                 head_dim,
+                lanes,
+                halving,
                 dtype_to_storage_type(dtype),
             );
+            if chunks > 1 {
+                combine_chunks_kernel::launch_unchecked(
+                    &buffer.client,
+                    CubeCount::Static(heads as u32, 1, 1),
+                    CubeDim::new_1d(head_dim as u32),
+                    buffer.clone().into_buffer_arg(),
+                    chunks,
+                    heads,
+                    head_dim,
+                    dtype_to_storage_type(dtype),
+                );
+            }
         }
+        let output = CubeTensor::new_contiguous(
+            buffer.client,
+            buffer.device,
+            Shape::new([1, context]),
+            buffer.handle,
+            dtype,
+        );
         (output, keys, values)
     }
 

@@ -22,6 +22,9 @@ use burn::tensor::{DType, Tensor};
 use extension::DecodeKernels;
 use matvec::Prologue;
 
+/// The widest head [`decode_attention`] takes: one workgroup's threads.
+pub const MAX_HEAD_DIM: usize = attention::THREADS;
+
 /// What a projection reads.
 pub enum Input<'a> {
     /// `x`: `[1, cols]`.
@@ -103,6 +106,7 @@ pub fn decode_attention(
             && qkv.dims()[1] == (heads + 2 * kv_heads) * head_dim
             && heads.is_multiple_of(kv_heads)
             && head_dim.is_multiple_of(2)
+            && head_dim <= MAX_HEAD_DIM
             && position < capacity
             && cos.dims() == [1, head_dim]
             && signed_sin.dims() == cos.dims()

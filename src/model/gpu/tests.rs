@@ -96,11 +96,24 @@ fn prompts_are_left_to_burn() {
 
 #[test]
 fn attention_matches_burns_composition_and_writes_the_cache() {
+    // The first position, one within the first chunk of scores and one past two chunks,
+    // into a cache with room to spare. A head of 96 channels makes a chunk of 192 positions,
+    // which the maximum's reduction halves unevenly.
+    for position in [0, 5, 600] {
+        check_attention(4, 2, 8, position, 640);
+    }
+    check_attention(2, 1, 96, 300, 320);
+}
+
+fn check_attention(
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    position: usize,
+    capacity: usize,
+) {
     let device = gpu();
-    let (heads, kv_heads, head_dim) = (4, 2, 8);
     let group = heads / kv_heads;
-    // Past one chunk of scores, into a cache with room to spare.
-    let (position, capacity) = (300, 320);
     let rope = RotaryEmbedding::new(head_dim, head_dim, 10_000.0, None, &device, DType::F32)
         .positions(position..position + 1);
     let qkv = tensor([1, (heads + 2 * kv_heads) * head_dim], 1, &device);
@@ -137,7 +150,11 @@ fn attention_matches_burns_composition_and_writes_the_cache() {
     let expected = softmax(scores, 2)
         .matmul(values.slice(seen))
         .reshape([1, heads * head_dim]);
-    assert_close(context, expected, "attention");
+    assert_close(
+        context,
+        expected,
+        &format!("attention, {heads} heads of {head_dim} at position {position}"),
+    );
 }
 
 #[test]
