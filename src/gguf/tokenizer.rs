@@ -49,6 +49,13 @@ const LLAMA3_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 /// Qwen2's split (Qwen2, Qwen2.5 and Qwen3 share it): Llama 3's, but every digit alone.
 const QWEN2_REGEX: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
+/// tiktoken's o200k split (GPT-4o's vocabulary, and Phi-4-mini's): a letter run is capitals
+/// then lower case, or capitals alone, with marks and caseless letters joining either side and
+/// case-insensitive contractions attached; digits in groups of at most three; symbols keep the
+/// newlines and slashes after them. As tiktoken writes it; llama.cpp rewrites the letter
+/// classes for its regex engine ("not a-z" for capitals), and agreed on every test case.
+const GPT4O_REGEX: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
 /// How one `tokenizer.ggml.pre` name pre-tokenizes.
 struct PreTokenizerSpec {
     /// `tokenizer.ggml.pre` values llama.cpp treats this way.
@@ -80,6 +87,15 @@ const PRE_TOKENIZERS: &[PreTokenizerSpec] = &[
         names: &["qwen2", "deepseek-r1-qwen"],
         regexes: &[QWEN2_REGEX],
         ignore_merges: false,
+        add_bos_default: false,
+    },
+    PreTokenizerSpec {
+        names: &["gpt-4o"],
+        regexes: &[GPT4O_REGEX],
+        // tiktoken takes a piece that is a token whole. llama.cpp builds every piece from
+        // merges, and some tokens are out of their reach ("Cửa Việt" takes it five tokens
+        // where tiktoken takes three).
+        ignore_merges: true,
         add_bos_default: false,
     },
     PreTokenizerSpec {

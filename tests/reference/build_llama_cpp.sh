@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build llama.cpp (CPU only) from the sources vendored in PyPI's llama-cpp-python sdist.
-# Outputs: $BUILD_ROOT/llama.cpp/build/bin/{llama-quantize,llama-server,llama-bench}
+# Outputs: $BUILD_ROOT/llama.cpp/build/bin/{llama-quantize,llama-server,llama-bench,llama-tokenize}
 # NOTE: on a VM whose CPU advertises AMX but faults on `ldtilecfg` (this one), the -march=native
 # build crashes in ggml_backend_amx_mul_mat; run llama-server/llama-bench with --no-repack
 # (llama-bench: --repack 0), or rebuild adding -DCMAKE_C_FLAGS/-DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16".
@@ -35,5 +35,5 @@ cd llama.cpp
     -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON
 nice -n 19 "$VENV/bin/cmake" --build build --config Release -j"$JOBS" \
-    --target llama-quantize llama-server llama-bench
+    --target llama-quantize llama-server llama-bench llama-tokenize
 ls -la build/bin/
