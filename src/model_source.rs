@@ -2,6 +2,7 @@
 //! type, and the one place that turns it into a folder on disk.
 
 use std::fmt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 
@@ -90,10 +91,20 @@ impl fmt::Display for ModelSource {
     }
 }
 
-/// Whether `path` names a GGUF file, by its extension (as every app that opens them does).
+/// Whether `path` names a GGUF file: by its extension, as every app that opens them does, or
+/// by its first bytes, for stores that name files by their hash (Ollama's blobs).
 pub fn is_gguf(path: &Path) -> bool {
     path.extension()
         .is_some_and(|extension| extension.eq_ignore_ascii_case("gguf"))
+        || starts_as_gguf(path)
+}
+
+/// Whether `path` is a file that starts with GGUF's magic bytes.
+pub fn starts_as_gguf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut file| file.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == b"GGUF")
 }
 
 /// The name a person knows a model by, from its folder or file: the repository id for a
@@ -106,10 +117,13 @@ pub fn model_name(path: &Path) -> String {
         Some(repo.replacen("--", "/", 1))
     });
     let own_name = || {
-        let name = if is_gguf(path) {
-            path.file_stem()
+        let stem = path.file_stem().filter(|_| is_gguf(path));
+        // Jan keeps each model as `<name>/model.gguf`.
+        let generic = stem.is_some_and(|stem| stem.eq_ignore_ascii_case("model"));
+        let name = if generic {
+            path.parent().and_then(Path::file_name)
         } else {
-            path.file_name()
+            stem.or_else(|| path.file_name())
         };
         name.map_or_else(
             || path.display().to_string(),

@@ -335,3 +335,94 @@ fn random_checkpoint_writes_a_loadable_model_folder() {
     );
     assert!(report["token_ids"].is_array(), "{report}");
 }
+
+/// Another app's store, found and opened in place: the genuine GGUF file as Ollama keeps it
+/// (a hash-named blob behind a manifest) and as LM Studio does, beside an Ollama manifest
+/// whose blob is gone. `models list` names both with their store and says why it skipped the
+/// third; the blob, which has no `.gguf` name, then answers as the file itself does.
+#[test]
+fn models_list_finds_other_apps_models_and_each_opens() {
+    let genuine = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        genuine.is_file(),
+        "{} is missing: run .ci/setup",
+        genuine.display()
+    );
+    let home = tempfile::tempdir().expect("temp dir");
+    let ollama = home.path().join("ollama");
+    let blob = ollama.join("blobs/sha256-0123abcd");
+    let lm_studio = home
+        .path()
+        .join(".lmstudio/models/HuggingFaceTB/SmolLM2-GGUF");
+    let manifests = ollama.join("manifests/registry.ollama.ai/library");
+    for dir in [
+        blob.parent().unwrap(),
+        &lm_studio,
+        &manifests.join("smollm2"),
+        &manifests.join("gone"),
+    ] {
+        std::fs::create_dir_all(dir).expect("folders");
+    }
+    std::os::unix::fs::symlink(&genuine, &blob).expect("link");
+    std::os::unix::fs::symlink(&genuine, lm_studio.join("SmolLM2-135M-Instruct.Q4_1.gguf"))
+        .expect("link");
+    let manifest = |digest: &str| {
+        format!(
+            r#"{{"schemaVersion":2,"layers":[{{"mediaType":"application/vnd.ollama.image.model","digest":"sha256:{digest}","size":1}}]}}"#
+        )
+    };
+    std::fs::write(manifests.join("smollm2/135m"), manifest("0123abcd")).expect("manifest");
+    std::fs::write(manifests.join("gone/latest"), manifest("4567")).expect("manifest");
+
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_smolchat"))
+            .args(args)
+            .env("HOME", home.path())
+            .env("SMOLCHAT_DATA_DIR", home.path().join("smolchat"))
+            .env("HF_HUB_CACHE", home.path().join("hub"))
+            .env("OLLAMA_MODELS", &ollama)
+            .env("LLAMA_CACHE", home.path().join("llama.cpp"))
+            .env("XDG_DATA_HOME", home.path().join("data"))
+            .env("XDG_CACHE_HOME", home.path().join("cache"))
+            .output()
+            .expect("the smolchat binary runs")
+    };
+    let listed = run(&["models", "list"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    let stdout = String::from_utf8_lossy(&listed.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[0].starts_with("SmolLM2-135M-Instruct.Q4_1 "),
+        "{stdout}"
+    );
+    assert!(lines[0].contains("LM Studio"), "{stdout}");
+    assert!(lines[1].starts_with("smollm2:135m "), "{stdout}");
+    assert!(
+        lines[1].contains("Ollama") && lines[1].ends_with("sha256-0123abcd"),
+        "{stdout}"
+    );
+    let skipped = stderr(&listed);
+    assert!(
+        skipped.contains("skipped: Ollama's gone:latest"),
+        "{skipped}"
+    );
+
+    let answer = |model: &std::path::Path| {
+        let output = run(&[
+            "generate",
+            "--model",
+            model.to_str().expect("utf-8 path"),
+            "--prompt",
+            "What is 2+2?",
+            "--max-tokens",
+            "6",
+            "--temperature",
+            "0",
+            "--json",
+        ]);
+        token_ids(&json_stdout(&output))
+    };
+    assert_eq!(answer(&blob), answer(&genuine));
+}

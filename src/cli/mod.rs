@@ -5,6 +5,7 @@ mod desktop;
 mod dev;
 mod download;
 mod generate;
+mod models;
 mod sampling_args;
 mod serve;
 
@@ -38,6 +39,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Download a model from the Hugging Face hub into the shared cache.
     Download(download::DownloadArgs),
+    /// The models on this machine.
+    #[command(subcommand)]
+    Models(models::ModelsCommand),
     /// Add smolchat to the desktop's application menu (XDG .desktop file and icon).
     InstallDesktopEntry(desktop::InstallArgs),
     /// Developer tools (random checkpoints for benchmarks and tests).
@@ -52,6 +56,7 @@ pub fn main() -> ExitCode {
         Some(Command::Serve(args)) => serve::run(args),
         Some(Command::Bench(args)) => bench::run(args),
         Some(Command::Download(args)) => download::run(args),
+        Some(Command::Models(command)) => models::run(command),
         Some(Command::InstallDesktopEntry(args)) => desktop::run(args),
         Some(Command::Dev(command)) => dev::run(command),
         None => crate::store::Paths::from_env()

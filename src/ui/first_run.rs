@@ -9,6 +9,7 @@ use super::commands::{Action, UiCommand};
 use super::labels;
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
+use crate::model_library::Store;
 
 pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     ui.vertical_centered(|ui| {
@@ -95,12 +96,16 @@ fn local_models(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) 
     ui.label(RichText::new(labels::ON_THIS_COMPUTER).strong());
     ui.add_space(4.0);
     for model in models.iter().take(MAX_LISTED) {
-        let text = format!(
+        let mut text = format!(
             "{} {}  \u{b7}  {}",
             labels::OPEN_LOCAL_MODEL,
             model.name,
             size_text(model.bytes)
         );
+        // Whose store it is, when it is another app's.
+        if model.store != Store::Smolchat {
+            text.push_str(&format!("  \u{b7}  {}", model.store.label()));
+        }
         if ui
             .button(text)
             .on_hover_text(model.path.display().to_string())

@@ -1279,7 +1279,7 @@ fn scan_local_models(paths: &Paths) -> Option<crossbeam_channel::Receiver<Vec<Lo
     std::thread::Builder::new()
         .name("smolchat-model-scan".into())
         .spawn(move || {
-            let _ = found.send(model_library::scan(&locations));
+            let _ = found.send(model_library::scan(&locations).models);
         })
         .ok()?;
     Some(scanning)
