@@ -127,7 +127,7 @@ impl<'a> GenerationSession<'a> {
             });
         }
         // At least the last prompt token is run again: its logits are the first prediction.
-        let reused = cache.common_prefix(prompt).min(prompt.len() - 1);
+        let reused = cache.reusable_prefix(prompt);
         cache.truncate(reused);
         let logits = loaded
             .model

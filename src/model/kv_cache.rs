@@ -16,6 +16,9 @@ pub struct KvCache {
     /// The token ids whose keys and values are cached, so that a new prompt can reuse the
     /// longest common prefix.
     tokens: Vec<u32>,
+    /// Where each forward pass over the cached tokens began, ascending (see
+    /// [`KvCache::reusable_prefix`]).
+    starts: Vec<usize>,
     max_len: usize,
     /// Values per position and layer, of the keys and of the values each.
     kv_width: usize,
@@ -68,6 +71,7 @@ impl KvCache {
         Self {
             store,
             tokens: Vec::new(),
+            starts: Vec::new(),
             max_len: config.max_position_embeddings,
             kv_width: config.num_kv_heads() * config.head_dim(),
         }
@@ -104,6 +108,27 @@ impl KvCache {
             .count()
     }
 
+    /// How many leading tokens of `prompt` to keep so that at least its last one runs again.
+    /// A prompt that goes on past everything cached keeps it all. One that parts from the
+    /// cache inside it (a request sent again, Regenerate, an edited message) is cut back to
+    /// where the pass that computed that part began: a pass over more tokens rounds
+    /// differently from passes over fewer (a prompt's matrix products against one token's),
+    /// so a prompt run again from where it first began answers bit for bit as it did. Decode
+    /// steps are passes of one token, so only a prompt's own pass is ever run again whole.
+    pub fn reusable_prefix(&self, prompt: &[u32]) -> usize {
+        let common = self.common_prefix(prompt);
+        if common == self.len() && common < prompt.len() {
+            return common;
+        }
+        let limit = common.min(prompt.len().saturating_sub(1));
+        self.starts
+            .iter()
+            .rev()
+            .find(|&&start| start <= limit)
+            .copied()
+            .unwrap_or(0)
+    }
+
     /// The context length: no more positions than this can ever be cached.
     pub fn max_len(&self) -> usize {
         self.max_len
@@ -137,10 +162,12 @@ impl KvCache {
     /// Forgets everything after the first `len` tokens (no-op when `len` is not shorter).
     pub fn truncate(&mut self, len: usize) {
         self.tokens.truncate(len);
+        self.starts.retain(|&start| start < len);
     }
 
     pub fn clear(&mut self) {
         self.tokens.clear();
+        self.starts.clear();
     }
 
     /// Whether attention reads this cache with the CPU kernel, which needs no mask.
@@ -172,8 +199,9 @@ impl KvCache {
         }
     }
 
-    /// Records `tokens` as cached, after every layer has appended them.
+    /// Records `tokens` as cached, after every layer has appended them in one pass.
     pub(crate) fn advance(&mut self, tokens: &[u32]) {
+        self.starts.push(self.tokens.len());
         self.tokens.extend_from_slice(tokens);
     }
 

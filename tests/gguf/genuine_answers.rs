@@ -204,3 +204,68 @@ fn the_server_opens_the_file_and_answers_with_paris() {
         "The capital of France is Paris."
     );
 }
+
+/// Greedy ids of `prompt` on `cache` as it is, each with the bits of its log-probability and
+/// of the first alternative's, and how many prompt tokens the cache served.
+fn greedy_on(
+    loaded: &LoadedModel,
+    cache: &mut smolchat::model::KvCache,
+    prompt: &[u32],
+    count: usize,
+) -> (Vec<(u32, u32, u32)>, usize) {
+    let params = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let mut session = GenerationSession::start(loaded, cache, prompt, &params, count)
+        .expect("prefill")
+        .ignoring_stop_tokens()
+        .with_logprobs(Some(2));
+    let reused = session.stats().reused_tokens;
+    let mut steps = Vec::new();
+    while let Step::Token(token) = session.step().expect("step") {
+        let logprobs = token.logprobs.expect("logprobs were asked for");
+        steps.push((
+            token.id,
+            logprobs.logprob.to_bits(),
+            logprobs.top[1].2.to_bits(),
+        ));
+    }
+    (steps, reused)
+}
+
+/// The window's Regenerate and a request sent twice to the server run a prompt the cache
+/// already holds, with its reply after it: the answer is the first one, bit for bit, also
+/// for a second turn whose prompt runs on the first turn's cache.
+#[test]
+fn a_prompt_run_again_on_its_cache_answers_bit_for_bit_the_same() {
+    let loaded = LoadedModel::load(&super::builder::real_model(), ModelOptions::default())
+        .expect("the genuine GGUF loads");
+    let reference = reference();
+    let prompts = reference["prompts"].as_array().expect("prompts");
+    let mut cache = loaded.model.new_cache();
+    for prompt in &prompts[..3] {
+        let first_turn = ids(&prompt["prompt_ids"]);
+        let (first, _) = greedy_on(&loaded, &mut cache, &first_turn, 8);
+        let (again, _) = greedy_on(&loaded, &mut cache, &first_turn, 8);
+        assert_eq!(again, first, "{}: the same prompt again", prompt["name"]);
+
+        let mut second_turn = first_turn.clone();
+        second_turn.extend(first.iter().map(|&(id, _, _)| id));
+        second_turn.extend(
+            loaded
+                .tokenizer
+                .encode("\nAnd why?\n", false)
+                .expect("encode"),
+        );
+        let (answer, reused) = greedy_on(&loaded, &mut cache, &second_turn, 8);
+        // The first turn and most of its reply come from the cache.
+        assert!(reused > first_turn.len(), "{reused} tokens reused");
+        let (regenerated, _) = greedy_on(&loaded, &mut cache, &second_turn, 8);
+        assert_eq!(
+            regenerated, answer,
+            "{}: a second turn again",
+            prompt["name"]
+        );
+    }
+}
