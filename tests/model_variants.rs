@@ -222,6 +222,46 @@ fn cache_grows_past_its_first_block_and_stays_bounded() {
     );
 }
 
+/// Leaving a long conversation hands its cache's memory back: truncated far below its
+/// capacity, the cache keeps room to grow twice over, and what it still holds reads as before.
+#[test]
+fn a_cache_cut_far_back_gives_its_memory_back() {
+    let mut config = small_config();
+    config["max_position_embeddings"] = 2048.into();
+    let dir = random_model(config, StorageDtype::Bf16, 7);
+    let model =
+        Llama::load(dir.path(), &common::device(BackendKind::Flex), DType::F32).expect("loads");
+    let input = tokens(1500, 320);
+    let mut cache = model.new_cache();
+    model
+        .forward(&input, &mut cache, Logits::Last)
+        .expect("prefill");
+    assert_eq!(cache.capacity(), 1500);
+    let long = cache.bytes();
+
+    cache.truncate(700);
+    assert_eq!(cache.capacity(), 1500, "a cut to half keeps the allocation");
+    cache.truncate(12);
+    assert_eq!(cache.capacity(), 512, "room for 256 positions twice over");
+    assert!(
+        cache.bytes() * 2 < long,
+        "{} of {long} bytes kept",
+        cache.bytes()
+    );
+
+    let expected: Vec<f64> = full_forward(&model, &input[..20])[19 * 320..]
+        .iter()
+        .map(|&v| v as f64)
+        .collect();
+    let last = logits_to_vec(
+        model
+            .forward(&input[12..20], &mut cache, Logits::Last)
+            .expect("after the cut"),
+    )
+    .expect("read");
+    assert_close(&last, &expected, 1e-4, "the kept positions after the cut");
+}
+
 #[test]
 fn sharded_checkpoint_loads_like_a_single_file() {
     let dir = random_model(small_config(), StorageDtype::Bf16, 6);

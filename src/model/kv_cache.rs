@@ -163,11 +163,31 @@ impl KvCache {
     pub fn truncate(&mut self, len: usize) {
         self.tokens.truncate(len);
         self.starts.retain(|&start| start < len);
+        self.release_unused();
     }
 
     pub fn clear(&mut self) {
-        self.tokens.clear();
-        self.starts.clear();
+        self.truncate(0);
+    }
+
+    /// Hands back the host memory of positions far past the ones kept, leaving room to grow
+    /// twice over: a long chat's cache (hundreds of MB at 8k positions) otherwise stayed
+    /// allocated after the window left that chat, until a restart.
+    fn release_unused(&mut self) {
+        let keep = self.len().max(FIRST_BLOCK);
+        if self.capacity() <= 4 * keep {
+            return;
+        }
+        let (len, kv_width) = (self.len(), self.kv_width);
+        if let Store::Host(layers) = &mut self.store {
+            for rows in layers {
+                for buffer in [&mut rows.keys, &mut rows.values] {
+                    buffer.truncate(len * kv_width);
+                    buffer.shrink_to(2 * keep * kv_width);
+                }
+            }
+            crate::stats::memory::release_freed_heap();
+        }
     }
 
     /// Whether attention reads this cache with the CPU kernel, which needs no mask.
