@@ -268,7 +268,7 @@ fn ollama(root: &Path, budget: &mut usize, library: &mut Library) {
         let Ok(relative) = manifest.strip_prefix(root.join("manifests")) else {
             continue;
         };
-        let name = ollama_name(relative);
+        let name = ollama_name_of(relative);
         match ollama_weights(root, &manifest) {
             Ok(path) => match gguf_file(&path) {
                 Some(bytes) => library.models.push(LocalModel {
@@ -285,6 +285,28 @@ fn ollama(root: &Path, budget: &mut usize, library: &mut Library) {
             Err(reason) => library.skipped.push(format!("Ollama's {name}: {reason}")),
         }
     }
+}
+
+/// The name Ollama gives the model whose weights are `blob` (`<store>/blobs/sha256-<hex>`),
+/// from the store's manifests; the first in order when several tags share it.
+pub fn ollama_name(blob: &Path) -> Option<String> {
+    let file = blob.file_name()?.to_str()?;
+    let blobs = blob.parent()?;
+    if !file.starts_with("sha256-") || blobs.file_name()? != "blobs" {
+        return None;
+    }
+    let root = blobs.parent()?;
+    let (mut manifests, mut budget) = (Vec::new(), MAX_ENTRIES);
+    collect_files(&root.join("manifests"), 0, &mut budget, &mut manifests);
+    manifests
+        .iter()
+        .filter(|manifest| ollama_weights(root, manifest).is_ok_and(|weights| weights == blob))
+        .filter_map(|manifest| {
+            Some(ollama_name_of(
+                manifest.strip_prefix(root.join("manifests")).ok()?,
+            ))
+        })
+        .min()
 }
 
 /// Every file below `dir` to the scan's depth, links included (a manifest is a file).
@@ -310,7 +332,7 @@ fn collect_files(dir: &Path, depth: usize, budget: &mut usize, files: &mut Vec<P
 
 /// The name Ollama shows: `model:tag` for its own library, `namespace/model:tag` for a user's
 /// models, and the registry in front for others (`hf.co/org/repo:tag`).
-fn ollama_name(relative: &Path) -> String {
+fn ollama_name_of(relative: &Path) -> String {
     let parts: Vec<String> = relative
         .components()
         .map(|part| part.as_os_str().to_string_lossy().into_owned())
@@ -503,6 +525,8 @@ mod tests {
         );
         let qwen = &library.models[5];
         assert_eq!(qwen.path, ollama.join("blobs/sha256-aa"));
+        // Opened by its path, the blob takes the first of its tags' names.
+        assert_eq!(model_name(&qwen.path), "qwen3:1.7b");
         assert_eq!(qwen.bytes, GGUF.len() as u64);
         let mut skipped = library.skipped.clone();
         skipped.sort();

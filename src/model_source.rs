@@ -108,9 +108,13 @@ pub fn starts_as_gguf(path: &Path) -> bool {
 }
 
 /// The name a person knows a model by, from its folder or file: the repository id for a
-/// snapshot in the Hugging Face cache (whose folder is named by a commit hash), the file
-/// name without `.gguf`, or the folder's name. The window and the local server show it.
+/// snapshot in the Hugging Face cache (whose folder is named by a commit hash), Ollama's
+/// `name:tag` for one of its blobs, the file name without `.gguf`, or the folder's name.
+/// The window and the local server show it.
 pub fn model_name(path: &Path) -> String {
+    if let Some(name) = crate::model_library::ollama_name(path) {
+        return name;
+    }
     let hub_repo = path.ancestors().find_map(|ancestor| {
         let folder = ancestor.file_name()?.to_str()?;
         let repo = folder.strip_prefix("models--")?;
