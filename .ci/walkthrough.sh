@@ -17,10 +17,13 @@ model="$PWD/tests/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 root="$(mktemp -d)"
 trap 'kill "${app_pid:-}" "${xvfb_pid:-}" 2>/dev/null || true; rm -rf "$root"' EXIT
 mkdir -p "$out"
-# An empty Hugging Face cache too: the first-run screen lists the models it finds on this
-# machine, which would move the fields clicked below.
+# An empty Hugging Face cache and home folder too: the first-run screen lists the models it
+# finds on this machine (other apps' stores included), which would move the fields clicked
+# below.
 export SMOLCHAT_DATA_DIR="$root/data" SMOLCHAT_CONFIG_DIR="$root/config" HF_HUB_CACHE="$root/hub"
-mkdir -p "$SMOLCHAT_CONFIG_DIR"
+export HOME="$root/home" OLLAMA_MODELS="$root/home/ollama"
+unset LLAMA_CACHE XDG_DATA_HOME XDG_CACHE_HOME
+mkdir -p "$SMOLCHAT_CONFIG_DIR" "$HOME"
 settings="$SMOLCHAT_CONFIG_DIR/settings.json"
 
 source .ci/xvfb-window.sh
