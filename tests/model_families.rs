@@ -13,7 +13,9 @@ use smolchat::backend::BackendKind;
 use smolchat::gguf::{GgufConfig, GgufFile, qk_gguf_row};
 use smolchat::model::checkpoint::gguf::GgufCheckpoint;
 use smolchat::model::checkpoint::{LayerRole, TensorRole};
-use smolchat::model::{Architecture, Llama, ModelConfig, ModelError, Precision};
+use smolchat::model::{
+    Architecture, Llama, Logits, ModelConfig, ModelError, Precision, logits_to_vec,
+};
 
 use crate::common::{self, assert_close, full_forward, greedy_ids, one_token_at_a_time};
 use crate::gguf::builder::{Builder, V};
@@ -312,4 +314,59 @@ fn rope_theta_is_read_from_rope_parameters() {
     let family = config.family().expect("family");
     assert_eq!(family.local_rope_theta, Some(10_000.0));
     assert_eq!(family.windows, [Some(4), Some(4), None]);
+}
+
+/// Gemma 3's sliding layers keep only what later passes can see: after 200 positions
+/// (a window of 4), decoded one at a time and then as a 30-token prompt, the host cache holds
+/// the global layer's 200-odd positions and a few for each sliding layer, and the logits
+/// equal a full forward pass over every position. A prompt that would need a position the
+/// sliding layers let go of runs whole again.
+#[test]
+fn gemma3_sliding_layers_keep_only_their_window() {
+    let model = load(&family_dir("gemma3"), BackendKind::Flex);
+    let config = model.config();
+    let vocab = config.vocab_size as u32;
+    let input: Vec<u32> = (0..230u32).map(|i| 1 + (i * 37) % (vocab - 1)).collect();
+    let expected: Vec<f64> = full_forward(&model, &input)[229 * vocab as usize..]
+        .iter()
+        .map(|&v| f64::from(v))
+        .collect();
+
+    let mut cache = model.new_cache();
+    for &token in &input[..200] {
+        model
+            .forward(&[token], &mut cache, Logits::Last)
+            .expect("step");
+    }
+    let last = logits_to_vec(
+        model
+            .forward(&input[200..], &mut cache, Logits::Last)
+            .expect("prompt"),
+    )
+    .expect("read");
+    assert_close(&last, &expected, 1e-4, "after the sliding layers let go");
+
+    // One global layer of three; each sliding layer holds at most three windows and the
+    // last prompt's 30 positions.
+    let row_bytes = 2 * config.num_kv_heads() * config.head_dim() * size_of::<f32>();
+    let global = cache.capacity() * row_bytes;
+    assert!(
+        cache.bytes() <= global + 2 * 64 * row_bytes,
+        "{} bytes held, the global layer {global}",
+        cache.bytes()
+    );
+    // Two more tokens, one at a time: a prompt that parts from the cache at the last one
+    // runs only that step again.
+    for token in [5, 6] {
+        model
+            .forward(&[token], &mut cache, Logits::Last)
+            .expect("step");
+    }
+    let mut parting = cache.tokens()[..231].to_vec();
+    parting.push(7);
+    assert_eq!(cache.reusable_prefix(&parting), 231);
+    // The 30-token pass began before the oldest position the sliding layers keep (a
+    // second window past the first), and position 99 is long gone: both run whole.
+    assert_eq!(cache.reusable_prefix(&input), 0);
+    assert_eq!(cache.reusable_prefix(&input[..100]), 0);
 }

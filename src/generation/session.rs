@@ -127,8 +127,8 @@ impl<'a> GenerationSession<'a> {
             });
         }
         // At least the last prompt token is run again: its logits are the first prediction.
-        let reused = cache.reusable_prefix(prompt);
-        cache.truncate(reused);
+        cache.truncate(cache.reusable_prefix(prompt));
+        let reused = cache.len();
         let logits = loaded
             .model
             .forward(&prompt[reused..], cache, Logits::Last)?;

@@ -22,6 +22,9 @@ pub struct KvCache {
     max_len: usize,
     /// Values per position and layer, of the keys and of the values each.
     kv_width: usize,
+    /// Each layer's window of recent positions, where it has one (Gemma 3's sliding layers):
+    /// a host cache keeps only what the next passes can see there (see [`KvCache::advance`]).
+    windows: Vec<Option<usize>>,
 }
 
 /// Where the keys and values live, which decides how attention reads them.
@@ -54,6 +57,15 @@ struct LayerTensors {
 /// Positions allocated at first use; a chat turn or two fits without growing.
 const FIRST_BLOCK: usize = 256;
 
+/// Room for `needed` positions where `current` are allocated: by doubling, from the first
+/// block, up to the context length.
+fn grown(needed: usize, current: usize, max_len: usize) -> usize {
+    if needed <= current {
+        return current;
+    }
+    needed.max(current * 2).max(FIRST_BLOCK).min(max_len)
+}
+
 impl KvCache {
     pub fn new(config: &ModelConfig, device: &Device, dtype: DType) -> Self {
         let layers = config.num_hidden_layers;
@@ -74,6 +86,9 @@ impl KvCache {
             starts: Vec::new(),
             max_len: config.max_position_embeddings,
             kv_width: config.num_kv_heads() * config.head_dim(),
+            windows: (0..layers)
+                .map(|layer| config.family().ok().and_then(|family| family.window(layer)))
+                .collect(),
         }
     }
 
@@ -115,18 +130,37 @@ impl KvCache {
     /// differently from passes over fewer (a prompt's matrix products against one token's),
     /// so a prompt run again from where it first began answers bit for bit as it did. Decode
     /// steps are passes of one token, so only a prompt's own pass is ever run again whole.
+    ///
+    /// A layer with a window has let go of positions before it: a prefix whose next pass
+    /// would see one of those is not reusable, and the prompt runs whole.
     pub fn reusable_prefix(&self, prompt: &[u32]) -> usize {
         let common = self.common_prefix(prompt);
-        if common == self.len() && common < prompt.len() {
-            return common;
+        let prefix = if common == self.len() && common < prompt.len() {
+            common
+        } else {
+            let limit = common.min(prompt.len().saturating_sub(1));
+            self.starts
+                .iter()
+                .rev()
+                .find(|&&start| start <= limit)
+                .copied()
+                .unwrap_or(0)
+        };
+        if self.can_resume_at(prefix) {
+            prefix
+        } else {
+            0
         }
-        let limit = common.min(prompt.len().saturating_sub(1));
-        self.starts
-            .iter()
-            .rev()
-            .find(|&&start| start <= limit)
-            .copied()
-            .unwrap_or(0)
+    }
+
+    /// Whether every layer still holds what a pass starting at `position` sees.
+    fn can_resume_at(&self, position: usize) -> bool {
+        let Store::Host(layers) = &self.store else {
+            return true;
+        };
+        layers.iter().zip(&self.windows).all(|(rows, window)| {
+            rows.first == 0 || window.is_some_and(|window| rows.first + window <= position + 1)
+        })
     }
 
     /// The context length: no more positions than this can ever be cached.
@@ -138,8 +172,10 @@ impl KvCache {
     pub fn capacity(&self) -> usize {
         match &self.store {
             Store::Host(layers) => layers
-                .first()
-                .map_or(0, |rows| rows.keys.capacity() / self.kv_width),
+                .iter()
+                .map(|rows| rows.keys.capacity() / self.kv_width)
+                .max()
+                .unwrap_or(0),
             Store::Device(device) => device
                 .layers
                 .iter()
@@ -152,17 +188,33 @@ impl KvCache {
 
     /// Bytes held by the allocated storage, for the memory statistics.
     pub fn bytes(&self) -> usize {
-        let (layers, element) = match &self.store {
-            Store::Host(layers) => (layers.len(), size_of::<f32>()),
-            Store::Device(device) => (device.layers.len(), device.dtype.size()),
-        };
-        2 * layers * self.capacity() * self.kv_width * element
+        match &self.store {
+            Store::Host(layers) => layers
+                .iter()
+                .map(|rows| (rows.keys.capacity() + rows.values.capacity()) * size_of::<f32>())
+                .sum(),
+            Store::Device(device) => {
+                2 * device.layers.len() * self.capacity() * self.kv_width * device.dtype.size()
+            }
+        }
     }
 
     /// Forgets everything after the first `len` tokens (no-op when `len` is not shorter).
+    /// Where a layer with a window no longer holds what a pass at `len` sees (a length
+    /// [`KvCache::reusable_prefix`] does not give), everything is forgotten: check `len()`.
     pub fn truncate(&mut self, len: usize) {
+        let len = if self.can_resume_at(len.min(self.len())) {
+            len
+        } else {
+            0
+        };
         self.tokens.truncate(len);
         self.starts.retain(|&start| start < len);
+        if let Store::Host(layers) = &mut self.store {
+            for rows in layers.iter_mut().filter(|rows| rows.first > len) {
+                *rows = CachedRows::default();
+            }
+        }
         self.release_unused();
     }
 
@@ -174,18 +226,24 @@ impl KvCache {
     /// twice over: a long chat's cache (hundreds of MB at 8k positions) otherwise stayed
     /// allocated after the window left that chat, until a restart.
     fn release_unused(&mut self) {
-        let keep = self.len().max(FIRST_BLOCK);
-        if self.capacity() <= 4 * keep {
-            return;
-        }
         let (len, kv_width) = (self.len(), self.kv_width);
-        if let Store::Host(layers) = &mut self.store {
-            for rows in layers {
-                for buffer in [&mut rows.keys, &mut rows.values] {
-                    buffer.truncate(len * kv_width);
-                    buffer.shrink_to(2 * keep * kv_width);
-                }
+        let Store::Host(layers) = &mut self.store else {
+            return;
+        };
+        let mut released = false;
+        for rows in layers {
+            let held = len.saturating_sub(rows.first);
+            let keep = held.max(FIRST_BLOCK);
+            if rows.keys.capacity() <= 4 * keep * kv_width {
+                continue;
             }
+            for buffer in [&mut rows.keys, &mut rows.values] {
+                buffer.truncate(held * kv_width);
+                buffer.shrink_to(2 * keep * kv_width);
+            }
+            released = true;
+        }
+        if released {
             crate::stats::memory::release_freed_heap();
         }
     }
@@ -200,11 +258,17 @@ impl KvCache {
     /// [`KvCache::advance`].
     pub(crate) fn layer(&mut self, layer: usize, new_tokens: usize) -> LayerCache<'_> {
         let start = self.len();
-        let capacity = self.grown_capacity(start + new_tokens);
         let kv_width = self.kv_width;
+        let (max_len, device_capacity) = (self.max_len, self.grown_capacity(start + new_tokens));
+        let window = self.windows[layer];
         match &mut self.store {
             Store::Host(layers) => {
                 let rows = &mut layers[layer];
+                let needed = start + new_tokens - rows.first;
+                let current = rows.keys.capacity() / kv_width;
+                // A layer with a window holds at most three windows before a pass.
+                let most = window.map_or(max_len, |window| needed.max(3 * window));
+                let capacity = grown(needed, current, max_len).min(most);
                 for buffer in [&mut rows.keys, &mut rows.values] {
                     buffer.reserve_exact((capacity * kv_width).saturating_sub(buffer.len()));
                 }
@@ -214,23 +278,37 @@ impl KvCache {
                 layers,
                 layer,
                 positions: start..start + new_tokens,
-                capacity,
+                capacity: device_capacity,
             }),
         }
     }
 
     /// Records `tokens` as cached, after every layer has appended them in one pass.
+    ///
+    /// A host layer with a window then lets go of positions no later pass sees, keeping a
+    /// second window's worth so that a prompt run again a little further back (Regenerate)
+    /// still finds them, and letting go a window's worth at a time.
     pub(crate) fn advance(&mut self, tokens: &[u32]) {
         self.starts.push(self.tokens.len());
         self.tokens.extend_from_slice(tokens);
+        let (len, kv_width) = (self.len(), self.kv_width);
+        let Store::Host(layers) = &mut self.store else {
+            return;
+        };
+        for (rows, window) in layers.iter_mut().zip(&self.windows) {
+            let Some(window) = *window else { continue };
+            let first = (len + 1).saturating_sub(2 * window);
+            if first >= rows.first + window {
+                let dropped = (first - rows.first) * kv_width;
+                rows.keys.drain(..dropped);
+                rows.values.drain(..dropped);
+                rows.first = first;
+            }
+        }
     }
 
     fn grown_capacity(&self, needed: usize) -> usize {
-        let current = self.capacity();
-        if needed <= current {
-            return current;
-        }
-        needed.max(current * 2).max(FIRST_BLOCK).min(self.max_len)
+        grown(needed, self.capacity(), self.max_len)
     }
 }
 
@@ -242,6 +320,9 @@ impl KvCache {
 pub struct CachedRows {
     pub keys: Vec<f32>,
     pub values: Vec<f32>,
+    /// The position of the first row: 0, or for a layer with a window the oldest position
+    /// kept (see [`KvCache::advance`]).
+    pub first: usize,
 }
 
 /// One layer's storage, as [`KvCache::layer`] hands it to attention.

@@ -30,11 +30,13 @@ pub(super) fn rotate_and_cache<E: HostFloat>(
     let width = (heads + 2 * kv_heads) * head_dim;
     let kv_width = layout.kv_width();
     let tokens = qkv.len() / width;
-    cache.keys.truncate(start * kv_width);
-    cache.values.truncate(start * kv_width);
-    cache.keys.resize((start + tokens) * kv_width, 0.0);
+    // The cache's rows begin at position `cache.first`.
+    let row = start - cache.first;
+    cache.keys.truncate(row * kv_width);
+    cache.values.truncate(row * kv_width);
+    cache.keys.resize((row + tokens) * kv_width, 0.0);
     let mut queries = vec![0.0; tokens * heads * head_dim];
-    let new_keys = &mut cache.keys[start * kv_width..];
+    let new_keys = &mut cache.keys[row * kv_width..];
     for (t, row) in qkv.chunks_exact(width).enumerate() {
         let table = t * head_dim..(t + 1) * head_dim;
         let (cos, sin) = (&tables.cos[table.clone()], &tables.signed_sin[table]);

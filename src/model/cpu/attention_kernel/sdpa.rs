@@ -143,7 +143,7 @@ fn attend_item<'c>(
         }
         scores.resize(rows * keys, 0.0);
         let column = item.group * head_dim;
-        let first = item.keys.start * kv_width + column;
+        let first = (item.keys.start - cache.first) * kv_width + column;
         // The group's columns of the cached rows `item.keys`, as a [keys, head_dim] matrix.
         let cached = |data: &'c [f32]| Matrix {
             data: &data[first..],
