@@ -13,10 +13,16 @@ pub fn show(ui: &mut egui::Ui, state: &AppState) {
         );
         return;
     }
-    plot(ui, state, "decode_speed", "decode tok/s", |s| {
-        s.tokens_per_second
-    });
-    plot(ui, state, "memory", "memory MiB", |s| s.resident_mib);
+    // Short units: the y axis's label runs along a plot 90 px high ("decode tok/s" was cut).
+    plot(ui, state, "decode_speed", "tok/s", |s| s.tokens_per_second);
+    plot(ui, state, "memory", "MiB", |s| s.resident_mib);
+}
+
+/// Seconds of history the time axis spans: what there is, from 10 s up to the whole window,
+/// so that the first seconds of a reply are not a sliver at the right of a minute.
+fn span(state: &AppState, now: f64) -> f64 {
+    let oldest = state.history().front().map_or(now, |sample| sample.seconds);
+    (now - oldest).clamp(10.0, HISTORY_WINDOW.as_secs_f64())
 }
 
 fn plot(ui: &mut egui::Ui, state: &AppState, id: &str, unit: &str, value: fn(&StatsSample) -> f64) {
@@ -30,12 +36,33 @@ fn plot(ui: &mut egui::Ui, state: &AppState, id: &str, unit: &str, value: fn(&St
         .height(90.0)
         .x_axis_label("seconds ago")
         .y_axis_label(unit)
-        .x_axis_formatter(|mark, _| format!("{:.0}", -mark.value))
-        .include_x(-HISTORY_WINDOW.as_secs_f64())
+        .x_axis_formatter(|mark, _| seconds_ago(mark.value))
+        .include_x(-span(state, now))
         .include_x(0.0)
         .include_y(0.0)
         .allow_drag(false)
         .allow_zoom(false)
         .allow_scroll(false)
         .show(ui, |plot| plot.line(Line::new(unit, points)));
+}
+
+/// The time axis's label at `x` (seconds from now, 0 or less): "-0" was written at now, and
+/// the plot's margin past now gave negative ages.
+fn seconds_ago(x: f64) -> String {
+    // `+ 0.0` turns a negative zero into zero.
+    format!("{:.0}", (-x).max(0.0) + 0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::seconds_ago;
+
+    #[test]
+    fn the_time_axis_reads_whole_seconds_ago() {
+        assert_eq!(seconds_ago(0.0), "0");
+        assert_eq!(seconds_ago(-0.0), "0");
+        assert_eq!(seconds_ago(-0.4), "0");
+        assert_eq!(seconds_ago(2.0), "0");
+        assert_eq!(seconds_ago(-30.0), "30");
+    }
 }
