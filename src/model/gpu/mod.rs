@@ -3,9 +3,10 @@
 //!
 //! A decode step runs one token: each operation is a few microseconds of arithmetic behind a
 //! launch whose fixed cost is larger, and Burn composes a layer of some twenty launches. These
-//! kernels do a layer's work in five: the RMSNorm with the projection after it (q/k/v, and
-//! gate/up), RoPE with the cache write and the whole attention, the SwiGLU gate with the down
-//! projection, and the residual adds inside the projections that end each block. The model's
+//! kernels do a layer's work in five (six once attention spans more than one chunk of
+//! positions): the RMSNorm with the projection after it (q/k/v, and gate/up), RoPE with the
+//! cache write and the whole attention, the SwiGLU gate with the down projection, and the
+//! residual adds inside the projections that end each block. The model's
 //! modules ask them first for one token on a GPU and use Burn's composition of the same math
 //! otherwise (prompts, the CPU backends, quantized weights); the tests compare the two.
 //! A last kernel finds a row's likeliest logits, so that a step reads back those instead of
