@@ -409,6 +409,33 @@ fn models_list_finds_other_apps_models_and_each_opens() {
         "{skipped}"
     );
 
+    // `show` finds a model by the name `list` gives, and says what it is from its files.
+    let shown = run(&["models", "show", "smollm2:135m"]);
+    let shown = String::from_utf8_lossy(&shown.stdout).into_owned();
+    for line in [
+        "weights     Q4_1 \u{d7}210, F32 \u{d7}61, Q8_0 \u{d7}1",
+        "family      LlamaForCausalLM",
+        "context     8192 tokens",
+        "runs here   yes",
+    ] {
+        assert!(
+            shown.lines().any(|shown| shown == line),
+            "{line:?} in\n{shown}"
+        );
+    }
+    let vocabulary_only = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/models/llama.cpp-vocab/ggml-vocab-gpt-2.gguf");
+    let refused = run(&[
+        "models",
+        "show",
+        vocabulary_only.to_str().expect("utf-8 path"),
+    ]);
+    let refused = String::from_utf8_lossy(&refused.stdout).into_owned();
+    assert!(
+        refused.contains("runs here   no: ") && refused.contains("\"gpt2\" is not supported"),
+        "{refused}"
+    );
+
     let answer = |model: &std::path::Path| {
         let output = run(&[
             "generate",

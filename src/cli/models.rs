@@ -1,8 +1,15 @@
-//! `smolchat models`: the models on this machine, as the window's first screen finds them.
+//! `smolchat models`: the models on this machine, as the window's first screen finds them,
+//! and what one of them is.
+
+use std::path::Path;
 
 use clap::Subcommand;
 
-use crate::model_library;
+use crate::generation::{MemoryPlan, weight_bytes};
+use crate::gguf::{GgufConfig, GgufFile};
+use crate::model::ModelConfig;
+use crate::model_library::{self, Library};
+use crate::model_source::{is_gguf, model_name};
 use crate::store::Paths;
 
 #[derive(Debug, Subcommand)]
@@ -10,19 +17,101 @@ pub enum ModelsCommand {
     /// Every model on this machine: smolchat's folder, the Hugging Face cache, and Ollama's,
     /// LM Studio's, llama.cpp's, GPT4All's and Jan's stores, read in place.
     List,
+    /// What one model is, from its files alone: family, weights, context, the memory it
+    /// needs here, and whether this build runs it.
+    Show {
+        /// A name `list` prints, or a path.
+        model: String,
+    },
 }
 
 pub fn run(command: ModelsCommand) -> Result<(), String> {
     match command {
         ModelsCommand::List => list(),
+        ModelsCommand::Show { model } => show(&model),
     }
 }
 
-fn list() -> Result<(), String> {
+fn library() -> Result<Library, String> {
     let paths = Paths::from_env().ok_or(
         "cannot find a home folder for smolchat's models; set SMOLCHAT_DATA_DIR".to_string(),
     )?;
-    let library = model_library::scan(&model_library::locations(&paths));
+    Ok(model_library::scan(&model_library::locations(&paths)))
+}
+
+fn show(model: &str) -> Result<(), String> {
+    let path = Path::new(model);
+    let path = if path.exists() {
+        path.to_path_buf()
+    } else {
+        library()?
+            .models
+            .into_iter()
+            .find(|found| found.name == model)
+            .map(|found| found.path)
+            .ok_or_else(|| {
+                format!("no model named {model:?} here (`smolchat models list` names them), and no such path")
+            })?
+    };
+    let row = |label: &str, value: &dyn std::fmt::Display| println!("{label:<11} {value}");
+    row("name", &model_name(&path));
+    row("path", &path.display());
+    row("files", &size(weight_bytes(&path)));
+    if is_gguf(&path) {
+        let file = GgufFile::open(&path).map_err(|err| err.to_string())?;
+        let parameters: u64 = file.tensors().iter().map(|tensor| tensor.n_elements).sum();
+        row("parameters", &format!("{:.2} B", parameters as f64 / 1e9));
+        row("weights", &tensor_types(&file));
+    }
+    match describe(&path) {
+        Ok((family, plan)) => {
+            row("family", &family);
+            row("context", &format!("{} tokens", plan.model_context));
+            row("memory", &plan.describe());
+            row("runs here", &"yes");
+        }
+        Err(reason) => row("runs here", &format!("no: {reason}")),
+    }
+    Ok(())
+}
+
+/// The family's transformers class and the memory plan, or why this build cannot run it.
+fn describe(path: &Path) -> Result<(String, MemoryPlan), String> {
+    let config = if is_gguf(path) {
+        let file = GgufFile::open(path).map_err(|err| err.to_string())?;
+        let gguf = GgufConfig::from_gguf(&file).map_err(|err| err.to_string())?;
+        ModelConfig::from_gguf(&gguf).map_err(|err| err.to_string())?
+    } else {
+        ModelConfig::from_file(&path.join("config.json")).map_err(|err| err.to_string())?
+    };
+    let family = config.architecture().map_err(|err| err.to_string())?;
+    let plan = MemoryPlan::of(path).map_err(|err| err.to_string())?;
+    Ok((family.transformers_class().to_string(), plan))
+}
+
+/// How many tensors the file holds in each type, most first: "Q4_K ×196, Q6_K ×29, F32 ×57".
+fn tensor_types(file: &GgufFile) -> String {
+    let mut counts: Vec<(String, usize)> = Vec::new();
+    for tensor in file.tensors() {
+        let name = tensor.ggml_type.to_string();
+        match counts.iter_mut().find(|(kind, _)| *kind == name) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((name, 1)),
+        }
+    }
+    if counts.is_empty() {
+        return "none (a vocabulary only)".into();
+    }
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    counts
+        .iter()
+        .map(|(kind, count)| format!("{kind} \u{d7}{count}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn list() -> Result<(), String> {
+    let library = library()?;
     for reason in &library.skipped {
         eprintln!("skipped: {reason}");
     }
