@@ -16,8 +16,12 @@ use crate::stats::memory;
 pub struct MemoryPlan {
     /// The weights as their files hold them, which is what the CPU keeps.
     pub weights_bytes: u64,
-    /// Keys and values of every layer for one position, in f32 as the cache holds them.
+    /// Keys and values for one position, in f32 as the cache holds them, of the layers that
+    /// keep every position.
     pub kv_bytes_per_token: u64,
+    /// What the layers with a window keep at most, whatever the context: three windows each
+    /// (see `KvCache::advance`).
+    pub kv_window_bytes: u64,
     /// The model's own context length.
     pub model_context: usize,
     /// The context it gets: its own, or what fits in the memory available now.
@@ -37,17 +41,26 @@ impl MemoryPlan {
     /// The plan for `config`, whose weights take `weights_bytes`, on a machine with
     /// `available_bytes` free (`None`: unknown, no cap).
     pub fn new(config: &ModelConfig, weights_bytes: u64, available_bytes: Option<u64>) -> Self {
-        let kv_bytes_per_token = (config.num_hidden_layers
-            * 2
-            * config.num_kv_heads()
-            * config.head_dim()
-            * std::mem::size_of::<f32>()) as u64;
+        let row =
+            (2 * config.num_kv_heads() * config.head_dim() * std::mem::size_of::<f32>()) as u64;
         let model_context = config.max_position_embeddings;
+        let family = config.family().ok();
+        let windows: Vec<Option<usize>> = (0..config.num_hidden_layers)
+            .map(|layer| family.as_ref().and_then(|family| family.window(layer)))
+            .collect();
+        let kv_bytes_per_token =
+            windows.iter().filter(|window| window.is_none()).count() as u64 * row;
+        let kv_window_bytes = windows
+            .iter()
+            .flatten()
+            .map(|&window| (3 * window).min(model_context) as u64 * row)
+            .sum();
         let context = match available_bytes {
             None => model_context,
             Some(available) => {
                 let room = (available as f64 * USABLE_SHARE) as u64;
-                let fits = room.saturating_sub(weights_bytes) / kv_bytes_per_token.max(1);
+                let fits = room.saturating_sub(weights_bytes + kv_window_bytes)
+                    / kv_bytes_per_token.max(1);
                 let fits = (fits as usize / CONTEXT_STEP * CONTEXT_STEP).max(MIN_CONTEXT);
                 model_context.min(fits)
             }
@@ -55,6 +68,7 @@ impl MemoryPlan {
         Self {
             weights_bytes,
             kv_bytes_per_token,
+            kv_window_bytes,
             model_context,
             context,
         }
@@ -74,7 +88,7 @@ impl MemoryPlan {
 
     /// The KV cache at the full context.
     pub fn kv_bytes(&self) -> u64 {
-        self.kv_bytes_per_token * self.context as u64
+        self.kv_bytes_per_token * self.context as u64 + self.kv_window_bytes
     }
 
     /// For the window and the logs: "weights 1.1 GB + KV cache up to 0.9 GB at 8,192 tokens".
@@ -147,6 +161,22 @@ mod tests {
                 .starts_with("weights 0.3 GB + KV cache up to 0.4 GB")
         );
         assert_eq!(MemoryPlan::new(&config(8192), 0, None).context, 8192);
+    }
+
+    /// Gemma 3's sliding layers keep three windows whatever the context (the tiny one's two
+    /// sliding layers have windows of 4, beside one global layer).
+    #[test]
+    fn layers_with_a_window_count_three_windows() {
+        let config = ModelConfig::from_file(std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/families/gemma3/config.json"
+        )))
+        .expect("config");
+        let row = (2 * config.num_kv_heads() * config.head_dim() * 4) as u64;
+        let plan = MemoryPlan::new(&config, 0, None);
+        assert_eq!(plan.kv_bytes_per_token, row);
+        assert_eq!(plan.kv_window_bytes, 2 * 12 * row);
+        assert_eq!(plan.kv_bytes(), (256 + 24) * row);
     }
 
     #[test]

@@ -150,6 +150,7 @@ pub fn model_info(dir: &Path) -> ModelInfo {
         memory: MemoryPlan {
             weights_bytes: 270_000_000,
             kv_bytes_per_token: 46_080,
+            kv_window_bytes: 0,
             model_context: 8192,
             context: 2048,
         },
