@@ -44,10 +44,7 @@ impl MemoryPlan {
         let row =
             (2 * config.num_kv_heads() * config.head_dim() * std::mem::size_of::<f32>()) as u64;
         let model_context = config.max_position_embeddings;
-        let family = config.family().ok();
-        let windows: Vec<Option<usize>> = (0..config.num_hidden_layers)
-            .map(|layer| family.as_ref().and_then(|family| family.window(layer)))
-            .collect();
+        let windows = config.layer_windows();
         let kv_bytes_per_token =
             windows.iter().filter(|window| window.is_none()).count() as u64 * row;
         let kv_window_bytes = windows

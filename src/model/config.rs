@@ -556,6 +556,14 @@ impl ModelConfig {
         })
     }
 
+    /// Each layer's window of recent positions, where it has one: the family's, or none for a
+    /// config whose family cannot be read (which loading refuses first).
+    pub fn layer_windows(&self) -> Vec<Option<usize>> {
+        self.family()
+            .map(|family| family.windows)
+            .unwrap_or_else(|_| vec![None; self.num_hidden_layers])
+    }
+
     pub fn num_kv_heads(&self) -> usize {
         self.num_key_value_heads.unwrap_or(self.num_attention_heads)
     }

@@ -86,9 +86,7 @@ impl KvCache {
             starts: Vec::new(),
             max_len: config.max_position_embeddings,
             kv_width: config.num_kv_heads() * config.head_dim(),
-            windows: (0..layers)
-                .map(|layer| config.family().ok().and_then(|family| family.window(layer)))
-                .collect(),
+            windows: config.layer_windows(),
         }
     }
 
