@@ -5,9 +5,8 @@ use std::path::Path;
 
 use clap::Subcommand;
 
-use crate::generation::{MemoryPlan, weight_bytes};
-use crate::gguf::{GgufConfig, GgufFile};
-use crate::model::ModelConfig;
+use crate::generation::{MemoryPlan, available_memory, model_config, weight_bytes};
+use crate::gguf::GgufFile;
 use crate::model_library::{self, Library};
 use crate::model_source::{is_gguf, model_name};
 use crate::store::Paths;
@@ -77,15 +76,9 @@ fn show(model: &str) -> Result<(), String> {
 
 /// The family's transformers class and the memory plan, or why this build cannot run it.
 fn describe(path: &Path) -> Result<(String, MemoryPlan), String> {
-    let config = if is_gguf(path) {
-        let file = GgufFile::open(path).map_err(|err| err.to_string())?;
-        let gguf = GgufConfig::from_gguf(&file).map_err(|err| err.to_string())?;
-        ModelConfig::from_gguf(&gguf).map_err(|err| err.to_string())?
-    } else {
-        ModelConfig::from_file(&path.join("config.json")).map_err(|err| err.to_string())?
-    };
+    let config = model_config(path).map_err(|err| err.to_string())?;
     let family = config.architecture().map_err(|err| err.to_string())?;
-    let plan = MemoryPlan::of(path).map_err(|err| err.to_string())?;
+    let plan = MemoryPlan::new(&config, weight_bytes(path), available_memory());
     Ok((family.transformers_class().to_string(), plan))
 }
 

@@ -74,13 +74,11 @@ impl MemoryPlan {
     /// The plan for the model at `path` (a folder or a `.gguf` file), from its config and the
     /// size of its weight files, without reading the weights.
     pub fn of(path: &Path) -> Result<Self, GenerationError> {
-        let config = if is_gguf(path) {
-            let file = GgufFile::open(path)?;
-            ModelConfig::from_gguf(&GgufConfig::from_gguf(&file)?)?
-        } else {
-            ModelConfig::from_file(&path.join("config.json"))?
-        };
-        Ok(Self::new(&config, weight_bytes(path), available_memory()))
+        Ok(Self::new(
+            &model_config(path)?,
+            weight_bytes(path),
+            available_memory(),
+        ))
     }
 
     /// The KV cache at the full context.
@@ -104,6 +102,17 @@ impl MemoryPlan {
         }
         line
     }
+}
+
+/// The config of the model at `path` (a folder or a `.gguf` file), checked, without reading
+/// the weights.
+pub fn model_config(path: &Path) -> Result<ModelConfig, GenerationError> {
+    Ok(if is_gguf(path) {
+        let file = GgufFile::open(path)?;
+        ModelConfig::from_gguf(&GgufConfig::from_gguf(&file)?)?
+    } else {
+        ModelConfig::from_file(&path.join("config.json"))?
+    })
 }
 
 fn gigabytes(bytes: u64) -> String {

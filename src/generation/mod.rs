@@ -9,6 +9,6 @@ mod stats;
 
 pub use error::GenerationError;
 pub use loaded_model::{LoadedModel, ModelOptions};
-pub use memory_plan::{MemoryPlan, weight_bytes};
+pub use memory_plan::{MemoryPlan, available_memory, model_config, weight_bytes};
 pub use session::{FinishReason, GenerationSession, Step, TokenEvent, TokenLogprobs};
 pub use stats::GenerationStats;
