@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::hub::HubCache;
-use crate::model_source::{model_name, starts_as_gguf};
+use crate::model_source::{has_gguf_extension, model_name, starts_as_gguf};
 use crate::store::Paths;
 
 /// Folder levels below a location a scan looks at: the cache's
@@ -160,7 +160,7 @@ pub fn scan(locations: &[Location]) -> Library {
     for location in locations {
         match location.store {
             Store::Ollama => ollama(&location.path, &mut budget, &mut library),
-            store => visit(store, &location.path, 0, &mut budget, &mut library),
+            store => visit(store, &location.path, &mut budget, &mut library),
         }
     }
     if budget == 0 {
@@ -176,9 +176,46 @@ pub fn scan(locations: &[Location]) -> Library {
     library
 }
 
-fn visit(store: Store, dir: &Path, depth: usize, budget: &mut usize, library: &mut Library) {
-    if let Some(model) = model_folder(store, dir) {
-        library.models.push(model);
+/// The models under `root` of a store that keeps them as folders and `.gguf` files.
+fn visit(store: Store, root: &Path, budget: &mut usize, library: &mut Library) {
+    let mut files = Vec::new();
+    let mut enter = |dir: &Path| match model_folder(store, dir) {
+        Some(model) => {
+            library.models.push(model);
+            false
+        }
+        None => true,
+    };
+    walk(root, 0, budget, &mut enter, &mut files);
+    for path in files.into_iter().filter(|path| has_gguf_extension(path)) {
+        match gguf_file(&path) {
+            Some(bytes) => library.models.push(LocalModel {
+                name: model_name(&path),
+                path,
+                bytes,
+                store,
+            }),
+            // A link whose target is gone is a removed model, not a damaged one.
+            None if path.exists() => library.skipped.push(format!(
+                "{}: not a GGUF file (a download that did not finish?)",
+                path.display()
+            )),
+            None => {}
+        }
+    }
+}
+
+/// Walks `dir` to the scan's depth while `budget` lasts: `enter` says of each folder (`dir`
+/// first) whether to look inside, and every other entry goes to `files`, links included. A
+/// linked folder is never entered: `file_type` does not follow links.
+fn walk(
+    dir: &Path,
+    depth: usize,
+    budget: &mut usize,
+    enter: &mut dyn FnMut(&Path) -> bool,
+    files: &mut Vec<PathBuf>,
+) {
+    if !enter(dir) {
         return;
     }
     let Ok(entries) = fs::read_dir(dir) else {
@@ -189,35 +226,15 @@ fn visit(store: Store, dir: &Path, depth: usize, budget: &mut usize, library: &m
             return;
         }
         *budget -= 1;
-        let path = entry.path();
-        // `file_type` does not follow links: a linked folder is never entered.
         let Ok(kind) = entry.file_type() else {
             continue;
         };
-        if kind.is_dir() && depth < MAX_DEPTH {
-            visit(store, &path, depth + 1, budget, library);
-        } else if !kind.is_dir() && has_gguf_name(&path) {
-            match gguf_file(&path) {
-                Some(bytes) => library.models.push(LocalModel {
-                    name: model_name(&path),
-                    path,
-                    bytes,
-                    store,
-                }),
-                // A link whose target is gone is a removed model, not a damaged one.
-                None if path.exists() => library.skipped.push(format!(
-                    "{}: not a GGUF file (a download that did not finish?)",
-                    path.display()
-                )),
-                None => {}
-            }
+        if !kind.is_dir() {
+            files.push(entry.path());
+        } else if depth < MAX_DEPTH {
+            walk(&entry.path(), depth + 1, budget, enter, files);
         }
     }
-}
-
-fn has_gguf_name(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|extension| extension.eq_ignore_ascii_case("gguf"))
 }
 
 /// A folder that holds a whole model: its config and its weights (one file or shards).
@@ -263,7 +280,13 @@ fn gguf_file(path: &Path) -> Option<u64> {
 /// names the blob (`blobs/sha256-<hex>`) that holds its GGUF weights.
 fn ollama(root: &Path, budget: &mut usize, library: &mut Library) {
     let mut manifests = Vec::new();
-    collect_files(&root.join("manifests"), 0, budget, &mut manifests);
+    walk(
+        &root.join("manifests"),
+        0,
+        budget,
+        &mut |_| true,
+        &mut manifests,
+    );
     for manifest in manifests {
         let Ok(relative) = manifest.strip_prefix(root.join("manifests")) else {
             continue;
@@ -297,7 +320,13 @@ pub fn ollama_name(blob: &Path) -> Option<String> {
     }
     let root = blobs.parent()?;
     let (mut manifests, mut budget) = (Vec::new(), MAX_ENTRIES);
-    collect_files(&root.join("manifests"), 0, &mut budget, &mut manifests);
+    walk(
+        &root.join("manifests"),
+        0,
+        &mut budget,
+        &mut |_| true,
+        &mut manifests,
+    );
     manifests
         .iter()
         .filter(|manifest| ollama_weights(root, manifest).is_ok_and(|weights| weights == blob))
@@ -307,27 +336,6 @@ pub fn ollama_name(blob: &Path) -> Option<String> {
             ))
         })
         .min()
-}
-
-/// Every file below `dir` to the scan's depth, links included (a manifest is a file).
-fn collect_files(dir: &Path, depth: usize, budget: &mut usize, files: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if *budget == 0 {
-            return;
-        }
-        *budget -= 1;
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if kind.is_dir() && depth < MAX_DEPTH {
-            collect_files(&entry.path(), depth + 1, budget, files);
-        } else if !kind.is_dir() {
-            files.push(entry.path());
-        }
-    }
 }
 
 /// The name Ollama shows: `model:tag` for its own library, `namespace/model:tag` for a user's

@@ -94,9 +94,13 @@ impl fmt::Display for ModelSource {
 /// Whether `path` names a GGUF file: by its extension, as every app that opens them does, or
 /// by its first bytes, for stores that name files by their hash (Ollama's blobs).
 pub fn is_gguf(path: &Path) -> bool {
+    has_gguf_extension(path) || starts_as_gguf(path)
+}
+
+/// Whether `path` is named as a GGUF file (`.gguf`, in any case).
+pub fn has_gguf_extension(path: &Path) -> bool {
     path.extension()
         .is_some_and(|extension| extension.eq_ignore_ascii_case("gguf"))
-        || starts_as_gguf(path)
 }
 
 /// Whether `path` is a file that starts with GGUF's magic bytes.
