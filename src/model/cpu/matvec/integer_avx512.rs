@@ -319,8 +319,8 @@ macro_rules! each_sixteen {
 /// `combined[b] = scales[b] · x_scales[b]` for one row's blocks.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, BW and VL and F16C; `combined` and `x_scales` must hold `scales.len()`
-/// values.
+/// The CPU must have AVX-512 F, BW and VL and F16C; `combined` and `x_scales` must hold
+/// `scales.len()` values.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
 unsafe fn combine_scales(scales: Factors<'_>, x_scales: &[f32], combined: &mut [f32]) {
     let len = scales.len();
