@@ -9,6 +9,8 @@
 //! count: a damaged or huge store costs a bounded time. What looks like a model but is not
 //! one (a torn download, a manifest whose blob is gone) is skipped with the reason.
 
+pub mod removal;
+
 use std::ffi::OsString;
 use std::fs;
 use std::io::Read;

@@ -453,3 +453,69 @@ fn models_list_finds_other_apps_models_and_each_opens() {
     };
     assert_eq!(answer(&blob), answer(&genuine));
 }
+
+/// A model's life from the command line: `models pull` fetches it from the (fake) hub into
+/// the cache, `list` shows it there, `rm` will not delete without `--yes` when no one can be
+/// asked, then deletes it and the cache's repository with it; another app's model is refused
+/// and stays.
+#[test]
+fn models_pull_list_and_rm_manage_the_cache() {
+    let hub = crate::fake_hub::FakeHub::start(crate::fake_hub::Repo::fixture());
+    let home = tempfile::tempdir().expect("temp dir");
+    let lm_studio = home.path().join(".lmstudio/models/org/repo/other.gguf");
+    std::fs::create_dir_all(lm_studio.parent().expect("parent")).expect("folders");
+    std::fs::write(&lm_studio, b"GGUF\x03\0\0\0").expect("file");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_smolchat"))
+            .args(args)
+            .env("HOME", home.path())
+            .env("SMOLCHAT_DATA_DIR", home.path().join("smolchat"))
+            .env("HF_HUB_CACHE", home.path().join("hub"))
+            .env("HF_ENDPOINT", &hub.endpoint)
+            .env("OLLAMA_MODELS", home.path().join("ollama"))
+            .env("LLAMA_CACHE", home.path().join("llama.cpp"))
+            .env("XDG_DATA_HOME", home.path().join("data"))
+            .env("XDG_CACHE_HOME", home.path().join("cache"))
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("the smolchat binary runs")
+    };
+    let model = crate::fake_hub::MODEL_ID;
+    let pulled = run(&["models", "pull", model]);
+    assert!(pulled.status.success(), "{}", stderr(&pulled));
+    let listed = run(&["models", "list"]);
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    assert!(
+        listed
+            .lines()
+            .any(|line| line.starts_with(model) && line.contains("Hugging Face cache")),
+        "{listed}"
+    );
+
+    let unasked = run(&["models", "rm", model]);
+    assert!(!unasked.status.success());
+    assert!(stderr(&unasked).contains("--yes"), "{}", stderr(&unasked));
+    let repository = home.path().join("hub/models--TestOrg--tiny-smollm");
+    assert!(repository.is_dir(), "kept when not confirmed");
+
+    let removed = run(&["models", "rm", model, "--yes"]);
+    assert!(removed.status.success(), "{}", stderr(&removed));
+    let said = String::from_utf8_lossy(&removed.stdout).into_owned();
+    assert!(said.contains(&repository.display().to_string()), "{said}");
+    assert!(said.contains("freed"), "{said}");
+    assert!(!repository.exists());
+    let listed = run(&["models", "list"]);
+    assert!(
+        !String::from_utf8_lossy(&listed.stdout).contains(model),
+        "gone from the list"
+    );
+
+    let refused = run(&["models", "rm", "other", "--yes"]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("belongs to LM Studio"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(lm_studio.is_file());
+}

@@ -1,13 +1,16 @@
 //! `smolchat models`: the models on this machine, as the window's first screen finds them,
 //! and what one of them is.
 
+use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 
 use clap::Subcommand;
 
+use super::download::{self, DownloadArgs};
+
 use crate::generation::{MemoryPlan, available_memory, model_config, weight_bytes};
 use crate::gguf::GgufFile;
-use crate::model_library::{self, Library};
+use crate::model_library::{self, Library, LocalModel, removal};
 use crate::model_source::{is_gguf, model_name};
 use crate::store::Paths;
 
@@ -22,20 +25,84 @@ pub enum ModelsCommand {
         /// A name `list` prints, or a path.
         model: String,
     },
+    /// Download a model from the Hugging Face hub into the shared cache (as `download`).
+    Pull(DownloadArgs),
+    /// Delete a model from smolchat's folder or the Hugging Face cache, after asking; other
+    /// apps' models are left to those apps.
+    Rm {
+        /// A name `list` prints, or the path it prints.
+        model: String,
+        /// Delete without asking.
+        #[arg(long, short)]
+        yes: bool,
+    },
 }
 
 pub fn run(command: ModelsCommand) -> Result<(), String> {
     match command {
         ModelsCommand::List => list(),
         ModelsCommand::Show { model } => show(&model),
+        ModelsCommand::Pull(args) => download::run(args),
+        ModelsCommand::Rm { model, yes } => remove(&model, yes),
     }
 }
 
-fn library() -> Result<Library, String> {
+fn locations() -> Result<Vec<model_library::Location>, String> {
     let paths = Paths::from_env().ok_or(
         "cannot find a home folder for smolchat's models; set SMOLCHAT_DATA_DIR".to_string(),
     )?;
-    Ok(model_library::scan(&model_library::locations(&paths)))
+    Ok(model_library::locations(&paths))
+}
+
+fn library() -> Result<Library, String> {
+    Ok(model_library::scan(&locations()?))
+}
+
+/// The library's model called `model`, by the name or the path `list` prints.
+fn find<'a>(library: &'a Library, model: &str) -> Result<&'a LocalModel, String> {
+    library
+        .models
+        .iter()
+        .find(|found| found.name == model || found.path == Path::new(model))
+        .ok_or_else(|| format!("no model named {model:?} here (`smolchat models list` names them)"))
+}
+
+fn remove(model: &str, yes: bool) -> Result<(), String> {
+    let locations = locations()?;
+    let library = model_library::scan(&locations);
+    let found = find(&library, model)?;
+    let removal = removal::plan(found, &library, &locations)?;
+    println!(
+        "{} ({}, {}):",
+        found.name,
+        size(removal.bytes),
+        found.store.label()
+    );
+    for path in &removal.paths {
+        println!("  {}", path.display());
+    }
+    if !yes {
+        let stdin = std::io::stdin();
+        if !stdin.is_terminal() {
+            return Err("not deleted: pass --yes to delete without being asked".into());
+        }
+        print!("Delete? [y/N] ");
+        std::io::stdout()
+            .flush()
+            .map_err(|err| format!("cannot write to the terminal: {err}"))?;
+        let mut answer = String::new();
+        stdin
+            .lock()
+            .read_line(&mut answer)
+            .map_err(|err| format!("cannot read the answer: {err}"))?;
+        if !matches!(answer.trim(), "y" | "Y" | "yes") {
+            println!("kept");
+            return Ok(());
+        }
+    }
+    removal.apply()?;
+    println!("deleted, {} freed", size(removal.bytes));
+    Ok(())
 }
 
 fn show(model: &str) -> Result<(), String> {
@@ -43,14 +110,10 @@ fn show(model: &str) -> Result<(), String> {
     let path = if path.exists() {
         path.to_path_buf()
     } else {
-        library()?
-            .models
-            .into_iter()
-            .find(|found| found.name == model)
-            .map(|found| found.path)
-            .ok_or_else(|| {
-                format!("no model named {model:?} here (`smolchat models list` names them), and no such path")
-            })?
+        find(&library()?, model)
+            .map_err(|err| format!("{err}, and no such path"))?
+            .path
+            .clone()
     };
     let row = |label: &str, value: &dyn std::fmt::Display| println!("{label:<11} {value}");
     row("name", &model_name(&path));
