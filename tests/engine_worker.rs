@@ -56,6 +56,8 @@ fn load_tiny(engine: &EngineHandle) {
 /// Everything one generation reported, in order.
 #[derive(Debug, Default)]
 struct Reply {
+    /// A long prompt's `PromptProgress` events: done and total.
+    progress: Vec<(usize, usize)>,
     prompt_stats: Option<GenerationStats>,
     token_ids: Vec<u32>,
     text: String,
@@ -69,6 +71,14 @@ fn collect(engine: &EngineHandle, request: RequestId) -> Reply {
     let mut reply = Reply::default();
     loop {
         match next_event(engine) {
+            Event::PromptProgress {
+                request: r,
+                done,
+                total,
+            } if r == request => {
+                assert!(reply.prompt_stats.is_none(), "progress after the prompt");
+                reply.progress.push((done, total));
+            }
             Event::PromptProcessed {
                 request: r, stats, ..
             } if r == request => reply.prompt_stats = Some(stats),
@@ -225,6 +235,72 @@ fn stop_ends_generation_before_the_next_token() {
     assert_eq!(reply.token_ids.len(), 1, "no token after Stop");
     assert_eq!(stats.generated_tokens, 1);
     assert_no_more_events(&engine, "nothing after Finished");
+}
+
+/// A prompt of about 600 tokens: three passes of `PROMPT_CHUNK`.
+fn long_prompt() -> String {
+    "The quick brown fox jumps over the lazy dog. ".repeat(60)
+}
+
+/// A long prompt is read in passes, each announced; Stop between passes ends it there, and
+/// the same prompt sent again reads on from the passes kept and answers exactly as a run that
+/// was never stopped.
+#[test]
+fn a_long_prompt_reports_its_passes_and_stops_between_them() {
+    let stop_at: Arc<AtomicUsize> = Arc::new(AtomicUsize::new(usize::MAX));
+    let stopper: Arc<OnceLock<Stopper>> = Arc::new(OnceLock::new());
+    let events = Arc::new(AtomicUsize::new(0));
+    let (hook_stop_at, hook_stopper, hook_events) = (
+        Arc::clone(&stop_at),
+        Arc::clone(&stopper),
+        Arc::clone(&events),
+    );
+    // Runs on the engine thread right after each event: Stop lands exactly after event
+    // number `stop_at` of a generation.
+    let engine = EngineHandle::spawn(move || {
+        if hook_events.fetch_add(1, Ordering::SeqCst) == hook_stop_at.load(Ordering::SeqCst)
+            && let Some(stopper) = hook_stopper.get()
+        {
+            stopper.stop();
+        }
+    })
+    .expect("spawn");
+    load_tiny(&engine);
+    stopper.set(engine.stopper()).expect("set once");
+    let chunk = smolchat::generation::PROMPT_CHUNK;
+
+    let whole = collect(&engine, ask(&engine, &long_prompt(), 8));
+    let total = whole
+        .prompt_stats
+        .as_ref()
+        .expect("prompt read")
+        .prompt_tokens;
+    assert!(2 * chunk < total && total < 3 * chunk, "{total} tokens");
+    assert_eq!(
+        whole.progress,
+        vec![(0, total), (chunk, total), (2 * chunk, total)]
+    );
+    assert_eq!(whole.token_ids.len(), 8);
+
+    // A new conversation, so nothing is reused; Stop after the second progress event.
+    assert!(engine.reset_conversation());
+    events.store(0, Ordering::SeqCst);
+    stop_at.store(1, Ordering::SeqCst);
+    let stopped = collect(&engine, ask(&engine, &long_prompt(), 8));
+    stop_at.store(usize::MAX, Ordering::SeqCst);
+    assert_eq!(stopped.progress, vec![(0, total), (chunk, total)]);
+    let (reason, stats) = stopped.finish.expect("finished");
+    assert_eq!(reason, FinishReason::Stopped);
+    assert!(stopped.token_ids.is_empty());
+    assert_eq!(stats.prefilled_tokens, chunk, "one pass read before Stop");
+
+    let again = collect(&engine, ask(&engine, &long_prompt(), 8));
+    assert_eq!(again.progress, vec![(chunk, total), (2 * chunk, total)]);
+    assert_eq!(
+        again.prompt_stats.expect("prompt read").reused_tokens,
+        chunk
+    );
+    assert_eq!(again.token_ids, whole.token_ids);
 }
 
 /// Like [`collect`], for a client rather than the handle.

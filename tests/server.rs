@@ -246,6 +246,39 @@ fn chat_completion_is_what_the_generation_loop_gives_for_the_same_seed() {
     assert_eq!(usage.expect("usage chunk"), first["usage"]);
 }
 
+/// A long prompt streamed: a comment line for each pass read after the response began, which
+/// clients skip; the reply and its usage are what the generation loop gives.
+#[test]
+fn a_long_streamed_prompt_says_how_far_it_has_been_read() {
+    let fixture = Fixture::start(4, None);
+    let long = "The quick brown fox jumps over the lazy dog. ".repeat(60);
+    let mut body = chat_body(&long, 0.0, 0, 4);
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let response = post(fixture.address(), "/v1/chat/completions", &body);
+    let (text, _, usage) = read_chat_stream(&response);
+    let (expected, _, _, prompt_tokens) =
+        reference(Some(&chat_messages(&long)[..]), "", &params(0.0, 0), 4);
+    assert_eq!(text, expected);
+    assert_eq!(usage.expect("usage")["prompt_tokens"], prompt_tokens);
+    let chunk = smolchat::generation::PROMPT_CHUNK;
+    let comments: Vec<&str> = response
+        .body
+        .lines()
+        .filter(|line| line.starts_with(':'))
+        .collect();
+    assert_eq!(
+        comments,
+        [
+            format!(": reading the prompt: {chunk} / {prompt_tokens} tokens"),
+            format!(
+                ": reading the prompt: {} / {prompt_tokens} tokens",
+                2 * chunk
+            ),
+        ]
+    );
+}
+
 #[test]
 fn completion_continues_the_raw_prompt_streamed_or_not() {
     let fixture = Fixture::start(4, None);

@@ -1,11 +1,13 @@
-use std::io::Write;
+use std::io::{IsTerminal, Write};
+use std::ops::ControlFlow;
 
 use clap::Args;
 
 use super::sampling_args::SamplingArgs;
 use crate::backend::BackendKind;
 use crate::generation::{
-    FinishReason, GenerationSession, LoadedModel, ModelOptions, Step, TokenLogprobs,
+    FinishReason, GenerationSession, LoadedModel, ModelOptions, PROMPT_CHUNK, PromptProgress, Step,
+    TokenLogprobs,
 };
 use crate::model::Precision;
 use crate::stats::memory;
@@ -135,10 +137,31 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
     };
 
     let mut cache = loaded.new_cache();
-    let mut session =
-        GenerationSession::start(&loaded, &mut cache, &prompt, &params, args.max_tokens)
-            .map_err(|err| err.to_string())?
-            .with_logprobs(args.logprobs);
+    // How far a long prompt has been read, on one line of the terminal.
+    let terminal = std::io::stderr().is_terminal();
+    let mut reading = |progress: PromptProgress| {
+        if terminal {
+            eprint!(
+                "\rreading the prompt: {} / {} tokens",
+                progress.done, progress.total
+            );
+        }
+        ControlFlow::Continue(())
+    };
+    let session = GenerationSession::start_reading(
+        &loaded,
+        &mut cache,
+        &prompt,
+        &params,
+        args.max_tokens,
+        &mut reading,
+    );
+    if terminal && prompt.len() > PROMPT_CHUNK {
+        eprint!("\r\x1b[K");
+    }
+    let mut session = session
+        .map_err(|err| err.to_string())?
+        .with_logprobs(args.logprobs);
     let mut text = String::new();
     let mut token_ids = Vec::new();
     let mut tokens = Vec::new();

@@ -169,6 +169,13 @@ pub enum Event {
         memory: Option<MemoryPlan>,
     },
     ModelReady(ModelInfo),
+    /// A long prompt is being read: `done` of its `total` tokens so far. Sent before each
+    /// pass of [`crate::generation::PROMPT_CHUNK`] tokens, only for prompts that take several.
+    PromptProgress {
+        request: RequestId,
+        done: usize,
+        total: usize,
+    },
     /// The prompt is prefilled; `dropped_messages` oldest messages did not fit the context.
     PromptProcessed {
         request: RequestId,

@@ -1,4 +1,5 @@
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -12,7 +13,8 @@ use super::protocol::{
     Command, Event, GenerateRequest, LiveStats, ModelInfo, Prompt, Reply, RequestId,
 };
 use crate::generation::{
-    FinishReason, GenerationSession, GenerationStats, LoadedModel, MemoryPlan, ModelOptions, Step,
+    FinishReason, GenerationSession, GenerationStats, LoadedModel, MemoryPlan, ModelOptions,
+    PromptProgress, Step,
 };
 use crate::model::KvCache;
 use crate::model_source::{ModelSource, model_name};
@@ -357,12 +359,29 @@ impl Worker {
             }
         };
         let device = loaded.device.clone();
-        let session = GenerationSession::start(
+        // Stop, a client gone or the app closing ends a long prompt between its passes.
+        let queue = &mut self.queue;
+        let shutting_down = &mut self.shutting_down;
+        let mut reading = |progress: PromptProgress| {
+            *shutting_down |= queue.take_new(notify);
+            let listening = send(Event::PromptProgress {
+                request: id,
+                done: progress.done,
+                total: progress.total,
+            });
+            if listening && !reply.is_cancelled() && !*shutting_down {
+                ControlFlow::Continue(())
+            } else {
+                ControlFlow::Break(())
+            }
+        };
+        let session = GenerationSession::start_reading(
             loaded,
             cache,
             &prompt,
             &request.sampling,
             request.max_new_tokens.unwrap_or(usize::MAX),
+            &mut reading,
         );
         let mut session = match session {
             Ok(session) => session.with_logprobs(request.logprobs),

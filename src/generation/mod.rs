@@ -10,5 +10,7 @@ mod stats;
 pub use error::GenerationError;
 pub use loaded_model::{LoadedModel, ModelOptions};
 pub use memory_plan::{MemoryPlan, available_memory, model_config, weight_bytes};
-pub use session::{FinishReason, GenerationSession, Step, TokenEvent, TokenLogprobs};
+pub use session::{
+    FinishReason, GenerationSession, PROMPT_CHUNK, PromptProgress, Step, TokenEvent, TokenLogprobs,
+};
 pub use stats::GenerationStats;

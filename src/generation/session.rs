@@ -1,3 +1,4 @@
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 use super::error::GenerationError;
@@ -78,6 +79,20 @@ enum Prediction {
     Top { top: TopLogits, row: Tensor<2> },
 }
 
+/// A long prompt is read this many tokens at a time, so that reading it can report how far
+/// it has come and stop between passes. Each pass is a place the KV cache can be reused back
+/// to (`KvCache::reusable_prefix`), so a prompt sent again is read in the same passes and
+/// gives the same logits. A pass of 256 rows keeps the prompt kernels' tiles full.
+pub const PROMPT_CHUNK: usize = 256;
+
+/// How far reading a prompt has come: `done` of its `total` tokens are in the KV cache, those
+/// reused from the cache included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PromptProgress {
+    pub done: usize,
+    pub total: usize,
+}
+
 /// How many of the likeliest tokens a GPU step reads back: enough for the usual nucleus, a
 /// fraction of the vocabulary's bytes.
 const TOP_TOKENS_READ: usize = 64;
@@ -115,6 +130,21 @@ impl<'a> GenerationSession<'a> {
         params: &SamplingParams,
         max_new_tokens: usize,
     ) -> Result<Self, GenerationError> {
+        let mut read_on = |_| ControlFlow::Continue(());
+        Self::start_reading(loaded, cache, prompt, params, max_new_tokens, &mut read_on)
+    }
+
+    /// [`start`](Self::start), reading a prompt longer than [`PROMPT_CHUNK`] in passes and
+    /// telling `progress` before each; when it answers `Break`, reading stops there and the
+    /// session is already finished as [`FinishReason::Stopped`] (what was read stays cached).
+    pub fn start_reading(
+        loaded: &'a LoadedModel,
+        cache: &'a mut KvCache,
+        prompt: &[u32],
+        params: &SamplingParams,
+        max_new_tokens: usize,
+        progress: &mut dyn FnMut(PromptProgress) -> ControlFlow<()>,
+    ) -> Result<Self, GenerationError> {
         let started = Instant::now();
         let limit = cache.max_len();
         if prompt.is_empty() {
@@ -129,16 +159,29 @@ impl<'a> GenerationSession<'a> {
         // At least the last prompt token is run again: its logits are the first prediction.
         cache.truncate(cache.reusable_prefix(prompt));
         let reused = cache.len();
-        let logits = loaded
-            .model
-            .forward(&prompt[reused..], cache, Logits::Last)?;
-        let logits = logits_to_vec(logits)?;
-        let prefill_time = started.elapsed();
+        let passes = prompt[reused..].chunks(PROMPT_CHUNK);
+        let reports = passes.len() > 1;
+        let mut logits = Vec::new();
+        let mut stopped = false;
+        for pass in passes {
+            let at = PromptProgress {
+                done: cache.len(),
+                total: prompt.len(),
+            };
+            if reports && progress(at).is_break() {
+                stopped = true;
+                break;
+            }
+            let last = loaded.model.forward(pass, cache, Logits::Last)?;
+            if cache.len() == prompt.len() {
+                logits = logits_to_vec(last)?;
+            }
+        }
         let stats = GenerationStats {
             prompt_tokens: prompt.len(),
             reused_tokens: reused,
-            prefilled_tokens: prompt.len() - reused,
-            prefill_time,
+            prefilled_tokens: cache.len() - reused,
+            prefill_time: started.elapsed(),
             context_used: cache.len(),
             context_limit: limit,
             kv_cache_bytes: cache.bytes(),
@@ -157,7 +200,7 @@ impl<'a> GenerationSession<'a> {
             stats,
             started,
             first_token_at: None,
-            finished: None,
+            finished: stopped.then_some(FinishReason::Stopped),
         })
     }
 

@@ -21,6 +21,11 @@ const POLL: Duration = Duration::from_millis(50);
 /// then text, then `Finished` or `Failed`.
 #[derive(Debug)]
 pub enum Output {
+    /// A long prompt is being read: `done` of its `total` tokens so far.
+    Reading {
+        done: usize,
+        total: usize,
+    },
     /// The prompt is in; the reply begins.
     Started {
         prompt_tokens: usize,
@@ -77,6 +82,13 @@ pub fn relay(
             }
         };
         match event {
+            Event::PromptProgress {
+                request,
+                done,
+                total,
+            } if request == id && out.send(Output::Reading { done, total }).is_err() => {
+                return;
+            }
             Event::PromptProcessed { request, stats, .. } if request == id => {
                 let started = Output::Started {
                     prompt_tokens: stats.prompt_tokens,

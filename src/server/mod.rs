@@ -436,8 +436,10 @@ async fn generate(
     let stops = job.stop.clone();
     let prompt_field = endpoint.prompt_field();
     tokio::task::spawn_blocking(move || bridge::relay(client, id, stops, prompt_field, out));
+    // A long prompt's reading starts the response: a stream then says how far it has come.
     let prompt_tokens = match outputs.recv().await {
         Some(Output::Started { prompt_tokens }) => prompt_tokens,
+        Some(Output::Reading { total, .. }) => total,
         Some(Output::Failed(error)) => return Err(error),
         Some(other) => return Err(ApiError::internal(format!("unexpected {other:?}"))),
         None => return Err(ApiError::internal("the generation ended without a word")),
@@ -486,7 +488,7 @@ async fn whole(
                 )));
             }
             Output::Failed(error) => return Err(error),
-            Output::Started { .. } => {}
+            Output::Started { .. } | Output::Reading { .. } => {}
         }
     }
     Err(ApiError::internal("the generation ended without finishing"))
@@ -498,7 +500,7 @@ fn event(value: &Value) -> Bytes {
 
 const DONE: &str = "data: [DONE]\n\n";
 
-/// Server-sent events: one chunk per piece of text, the finish reason, the usage if asked,
+/// Server-sent events: a comment line per pass of a long prompt, one chunk per piece of text, the finish reason, the usage if asked,
 /// then `[DONE]`. An error after the stream began goes out as an `error` event before `[DONE]`.
 /// When the client hangs up, hyper drops this stream and with it `outputs`: the relay's
 /// next send fails and the generation stops.
@@ -542,6 +544,10 @@ fn stream(responder: Responder, job: Job, outputs: UnboundedReceiver<Output>) ->
                 Bytes::from(last)
             }
             Some(Output::Started { .. }) => Bytes::new(),
+            // A comment line, which clients skip; it also keeps a slow prompt's connection busy.
+            Some(Output::Reading { done, total }) => {
+                Bytes::from(format!(": reading the prompt: {done} / {total} tokens\n\n"))
+            }
             Some(Output::Failed(error)) => {
                 state.done = true;
                 Bytes::from(format!(

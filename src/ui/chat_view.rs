@@ -9,7 +9,7 @@ use super::commands::{Action, UiCommand};
 use super::state::{AppState, ModelStatus};
 use super::token_view;
 use super::view_state::ViewState;
-use crate::generation::FinishReason;
+use crate::generation::{FinishReason, PromptProgress};
 use crate::store::{GenerationRecord, MessageStats, StoredMessage};
 use crate::text::Role;
 use crate::text::reasoning::{THINK_CLOSE, split_reply, thinking_tokens};
@@ -93,11 +93,14 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                             // No spinner: it redraws the window every frame, and those frames
                             // took a core from generation. Each new token redraws the text.
                             let doing = if state.stopping() {
-                                "stopping once the step under way ends\u{2026}"
+                                "stopping once the step under way ends\u{2026}".to_string()
+                            } else if let Some(reading) = state.reading_prompt() {
+                                reading_label(ui, reading)
                             } else if state.preparing_gpu() {
                                 "preparing the GPU: the first reply compiles its kernels\u{2026}"
+                                    .to_string()
                             } else {
-                                "writing\u{2026}"
+                                "writing\u{2026}".to_string()
                             };
                             ui.label(RichText::new(doing).weak());
                             return;
@@ -214,6 +217,32 @@ fn reply(
 }
 
 /// What Copy takes: a reply's answer without its thinking.
+/// A bar for a long prompt being read, and what to say under it: "reading the conversation:
+/// 2,304 / 8,112 tokens". Reading a long chat takes a while on a CPU, and without it the
+/// reply card said only "writing" for a minute.
+fn reading_label(ui: &mut egui::Ui, reading: PromptProgress) -> String {
+    let fraction = reading.done as f32 / reading.total.max(1) as f32;
+    ui.add(egui::ProgressBar::new(fraction).desired_height(6.0));
+    format!(
+        "reading the conversation: {} / {} tokens\u{2026}",
+        grouped(reading.done),
+        grouped(reading.total)
+    )
+}
+
+/// `n` with a comma between thousands.
+fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
 fn shown_text(message: &StoredMessage) -> String {
     match message.role {
         Role::Assistant => split_reply(&message.content).1,

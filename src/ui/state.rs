@@ -12,7 +12,7 @@ use crate::backend::BackendKind;
 use crate::engine::{
     EngineError, EngineHandle, Event, GenerateRequest, LiveStats, ModelInfo, RequestId,
 };
-use crate::generation::{FinishReason, MemoryPlan, ModelOptions};
+use crate::generation::{FinishReason, MemoryPlan, ModelOptions, PromptProgress};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
 use crate::model_library::{self, LocalModel};
 use crate::model_source::{ModelSource, is_gguf};
@@ -78,6 +78,8 @@ struct ActiveGeneration {
     snapshot_owed: bool,
     /// Stop was pressed; the engine stops once the step under way returns.
     stop_pressed: bool,
+    /// A long prompt being read: how many of its tokens are, of how many.
+    reading: Option<PromptProgress>,
 }
 
 /// A passing word about what just happened. It leaves after [`NOTICE_LIFETIME`] or when
@@ -272,6 +274,14 @@ impl AppState {
         self.generation
             .as_ref()
             .is_some_and(|generation| generation.stop_pressed)
+    }
+
+    /// How far the active reply's long prompt has been read, while it is.
+    pub fn reading_prompt(&self) -> Option<PromptProgress> {
+        self.generation
+            .as_ref()
+            .filter(|active| active.conversation_id == self.current().id)
+            .and_then(|active| active.reading)
     }
 
     /// The first reply on the GPU backend has no token yet: its kernels are compiling, which
@@ -739,6 +749,7 @@ impl AppState {
             saved_tokens: 0,
             snapshot_owed: false,
             stop_pressed: false,
+            reading: None,
         });
         self.live = None;
         self.save_current();
@@ -991,11 +1002,27 @@ impl AppState {
                 self.history.clear();
                 self.sync_server();
             }
+            Event::PromptProgress {
+                request,
+                done,
+                total,
+            } => {
+                if let Some(active) = self.generation.as_mut()
+                    && active.request == request
+                {
+                    active.reading = Some(PromptProgress { done, total });
+                }
+            }
             Event::PromptProcessed {
                 request,
                 stats,
                 dropped_messages,
             } => {
+                if let Some(active) = self.generation.as_mut()
+                    && active.request == request
+                {
+                    active.reading = None;
+                }
                 if self.is_active(request) {
                     self.live = Some(LiveStats {
                         generation: stats,

@@ -8,7 +8,7 @@ use tempfile::TempDir;
 use super::{AppState, ModelStatus};
 use crate::backend::BackendKind;
 use crate::engine::{Command, EngineError, Event, ModelInfo, RequestId};
-use crate::generation::FinishReason;
+use crate::generation::{FinishReason, PromptProgress};
 use crate::model_source::ModelSource;
 use crate::store::{ConversationStore, Paths, StoredMessage};
 use crate::text::{ChatMessage, Role};
@@ -1068,4 +1068,33 @@ fn a_desktop_without_a_file_dialog_gets_told_what_to_do_instead() {
     assert_eq!(notices.len(), 2, "{notices:?}");
     assert!(notices[0].contains("Current model") && notices[0].contains("drop"));
     assert!(notices[1].contains("exports folder"));
+}
+
+/// A long prompt's passes show on the reply being written, in its own chat only, until the
+/// reply begins.
+#[test]
+fn a_long_prompt_shows_how_far_it_has_been_read() {
+    let mut f = Fixture::ready();
+    let request = f.send("Summarise our chat");
+    assert_eq!(f.state.reading_prompt(), None);
+    f.play([Event::PromptProgress {
+        request: request.id,
+        done: 2304,
+        total: 8112,
+    }]);
+    let read = PromptProgress {
+        done: 2304,
+        total: 8112,
+    };
+    assert_eq!(f.state.reading_prompt(), Some(read));
+    assert!(f.state.apply(UiCommand::NewConversation));
+    assert_eq!(f.state.reading_prompt(), None, "another chat");
+    assert!(f.state.apply(Action::Select(1)));
+    assert_eq!(f.state.reading_prompt(), Some(read));
+    f.play([Event::PromptProcessed {
+        request: request.id,
+        stats: stats(0).generation,
+        dropped_messages: 0,
+    }]);
+    assert_eq!(f.state.reading_prompt(), None);
 }
