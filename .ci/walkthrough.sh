@@ -3,7 +3,8 @@
 # SmolLM2-135M-Instruct GGUF file (fetched by .ci/setup). It starts with no settings (the
 # first-run screen), types a path that does not exist, loads the model by its path, has three
 # chats (one message with Shift+Enter, one reply stopped then continued, one regenerated and
-# switched back to its first reply), quits with Ctrl+Q, and checks the saved conversations. It
+# switched back to its first reply), opens a model in LM Studio's folder from the model library
+# with the keyboard, quits with Ctrl+Q, and checks the saved conversations. It
 # then reopens the window to take screenshots at 800x600 and 1920x1080, dark and light.
 # Usage: .ci/walkthrough.sh [path/to/smolchat] [output folder]
 set -euo pipefail
@@ -102,6 +103,16 @@ start ctrl+r
 wait_reply
 key alt+Left
 shot walkthrough-800x600-dark
+# The model library from the keyboard: a model put in LM Studio's folder now shows when the
+# library opens (it looks again), its Open button has the keyboard, and Enter opens it.
+lm_studio="$HOME/.lmstudio/models/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
+mkdir -p "$lm_studio"
+ln -s "$model" "$lm_studio/smollm2-135m-instruct-q4_1.gguf"
+key ctrl+m
+sleep 2
+shot library-800x600-dark
+key Return
+sleep 3
 key ctrl+q
 for _ in $(seq 50); do kill -0 "$app_pid" 2>/dev/null || break; sleep 0.2; done
 if kill -0 "$app_pid" 2>/dev/null; then echo "Ctrl+Q did not close the window" >&2; exit 1; fi
@@ -120,7 +131,9 @@ reply = fruit[1]
 assert len(reply.get("other_variants", [])) == 1 and reply["variant"] == 0, reply
 settings = json.loads(pathlib.Path(sys.argv[2]).read_text())
 assert settings["window_size"] == [800.0, 600.0], settings.get("window_size")
-print("walkthrough: 3 chats saved as expected; Ctrl+Q kept the window size")
+opened = settings["model_folder"]
+assert opened.endswith("/.lmstudio/models/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q4_1.gguf"), opened
+print("walkthrough: 3 chats saved as expected; the library opened LM Studio's copy; Ctrl+Q kept the window size")
 PY
 
 # The same chats reopened, in each theme and size.

@@ -9,6 +9,7 @@
 //! count: a damaged or huge store costs a bounded time. What looks like a model but is not
 //! one (a torn download, a manifest whose blob is gone) is skipped with the reason.
 
+pub mod facts;
 pub mod removal;
 
 use std::ffi::OsString;

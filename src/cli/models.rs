@@ -8,10 +8,9 @@ use clap::Subcommand;
 
 use super::download::{self, DownloadArgs};
 
-use crate::generation::{MemoryPlan, available_memory, model_config, weight_bytes};
-use crate::gguf::GgufFile;
-use crate::model_library::{self, Library, LocalModel, removal};
-use crate::model_source::{is_gguf, model_name};
+use crate::generation::weight_bytes;
+use crate::model_library::{self, Library, LocalModel, facts, removal};
+use crate::model_source::model_name;
 use crate::store::Paths;
 
 #[derive(Debug, Subcommand)]
@@ -119,51 +118,22 @@ fn show(model: &str) -> Result<(), String> {
     row("name", &model_name(&path));
     row("path", &path.display());
     row("files", &size(weight_bytes(&path)));
-    if is_gguf(&path) {
-        let file = GgufFile::open(&path).map_err(|err| err.to_string())?;
-        let parameters: u64 = file.tensors().iter().map(|tensor| tensor.n_elements).sum();
-        row("parameters", &format!("{:.2} B", parameters as f64 / 1e9));
-        row("weights", &tensor_types(&file));
-    }
-    match describe(&path) {
-        Ok((family, plan)) => {
-            row("family", &family);
-            row("context", &format!("{} tokens", plan.model_context));
-            row("memory", &plan.describe());
+    match facts::read(&path) {
+        Ok(facts) => {
+            if let Some(parameters) = facts.parameters {
+                row("parameters", &format!("{:.2} B", parameters as f64 / 1e9));
+            }
+            if let Some(weights) = &facts.weights {
+                row("weights", weights);
+            }
+            row("family", &facts.family);
+            row("context", &format!("{} tokens", facts.plan.model_context));
+            row("memory", &facts.plan.describe());
             row("runs here", &"yes");
         }
         Err(reason) => row("runs here", &format!("no: {reason}")),
     }
     Ok(())
-}
-
-/// The family's transformers class and the memory plan, or why this build cannot run it.
-fn describe(path: &Path) -> Result<(String, MemoryPlan), String> {
-    let config = model_config(path).map_err(|err| err.to_string())?;
-    let family = config.architecture().map_err(|err| err.to_string())?;
-    let plan = MemoryPlan::new(&config, weight_bytes(path), available_memory());
-    Ok((family.transformers_class().to_string(), plan))
-}
-
-/// How many tensors the file holds in each type, most first: "Q4_K ×196, Q6_K ×29, F32 ×57".
-fn tensor_types(file: &GgufFile) -> String {
-    let mut counts: Vec<(String, usize)> = Vec::new();
-    for tensor in file.tensors() {
-        let name = tensor.ggml_type.to_string();
-        match counts.iter_mut().find(|(kind, _)| *kind == name) {
-            Some((_, count)) => *count += 1,
-            None => counts.push((name, 1)),
-        }
-    }
-    if counts.is_empty() {
-        return "none (a vocabulary only)".into();
-    }
-    counts.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    counts
-        .iter()
-        .map(|(kind, count)| format!("{kind} \u{d7}{count}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 fn list() -> Result<(), String> {
@@ -182,8 +152,20 @@ fn list() -> Result<(), String> {
         .max()
         .unwrap_or(0);
     for model in &library.models {
+        let (family, weights, fits) = match facts::read(&model.path) {
+            Ok(facts) => (
+                facts.family_name().to_string(),
+                facts.main_type().unwrap_or("?").to_string(),
+                match facts.fits {
+                    Some(true) => "fits",
+                    Some(false) => "too big",
+                    None => "?",
+                },
+            ),
+            Err(_) => ("unsupported".to_string(), String::new(), ""),
+        };
         println!(
-            "{:<name_width$}  {:>9}  {:<18}  {}",
+            "{:<name_width$}  {:>9}  {family:<11}  {weights:<8}  {fits:<7}  {:<18}  {}",
             model.name,
             size(model.bytes),
             model.store.label(),

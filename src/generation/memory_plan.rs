@@ -81,6 +81,14 @@ impl MemoryPlan {
         ))
     }
 
+    /// Whether the weights and a cache of the smallest context offered fit in
+    /// `available_bytes`, with the share left for everything else.
+    pub fn fits_in(&self, available_bytes: u64) -> bool {
+        let cache = self.kv_bytes_per_token * self.model_context.min(MIN_CONTEXT) as u64;
+        let needed = self.weights_bytes + self.kv_window_bytes + cache;
+        needed as f64 <= available_bytes as f64 * USABLE_SHARE
+    }
+
     /// The KV cache at the full context.
     pub fn kv_bytes(&self) -> u64 {
         self.kv_bytes_per_token * self.context as u64 + self.kv_window_bytes
@@ -194,5 +202,14 @@ mod tests {
         // Never below the minimum, however little is free.
         let starved = MemoryPlan::new(&config(131_072), 300_000_000, Some(100_000_000));
         assert_eq!(starved.context, MIN_CONTEXT);
+    }
+
+    /// A model fits when its weights and a cache of the smallest context take at most the
+    /// usable share: 0.3 GB and 2,048 × 46,080 bytes (94 MB) need 0.49 GB free.
+    #[test]
+    fn a_model_fits_when_weights_and_the_smallest_cache_do() {
+        let plan = MemoryPlan::new(&config(8192), 300_000_000, None);
+        assert!(plan.fits_in(500_000_000));
+        assert!(!plan.fits_in(480_000_000));
     }
 }

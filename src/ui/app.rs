@@ -11,7 +11,7 @@ use super::file_dialog::{Answer, Dialog, Pick};
 use super::state::ExportFormat;
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
-use super::{chat_view, conversation_list, first_run, input, settings_panel, status_bar};
+use super::{chat_view, conversation_list, first_run, input, library, settings_panel, status_bar};
 use crate::engine::EngineHandle;
 use crate::store::{Paths, Settings, Theme};
 
@@ -115,6 +115,12 @@ impl SmolchatApp {
             Action::Command(UiCommand::StopGeneration) if view.input_focused => {
                 view.focus_input = true;
             }
+            // The keyboard goes to the library's first model, so Enter opens it and Tab
+            // walks the list; closed, back to the message box.
+            Action::Command(UiCommand::ToggleLibrary) => {
+                view.focus_library = self.state.library_open();
+                view.focus_input = !self.state.library_open();
+            }
             Action::Command(UiCommand::Quit) => view.close_requested = true,
             Action::Command(UiCommand::ShowShortcuts) => view.shortcuts_open = true,
             Action::Command(UiCommand::RenameChat) => {
@@ -214,12 +220,14 @@ impl SmolchatApp {
             state.model(),
             ModelStatus::Ready(_) | ModelStatus::Loading(..)
         );
-        if show_chat {
+        if show_chat && !state.library_open() {
             Panel::bottom("input").show(ui, |ui| input::show(ui, state, view, &mut actions));
         }
         CentralPanel::default().show(ui, |ui| {
             errors_banner(ui, state, &mut actions);
-            if show_chat {
+            if state.library_open() {
+                library::show(ui, state, view, &mut actions);
+            } else if show_chat {
                 chat_view::show(ui, state, view, &mut actions);
             } else {
                 first_run::show(ui, state, view, &mut actions);
@@ -338,6 +346,7 @@ fn menu_bar(ui: &mut egui::Ui, state: &AppState, list_shown: bool, actions: &mut
                 "Settings",
                 settings.show_settings,
             ),
+            (UiCommand::ToggleLibrary, "Models", state.library_open()),
         ] {
             if ui
                 .selectable_label(shown, label)
@@ -356,6 +365,7 @@ fn checked(command: UiCommand, state: &AppState, list_shown: bool) -> Option<boo
     match command {
         UiCommand::ToggleConversations => Some(list_shown),
         UiCommand::ToggleSettings => Some(settings.show_settings),
+        UiCommand::ToggleLibrary => Some(state.library_open()),
         UiCommand::ToggleTokenView => Some(settings.show_token_probabilities),
         UiCommand::ToggleServer => Some(settings.server.enabled),
         UiCommand::ThemeSystem => Some(settings.theme == Theme::System),

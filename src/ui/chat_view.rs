@@ -231,7 +231,7 @@ fn reading_label(ui: &mut egui::Ui, reading: PromptProgress) -> String {
 }
 
 /// `n` with a comma between thousands.
-fn grouped(n: usize) -> String {
+pub fn grouped(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, digit) in digits.chars().enumerate() {

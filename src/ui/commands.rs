@@ -42,6 +42,8 @@ pub enum UiCommand {
     FocusInput,
     ToggleConversations,
     ToggleSettings,
+    /// Every model on this computer, in place of the chat.
+    ToggleLibrary,
     ToggleTokenView,
     /// "Serve on localhost": the loaded model answers OpenAI's API for other programs.
     ToggleServer,
@@ -81,6 +83,7 @@ impl UiCommand {
             // Switches: the menus mark them with a check when on.
             UiCommand::ToggleConversations => "Conversation list",
             UiCommand::ToggleSettings => "Settings panel",
+            UiCommand::ToggleLibrary => "Model library",
             UiCommand::ToggleTokenView => "Token probabilities",
             UiCommand::RegenerateLast => "Regenerate last reply",
             UiCommand::ContinueLast => "Continue last reply",
@@ -126,6 +129,7 @@ impl UiCommand {
             | UiCommand::NextChat
             | UiCommand::ToggleConversations
             | UiCommand::ToggleSettings
+            | UiCommand::ToggleLibrary
             | UiCommand::ToggleTokenView
             | UiCommand::ToggleServer
             | UiCommand::ThemeSystem
@@ -142,6 +146,7 @@ impl UiCommand {
             UiCommand::FocusInput => command(Key::L),
             UiCommand::ToggleConversations => command(Key::B),
             UiCommand::ToggleSettings => command(Key::Comma),
+            UiCommand::ToggleLibrary => command(Key::M),
             UiCommand::Quit => command(Key::Q),
             UiCommand::OpenModelFile => command(Key::O),
             UiCommand::ToggleTokenView => command(Key::T),

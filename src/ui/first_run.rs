@@ -7,6 +7,7 @@ use egui::RichText;
 
 use super::commands::{Action, UiCommand};
 use super::labels;
+use super::library::size_text;
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
 use crate::model_library::Store;
@@ -95,38 +96,46 @@ fn local_models(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) 
     }
     ui.label(RichText::new(labels::ON_THIS_COMPUTER).strong());
     ui.add_space(4.0);
-    for model in models.iter().take(MAX_LISTED) {
-        let mut text = format!(
-            "{} {}  \u{b7}  {}",
-            labels::OPEN_LOCAL_MODEL,
-            model.name,
-            size_text(model.bytes)
-        );
+    for entry in models.iter().take(MAX_LISTED) {
+        let model = &entry.model;
+        let mut text = format!("{} {}", labels::OPEN_LOCAL_MODEL, model.name);
+        if let Ok(facts) = &entry.facts {
+            text.push_str(&format!("  \u{b7}  {}", facts.family_name()));
+            if let Some(size) = facts.size_name() {
+                text.push_str(&format!(" {size}"));
+            }
+        }
+        text.push_str(&format!("  \u{b7}  {}", size_text(model.bytes)));
         // Whose store it is, when it is another app's.
         if model.store != Store::Smolchat {
             text.push_str(&format!("  \u{b7}  {}", model.store.label()));
         }
-        if ui
-            .button(text)
-            .on_hover_text(model.path.display().to_string())
-            .clicked()
-        {
+        let button = ui.add_enabled(entry.facts.is_ok(), egui::Button::new(text));
+        let button = match &entry.facts {
+            Ok(_) => button.on_hover_text(model.path.display().to_string()),
+            Err(reason) => {
+                button.on_disabled_hover_text(format!("This build cannot run it: {reason}"))
+            }
+        };
+        if button.clicked() {
             actions.push(Action::UseModelFolder(model.path.clone()));
         }
+    }
+    if models.len() > MAX_LISTED {
+        ui.label(
+            RichText::new(format!(
+                "and {} more in the model library ({})",
+                models.len() - MAX_LISTED,
+                UiCommand::ToggleLibrary.description(ui.ctx())
+            ))
+            .weak(),
+        );
     }
     ui.add_space(16.0);
 }
 
-/// Models listed at most; the path field opens any other.
+/// Models listed at most; the library lists them all.
 const MAX_LISTED: usize = 12;
-
-fn size_text(bytes: u64) -> String {
-    if bytes >= 1 << 30 {
-        format!("{:.1} GB", bytes as f64 / 1e9)
-    } else {
-        format!("{:.0} MB", bytes as f64 / 1e6)
-    }
-}
 
 /// The model path box (Enter loads what it names), with buttons for the desktop's dialogs.
 pub fn model_path_field(

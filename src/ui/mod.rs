@@ -8,6 +8,7 @@ mod file_dialog;
 mod first_run;
 mod fonts;
 mod input;
+mod library;
 mod local_server;
 #[cfg(test)]
 mod scripted_engine;

@@ -14,7 +14,7 @@ use crate::engine::{
 };
 use crate::generation::{FinishReason, MemoryPlan, ModelOptions, PromptProgress};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
-use crate::model_library::{self, LocalModel};
+use crate::model_library::{self, facts::Described};
 use crate::model_source::{ModelSource, is_gguf};
 use crate::store::{
     Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, ReplyVariant,
@@ -125,9 +125,11 @@ pub struct AppState {
     /// Replies finished since the model loaded: the GPU compiles its kernels in the first.
     replies_on_model: usize,
     /// The models on this machine, once the scan started with the window has finished.
-    local_models: Vec<LocalModel>,
+    local_models: Vec<Described>,
     /// The scan under way, off this thread: a large store must not hold up the window.
-    scanning: Option<crossbeam_channel::Receiver<Vec<LocalModel>>>,
+    scanning: Option<crossbeam_channel::Receiver<Vec<Described>>>,
+    /// The model library is shown in place of the chat.
+    library_open: bool,
 }
 
 impl AppState {
@@ -168,6 +170,7 @@ impl AppState {
             replies_on_model: 0,
             local_models: Vec::new(),
             scanning: None,
+            library_open: false,
         };
         state.scanning = scan_local_models(&state.paths);
         if let Some(folder) = state.settings.model_folder.clone() {
@@ -406,6 +409,14 @@ impl AppState {
             UiCommand::ToggleSettings => {
                 self.change_settings(|s| s.show_settings = !s.show_settings)
             }
+            // Opened, it looks again: a model downloaded or copied since shows up.
+            UiCommand::ToggleLibrary => {
+                self.library_open = !self.library_open;
+                if self.library_open && self.scanning.is_none() {
+                    self.scanning = scan_local_models(&self.paths);
+                }
+                true
+            }
             UiCommand::ToggleTokenView => {
                 self.change_settings(|s| s.show_token_probabilities = !s.show_token_probabilities)
             }
@@ -539,6 +550,8 @@ impl AppState {
         self.settings.model_folder = Some(folder.clone());
         self.save_settings();
         self.load_model_folder(folder);
+        // Back to the chat, where the model's loading shows.
+        self.library_open = false;
         true
     }
 
@@ -926,9 +939,15 @@ impl AppState {
         });
     }
 
-    /// The models found on this machine (empty until the scan has finished).
-    pub fn local_models(&self) -> &[LocalModel] {
+    /// The models found on this machine, each with what its files say (empty until the scan
+    /// has finished).
+    pub fn local_models(&self) -> &[Described] {
         &self.local_models
+    }
+
+    /// Whether the model library is shown in place of the chat.
+    pub fn library_open(&self) -> bool {
+        self.library_open
     }
 
     /// Whether the scan for local models is still under way: nothing wakes the window when
@@ -1298,15 +1317,17 @@ impl AppState {
     }
 }
 
-/// Starts looking for the models on this machine on a thread of its own; `None` if the
-/// thread cannot start (the first-run screen then offers the download and the path field).
-fn scan_local_models(paths: &Paths) -> Option<crossbeam_channel::Receiver<Vec<LocalModel>>> {
+/// Starts looking for the models on this machine, and reading what each is, on a thread of
+/// its own; `None` if the thread cannot start (the first-run screen then offers the download
+/// and the path field).
+fn scan_local_models(paths: &Paths) -> Option<crossbeam_channel::Receiver<Vec<Described>>> {
     let locations = model_library::locations(paths);
     let (found, scanning) = crossbeam_channel::bounded(1);
     std::thread::Builder::new()
         .name("smolchat-model-scan".into())
         .spawn(move || {
-            let _ = found.send(model_library::scan(&locations).models);
+            let models = model_library::scan(&locations).models;
+            let _ = found.send(model_library::facts::describe_all(models));
         })
         .ok()?;
     Some(scanning)

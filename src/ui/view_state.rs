@@ -13,6 +13,9 @@ pub struct ViewState {
     /// Whether the input box had the keyboard at the end of the last frame: egui takes focus
     /// away on Esc before the frame's commands run, and Stop gives it back.
     pub input_focused: bool,
+    /// Set when the library opens; its first model's Open button takes focus on the next
+    /// frame.
+    pub focus_library: bool,
     /// Index and draft text of the user message being edited.
     pub editing: Option<(usize, String)>,
     /// Set by Edit; the edit box takes focus on the next frame.

@@ -1022,7 +1022,7 @@ fn models_on_this_computer_are_found_and_open() {
     assert!(
         found
             .iter()
-            .any(|model| model.path == file && model.name == "tiny.Q8_0"),
+            .any(|found| found.model.path == file && found.model.name == "tiny.Q8_0"),
         "{found:?}"
     );
     assert!(state.apply(Action::UseModelFolder(file.clone())));
@@ -1031,6 +1031,51 @@ fn models_on_this_computer_are_found_and_open() {
         [Command::LoadModel { .. }]
     ));
     assert_eq!(state.settings().model_folder.as_ref(), Some(&file));
+}
+
+/// The library looks again each time it opens, so a model added since shows, and says what
+/// a file is not; opening a model from it goes back to the chat.
+#[test]
+fn the_library_looks_again_when_opened_and_closes_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = Paths::under(dir.path());
+    std::fs::create_dir_all(paths.models_dir()).unwrap();
+    let (handle, _engine) = ScriptedEngine::new();
+    let mut state = AppState::new(paths.clone(), handle);
+    let settle = |state: &mut AppState| {
+        let started = std::time::Instant::now();
+        while state.scanning_models() && started.elapsed() < std::time::Duration::from_secs(30) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            state.poll();
+        }
+    };
+    // Other stores on this machine (its home folder's) may add theirs.
+    let ours = |state: &AppState| -> Vec<_> {
+        state
+            .local_models()
+            .iter()
+            .filter(|found| found.model.path.starts_with(dir.path()))
+            .cloned()
+            .collect()
+    };
+    settle(&mut state);
+    assert!(ours(&state).is_empty());
+
+    let added = paths.models_dir().join("added.gguf");
+    std::fs::write(&added, b"GGUF\x03\0\0\0").unwrap();
+    assert!(state.apply(UiCommand::ToggleLibrary));
+    assert!(state.library_open());
+    settle(&mut state);
+    let [found] = &ours(&state)[..] else {
+        panic!("{:?}", state.local_models());
+    };
+    assert_eq!(found.model.path, added);
+    // Four bytes of header and nothing else: listed, with the reason it cannot run.
+    assert!(found.facts.is_err());
+
+    let tiny = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-smollm");
+    assert!(state.apply(Action::UseModelFolder(tiny)));
+    assert!(!state.library_open());
 }
 
 #[test]
