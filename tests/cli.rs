@@ -336,6 +336,21 @@ fn random_checkpoint_writes_a_loadable_model_folder() {
     assert!(report["token_ids"].is_array(), "{report}");
 }
 
+/// smolchat with `home` as the home folder and every model store inside it, so that a test
+/// sees only the models it puts there.
+fn in_home(home: &std::path::Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_smolchat"));
+    command
+        .env("HOME", home)
+        .env("SMOLCHAT_DATA_DIR", home.join("smolchat"))
+        .env("HF_HUB_CACHE", home.join("hub"))
+        .env("OLLAMA_MODELS", home.join("ollama"))
+        .env("LLAMA_CACHE", home.join("llama.cpp"))
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("XDG_CACHE_HOME", home.join("cache"));
+    command
+}
+
 /// Another app's store, found and opened in place: the genuine GGUF file as Ollama keeps it
 /// (a hash-named blob behind a manifest) and as LM Studio does, beside an Ollama manifest
 /// whose blob is gone. `models list` names both with their store and says why it skipped the
@@ -376,15 +391,9 @@ fn models_list_finds_other_apps_models_and_each_opens() {
     std::fs::write(manifests.join("gone/latest"), manifest("4567")).expect("manifest");
 
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_smolchat"))
+        in_home(home.path())
             .args(args)
-            .env("HOME", home.path())
-            .env("SMOLCHAT_DATA_DIR", home.path().join("smolchat"))
-            .env("HF_HUB_CACHE", home.path().join("hub"))
             .env("OLLAMA_MODELS", &ollama)
-            .env("LLAMA_CACHE", home.path().join("llama.cpp"))
-            .env("XDG_DATA_HOME", home.path().join("data"))
-            .env("XDG_CACHE_HOME", home.path().join("cache"))
             .output()
             .expect("the smolchat binary runs")
     };
@@ -466,16 +475,9 @@ fn models_pull_list_and_rm_manage_the_cache() {
     std::fs::create_dir_all(lm_studio.parent().expect("parent")).expect("folders");
     std::fs::write(&lm_studio, b"GGUF\x03\0\0\0").expect("file");
     let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_smolchat"))
+        in_home(home.path())
             .args(args)
-            .env("HOME", home.path())
-            .env("SMOLCHAT_DATA_DIR", home.path().join("smolchat"))
-            .env("HF_HUB_CACHE", home.path().join("hub"))
             .env("HF_ENDPOINT", &hub.endpoint)
-            .env("OLLAMA_MODELS", home.path().join("ollama"))
-            .env("LLAMA_CACHE", home.path().join("llama.cpp"))
-            .env("XDG_DATA_HOME", home.path().join("data"))
-            .env("XDG_CACHE_HOME", home.path().join("cache"))
             .stdin(std::process::Stdio::null())
             .output()
             .expect("the smolchat binary runs")

@@ -200,6 +200,13 @@ mod tests {
             .unwrap_or_else(|| panic!("{} not found in {:?}", path.display(), library.models))
     }
 
+    /// The removal planned for the model at `path`, as a scan of `dir`'s stores finds it.
+    fn planned(dir: &Path, path: &Path) -> Result<Removal, String> {
+        let locations = locations(dir);
+        let library = scan(&locations);
+        plan(found(&library, path), &library, &locations)
+    }
+
     #[test]
     fn a_file_in_our_folder_goes_alone() {
         let dir = tempfile::tempdir().unwrap();
@@ -207,9 +214,7 @@ mod tests {
         let gone = dir.path().join("smolchat/gone.gguf");
         write(&kept, GGUF);
         write(&gone, GGUF);
-        let locations = locations(dir.path());
-        let library = scan(&locations);
-        let removal = plan(found(&library, &gone), &library, &locations).unwrap();
+        let removal = planned(dir.path(), &gone).unwrap();
         assert_eq!(removal.paths, vec![gone.clone()]);
         assert_eq!(removal.bytes, GGUF.len() as u64);
         removal.apply().unwrap();
@@ -222,9 +227,7 @@ mod tests {
         let hub = dir.path().join("hub");
         let link = cached_gguf(&hub, "org/one", "c0ffee", "one.Q4_0.gguf", "aaaa");
         let kept = cached_gguf(&hub, "org/two", "c0ffee", "two.Q4_0.gguf", "bbbb");
-        let locations = locations(dir.path());
-        let library = scan(&locations);
-        let removal = plan(found(&library, &link), &library, &locations).unwrap();
+        let removal = planned(dir.path(), &link).unwrap();
         assert_eq!(removal.paths, vec![hub.join("models--org--one")]);
         assert_eq!(removal.bytes, GGUF.len() as u64);
         removal.apply().unwrap();
@@ -238,9 +241,7 @@ mod tests {
         let hub = dir.path().join("hub");
         let q4 = cached_gguf(&hub, "org/m", "c0ffee", "m.Q4_0.gguf", "aaaa");
         let q8 = cached_gguf(&hub, "org/m", "c0ffee", "m.Q8_0.gguf", "bbbb");
-        let locations = locations(dir.path());
-        let library = scan(&locations);
-        let removal = plan(found(&library, &q4), &library, &locations).unwrap();
+        let removal = planned(dir.path(), &q4).unwrap();
         let blob = fs::canonicalize(&q4).unwrap();
         assert_eq!(removal.paths, vec![q4.clone(), blob.clone()]);
         removal.apply().unwrap();
@@ -254,9 +255,7 @@ mod tests {
         let hub = dir.path().join("hub");
         let old = cached_gguf(&hub, "org/m", "0ld", "m.Q4_0.gguf", "aaaa");
         let new = cached_gguf(&hub, "org/m", "new", "m.Q4_0.gguf", "aaaa");
-        let locations = locations(dir.path());
-        let library = scan(&locations);
-        let removal = plan(found(&library, &old), &library, &locations).unwrap();
+        let removal = planned(dir.path(), &old).unwrap();
         assert_eq!(removal.paths, vec![old.clone()]);
         removal.apply().unwrap();
         assert!(new.is_file());

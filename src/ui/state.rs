@@ -989,6 +989,13 @@ impl AppState {
         })
     }
 
+    /// The generation under way, if it is `request`'s.
+    fn active_generation(&mut self, request: RequestId) -> Option<&mut ActiveGeneration> {
+        self.generation
+            .as_mut()
+            .filter(|active| active.request == request)
+    }
+
     fn handle(&mut self, event: Event) {
         match event {
             Event::DownloadProgress(progress) => {
@@ -1026,9 +1033,7 @@ impl AppState {
                 done,
                 total,
             } => {
-                if let Some(active) = self.generation.as_mut()
-                    && active.request == request
-                {
+                if let Some(active) = self.active_generation(request) {
                     active.reading = Some(PromptProgress { done, total });
                 }
             }
@@ -1037,9 +1042,7 @@ impl AppState {
                 stats,
                 dropped_messages,
             } => {
-                if let Some(active) = self.generation.as_mut()
-                    && active.request == request
-                {
+                if let Some(active) = self.active_generation(request) {
                     active.reading = None;
                 }
                 if self.is_active(request) {
