@@ -521,3 +521,53 @@ fn models_pull_list_and_rm_manage_the_cache() {
     );
     assert!(lm_studio.is_file());
 }
+
+/// Looking on the (fake) hub: `models search` lists the matching repositories, most
+/// downloaded first, with their formats; `models files` lists a repository's files with
+/// their sizes and each GGUF file's quantization, marking what fits here.
+#[test]
+fn models_search_and_files_look_on_the_hub() {
+    let hub = crate::fake_hub::FakeHub::start(crate::fake_hub::Repo::gguf_files());
+    let home = tempfile::tempdir().expect("temp dir");
+    let run = |args: &[&str]| {
+        let output = in_home(home.path())
+            .args(args)
+            .env("HF_ENDPOINT", &hub.endpoint)
+            .output()
+            .expect("the smolchat binary runs");
+        assert!(output.status.success(), "{}", stderr(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let found = run(&["models", "search", "tiny smollm"]);
+    assert_eq!(
+        found.lines().count(),
+        0,
+        "no id holds both words as one: {found}"
+    );
+    let found = run(&["models", "search", "Tiny-SmolLM"]);
+    let lines: Vec<&str> = found.lines().collect();
+    assert_eq!(lines.len(), 2, "{found}");
+    assert!(lines[0].starts_with("TestOrg/tiny-smollm "), "{found}");
+    assert!(
+        lines[0].contains("1200 downloads") && lines[0].ends_with("safetensors"),
+        "{found}"
+    );
+    assert!(lines[1].starts_with("TestOrg/tiny-smollm-GGUF ") && lines[1].ends_with("gguf"));
+    let limited = run(&["models", "search", "tiny", "--limit", "1"]);
+    assert_eq!(limited.lines().count(), 1, "{limited}");
+
+    let files = run(&["models", "files", crate::fake_hub::MODEL_ID]);
+    let q4 = files
+        .lines()
+        .find(|line| line.starts_with("tiny-smollm-Q4_K_M.gguf"))
+        .unwrap_or_else(|| panic!("{files}"));
+    assert!(
+        q4.contains("300 KB") && q4.contains("Q4_K_M") && q4.ends_with("fits"),
+        "{q4}"
+    );
+    let readme = files
+        .lines()
+        .find(|line| line.starts_with("README.md"))
+        .unwrap_or_else(|| panic!("{files}"));
+    assert!(!readme.contains("fits"), "{readme}");
+}

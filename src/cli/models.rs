@@ -8,7 +8,8 @@ use clap::Subcommand;
 
 use super::download::{self, DownloadArgs};
 
-use crate::generation::weight_bytes;
+use crate::generation::{MemoryPlan, available_memory, weight_bytes};
+use crate::hub::ModelDownloader;
 use crate::model_library::{self, Library, LocalModel, facts, removal};
 use crate::model_source::model_name;
 use crate::store::Paths;
@@ -23,6 +24,20 @@ pub enum ModelsCommand {
     Show {
         /// A name `list` prints, or a path.
         model: String,
+    },
+    /// Look for models on the Hugging Face hub: repositories whose name matches, most
+    /// downloaded first.
+    Search {
+        query: String,
+        /// How many to list.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// A hub repository's files and their sizes: each GGUF file's quantization and whether it
+    /// fits in the memory free now (`models pull ORG/NAME:QUANT` downloads one).
+    Files {
+        /// The repository, `org/name`.
+        model_id: String,
     },
     /// Download a model from the Hugging Face hub into the shared cache (as `download`).
     Pull(DownloadArgs),
@@ -41,9 +56,59 @@ pub fn run(command: ModelsCommand) -> Result<(), String> {
     match command {
         ModelsCommand::List => list(),
         ModelsCommand::Show { model } => show(&model),
+        ModelsCommand::Search { query, limit } => search(&query, limit),
+        ModelsCommand::Files { model_id } => files(&model_id),
         ModelsCommand::Pull(args) => download::run(args),
         ModelsCommand::Rm { model, yes } => remove(&model, yes),
     }
+}
+
+fn hub() -> Result<ModelDownloader, String> {
+    ModelDownloader::from_env().map_err(|err| err.to_string())
+}
+
+fn search(query: &str, limit: usize) -> Result<(), String> {
+    let found = hub()?.search(query, limit).map_err(|err| err.to_string())?;
+    if found.is_empty() {
+        eprintln!("no models on the hub match {query:?}");
+    }
+    let width = found.iter().map(|model| model.id.chars().count()).max();
+    for model in &found {
+        println!(
+            "{:<width$}  {:>9} downloads  {:>6} likes  {}",
+            model.id,
+            model.downloads,
+            model.likes,
+            model.formats.join(", "),
+            width = width.unwrap_or(0)
+        );
+    }
+    Ok(())
+}
+
+fn files(model_id: &str) -> Result<(), String> {
+    let files = hub()?
+        .repository_files(model_id)
+        .map_err(|err| err.to_string())?;
+    let available = available_memory();
+    let width = files.iter().map(|file| file.name.chars().count()).max();
+    for file in &files {
+        let fits = match (file.quant.as_ref(), file.size, available) {
+            (Some(_), Some(bytes), Some(free)) if MemoryPlan::weights_may_fit(bytes, free) => {
+                "fits"
+            }
+            (Some(_), Some(_), Some(_)) => "too big",
+            _ => "",
+        };
+        println!(
+            "{:<width$}  {:>9}  {:<8}  {fits}",
+            file.name,
+            file.size.map(size).unwrap_or_default(),
+            file.quant.as_deref().unwrap_or(""),
+            width = width.unwrap_or(0)
+        );
+    }
+    Ok(())
 }
 
 fn locations() -> Result<Vec<model_library::Location>, String> {
@@ -176,7 +241,9 @@ fn list() -> Result<(), String> {
 }
 
 fn size(bytes: u64) -> String {
-    if bytes < 1_000_000_000 {
+    if bytes < 1_000_000 {
+        format!("{:.0} KB", bytes as f64 / 1e3)
+    } else if bytes < 1_000_000_000 {
         format!("{:.0} MB", bytes as f64 / 1e6)
     } else {
         format!("{:.1} GB", bytes as f64 / 1e9)

@@ -89,6 +89,13 @@ impl MemoryPlan {
         needed as f64 <= available_bytes as f64 * USABLE_SHARE
     }
 
+    /// Whether a weights file of `bytes` whose config is not known yet (a file on the hub)
+    /// leaves room for a cache in `available_bytes`: within the usable share, with a tenth of
+    /// it kept for the cache.
+    pub fn weights_may_fit(bytes: u64, available_bytes: u64) -> bool {
+        bytes as f64 <= available_bytes as f64 * USABLE_SHARE * 0.9
+    }
+
     /// The KV cache at the full context.
     pub fn kv_bytes(&self) -> u64 {
         self.kv_bytes_per_token * self.context as u64 + self.kv_window_bytes
@@ -211,5 +218,8 @@ mod tests {
         let plan = MemoryPlan::new(&config(8192), 300_000_000, None);
         assert!(plan.fits_in(500_000_000));
         assert!(!plan.fits_in(480_000_000));
+        // Weights alone, before the config is known: 0.72 of what is free.
+        assert!(MemoryPlan::weights_may_fit(720_000_000, 1_000_000_000));
+        assert!(!MemoryPlan::weights_may_fit(730_000_000, 1_000_000_000));
     }
 }

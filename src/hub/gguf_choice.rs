@@ -35,7 +35,7 @@ pub(crate) fn choose(model_id: &str, quant: &str, files: &[String]) -> Result<St
 
 /// The quantization a GGUF file name ends with: the last `-` or `.` separated word of its
 /// stem (`...-Q4_K_M.gguf`, `....q8_0.gguf`), upper-cased.
-fn quant_of(file: &str) -> Option<String> {
+pub(crate) fn quant_of(file: &str) -> Option<String> {
     let stem = Path::new(file).file_stem()?.to_str()?;
     let word = stem.rsplit(['-', '.']).next()?;
     let looks_like_quant = word.len() >= 2

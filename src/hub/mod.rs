@@ -9,6 +9,7 @@ mod http;
 mod model_files;
 mod model_id;
 mod progress;
+mod search;
 mod snapshot;
 
 pub use cache::{
@@ -19,4 +20,5 @@ pub use http::{Retries, Timeouts};
 pub use model_files::{OPTIONAL_FILES, REQUIRED_FILES};
 pub use model_id::{DEFAULT_MODEL_ID, is_hub_model_id};
 pub use progress::{DownloadProgress, Reconnecting, render_progress_line, stderr_progress};
+pub use search::{FoundModel, RepositoryFile};
 pub use snapshot::{HubOptions, ModelDownloader};

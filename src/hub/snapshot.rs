@@ -68,6 +68,10 @@ impl ModelDownloader {
         &self.options
     }
 
+    pub(crate) fn agent(&self) -> &Agent {
+        &self.agent
+    }
+
     /// The snapshot folder if everything needed is already cached; never
     /// touches the network, so the app starts offline and instantly.
     pub fn cached_model_dir(&self, model_id: &str) -> Option<PathBuf> {
@@ -178,31 +182,10 @@ impl ModelDownloader {
 
     /// The repository's file names at the configured revision, from the hub's API.
     fn list_files(&self, model_id: &str) -> Result<Vec<String>, HubError> {
-        let url = format!(
-            "{}/api/models/{model_id}/revision/{}",
-            self.options.endpoint, self.options.revision
-        );
-        let mut response = http::get(&self.agent, &url, None)?;
-        let status = response.status().as_u16();
-        if status != 200 {
-            return Err(HubError::Http { url, status });
-        }
-        let text = response
-            .body_mut()
-            .read_to_string()
-            .map_err(|e| http::network_error(&url, e))?;
-        let bad = |reason: String| HubError::Network {
-            url: url.clone(),
-            reason,
-        };
-        let listing: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| bad(format!("the file list is not JSON: {e}")))?;
-        let siblings = listing["siblings"]
-            .as_array()
-            .ok_or_else(|| bad("the file list has no siblings".into()))?;
-        Ok(siblings
-            .iter()
-            .filter_map(|sibling| sibling["rfilename"].as_str().map(str::to_string))
+        Ok(self
+            .repository_files(model_id)?
+            .into_iter()
+            .map(|file| file.name)
             .collect())
     }
 

@@ -121,6 +121,39 @@ impl FakeHub {
     }
 }
 
+/// The repositories the hub's model listing knows, most downloaded first.
+pub const LISTED: [(&str, u64, &str); 3] = [
+    (
+        MODEL_ID,
+        1200,
+        r#"["safetensors", "llama", "text-generation"]"#,
+    ),
+    ("TestOrg/tiny-smollm-GGUF", 300, r#"["gguf", "llama"]"#),
+    ("OtherOrg/unrelated", 9, "[]"),
+];
+
+/// `/api/models?search=…&limit=…`: the listed repositories whose id holds the search word
+/// (any case), as the hub's listing answers.
+fn search(query: &str) -> String {
+    let param = |name: &str| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+            .unwrap_or("")
+    };
+    let word = param("search").replace("%20", " ").to_lowercase();
+    let limit = param("limit").parse().unwrap_or(usize::MAX);
+    let found: Vec<String> = LISTED
+        .iter()
+        .filter(|(id, _, _)| id.to_lowercase().contains(&word))
+        .take(limit)
+        .map(|(id, downloads, tags)| {
+            format!(r#"{{"id": "{id}", "downloads": {downloads}, "likes": 1, "tags": {tags}}}"#)
+        })
+        .collect();
+    format!("[{}]", found.join(", "))
+}
+
 fn serve(
     stream: TcpStream,
     log: &Mutex<Vec<Seen>>,
@@ -151,12 +184,18 @@ fn serve(
         range: range.clone(),
     });
     let mut out = stream;
+    if let Some(query) = path.strip_prefix("/api/models?") {
+        let body = search(query);
+        return respond(&mut out, "200 OK", &[], body.as_bytes(), &method);
+    }
     if path.starts_with(&format!("/api/models/{MODEL_ID}/revision/")) {
         let repo = state.lock().unwrap();
         let siblings: Vec<String> = repo
             .files
-            .keys()
-            .map(|name| format!("{{\"rfilename\": \"{name}\"}}"))
+            .iter()
+            .map(|(name, bytes)| {
+                format!("{{\"rfilename\": \"{name}\", \"size\": {}}}", bytes.len())
+            })
             .collect();
         let body = format!(
             "{{\"id\": \"{MODEL_ID}\", \"sha\": \"{COMMIT}\", \"siblings\": [{}]}}",
