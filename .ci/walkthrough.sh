@@ -63,7 +63,7 @@ start_x 800x600
 start_app 800 600
 shot first-run-800x600-dark
 # The model path field of the first-run screen (see the screenshot above).
-xdotool mousemove 250 276 click 1
+xdotool mousemove 250 299 click 1
 say "/no/such/model.gguf"
 key Return
 shot bad-path-800x600-dark

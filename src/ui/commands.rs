@@ -254,6 +254,12 @@ pub enum Action {
     SetThinking(bool),
     UseModelFolder(PathBuf),
     DownloadDefaultModel,
+    /// Looks on the hub for repositories matching the words.
+    SearchHub(String),
+    /// Lists a hub repository's files.
+    ListHubFiles(String),
+    /// Downloads `org/name` or `org/name:QUANT` from the hub and opens it.
+    DownloadFromHub(String),
     /// The settings as the panel left them; a new backend or precision reloads the model.
     /// Their model folder is ignored: a folder is checked first, by [`Action::UseModelFolder`].
     UpdateSettings(Settings),

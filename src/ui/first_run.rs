@@ -72,6 +72,13 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                 if ui.button(labels::DOWNLOAD_DEFAULT).clicked() {
                     actions.push(Action::DownloadDefaultModel);
                 }
+                if ui
+                    .button("Find another model on the hub\u{2026}")
+                    .on_hover_text(UiCommand::ToggleLibrary.description(ui.ctx()))
+                    .clicked()
+                {
+                    actions.push(UiCommand::ToggleLibrary.into());
+                }
             }
         }
         ui.add_space(24.0);

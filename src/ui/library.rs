@@ -8,6 +8,8 @@ use super::chat_view::{centered_column, grouped};
 use super::commands::{Action, UiCommand};
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
+use crate::generation::{MemoryPlan, available_memory};
+use crate::hub::RepositoryFile;
 use crate::model_library::facts::{Described, ModelFacts};
 
 pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
@@ -15,7 +17,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
         centered_column(ui, |ui| {
             ui.add_space(12.0);
             ui.horizontal(|ui| {
-                ui.heading("Models on this computer");
+                ui.heading("Models");
                 if ui
                     .button("Back to the chat")
                     .on_hover_text(UiCommand::ToggleLibrary.description(ui.ctx()))
@@ -32,6 +34,9 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                 .weak(),
             );
             ui.add_space(8.0);
+            hub_search(ui, state, view, actions);
+            ui.add_space(12.0);
+            ui.label(RichText::new("On this computer").strong());
             let models = state.local_models();
             if state.scanning_models() && models.is_empty() {
                 ui.label("Looking for models\u{2026}");
@@ -102,6 +107,144 @@ fn entry_card(
             open
         })
         .inner
+}
+
+/// A search box for the hub, the repositories it found, and one repository's files, each
+/// GGUF file with its quantization, size, whether it fits here, and Download.
+fn hub_search(
+    ui: &mut egui::Ui,
+    state: &AppState,
+    view: &mut ViewState,
+    actions: &mut Vec<Action>,
+) {
+    let hub = state.hub();
+    ui.horizontal(|ui| {
+        let field = ui.add(
+            egui::TextEdit::singleline(&mut view.hub_query)
+                .hint_text("Find a model on the Hugging Face hub, e.g. qwen3 gguf")
+                .desired_width(ui.available_width() - 80.0),
+        );
+        let entered = field.lost_focus() && ui.input(|input| input.key_pressed(egui::Key::Enter));
+        let query = view.hub_query.trim();
+        if (ui.button("Search").clicked() || entered) && !query.is_empty() {
+            actions.push(Action::SearchHub(query.to_string()));
+        }
+    });
+    if hub.searching() {
+        ui.label(RichText::new("Searching the hub\u{2026}").weak());
+        return;
+    }
+    let Some((query, found)) = hub.found() else {
+        return;
+    };
+    let found = match found {
+        Ok(found) if found.is_empty() => {
+            ui.label(format!(
+                "Nothing on the hub matches \u{201c}{query}\u{201d}."
+            ));
+            return;
+        }
+        Ok(found) => found,
+        Err(reason) => {
+            ui.colored_label(
+                ui.visuals().error_fg_color,
+                format!("The hub did not answer: {reason}"),
+            );
+            return;
+        }
+    };
+    for model in found {
+        ui.horizontal_wrapped(|ui| {
+            ui.label(RichText::new(&model.id).strong());
+            ui.label(
+                RichText::new(format!(
+                    "{} downloads  \u{b7}  {}",
+                    grouped(model.downloads as usize),
+                    if model.formats.is_empty() {
+                        "format not said".to_string()
+                    } else {
+                        model.formats.join(", ")
+                    }
+                ))
+                .weak(),
+            );
+            if ui.small_button("Files").clicked() {
+                actions.push(Action::ListHubFiles(model.id.clone()));
+            }
+        });
+        if let Some((id, files)) = hub.files()
+            && *id == model.id
+        {
+            repository_files(ui, id, files, actions);
+        }
+    }
+}
+
+/// One repository's files: GGUF files each with Download; a folder model as a whole.
+fn repository_files(
+    ui: &mut egui::Ui,
+    id: &str,
+    files: &Result<Vec<RepositoryFile>, String>,
+    actions: &mut Vec<Action>,
+) {
+    let files = match files {
+        Ok(files) => files,
+        Err(reason) => {
+            ui.colored_label(ui.visuals().error_fg_color, reason);
+            return;
+        }
+    };
+    let available = available_memory();
+    let ggufs: Vec<&RepositoryFile> = files.iter().filter(|file| file.quant.is_some()).collect();
+    ui.indent(id, |ui| {
+        egui::Grid::new(("hub files", id)).show(ui, |ui| {
+            for file in &ggufs {
+                let (quant, bytes) = (file.quant.as_deref().unwrap_or(""), file.size.unwrap_or(0));
+                ui.label(RichText::new(quant).monospace());
+                ui.label(size_text(bytes));
+                if ui
+                    .small_button("Download")
+                    .on_hover_text(&file.name)
+                    .clicked()
+                {
+                    actions.push(Action::DownloadFromHub(format!("{id}:{quant}")));
+                }
+                match available {
+                    Some(free) if !MemoryPlan::weights_may_fit(bytes, free) => {
+                        ui.colored_label(
+                            ui.visuals().warn_fg_color,
+                            "more than the memory free now",
+                        );
+                    }
+                    _ => {
+                        ui.label("");
+                    }
+                }
+                ui.end_row();
+            }
+        });
+        let folder_model = files.iter().any(|file| file.name == "config.json")
+            && files.iter().any(|file| file.name.ends_with(".safetensors"));
+        if folder_model {
+            let bytes: u64 = files
+                .iter()
+                .filter(|file| file.name.ends_with(".safetensors"))
+                .filter_map(|file| file.size)
+                .sum();
+            ui.horizontal(|ui| {
+                ui.label(format!(
+                    "the whole model (safetensors, {})",
+                    size_text(bytes)
+                ));
+                if ui.small_button("Download").clicked() {
+                    actions.push(Action::DownloadFromHub(id.to_string()));
+                }
+            });
+        }
+        if ggufs.is_empty() && !folder_model {
+            ui.label("No GGUF file or safetensors model here that smolchat reads.");
+        }
+    });
 }
 
 /// "Llama · 135M · Q4_1 · 98 MB · 8,192 tokens of context · Hugging Face cache".

@@ -13,7 +13,7 @@ use crate::engine::{
     EngineError, EngineHandle, Event, GenerateRequest, LiveStats, ModelInfo, RequestId,
 };
 use crate::generation::{FinishReason, MemoryPlan, ModelOptions, PromptProgress};
-use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
+use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress, HubOptions};
 use crate::model_library::{self, facts::Described};
 use crate::model_source::{ModelSource, is_gguf};
 use crate::store::{
@@ -130,6 +130,8 @@ pub struct AppState {
     scanning: Option<crossbeam_channel::Receiver<Vec<Described>>>,
     /// The model library is shown in place of the chat.
     library_open: bool,
+    /// The library's search of the hub.
+    hub: HubSearch,
 }
 
 impl AppState {
@@ -171,6 +173,7 @@ impl AppState {
             local_models: Vec::new(),
             scanning: None,
             library_open: false,
+            hub: HubSearch::new(HubOptions::from_env()),
         };
         state.scanning = scan_local_models(&state.paths);
         if let Some(folder) = state.settings.model_folder.clone() {
@@ -337,6 +340,15 @@ impl AppState {
             }
             Action::UseModelFolder(folder) => self.use_model_folder(folder),
             Action::DownloadDefaultModel => self.download_default_model(),
+            Action::SearchHub(query) => {
+                self.hub.search(query);
+                true
+            }
+            Action::ListHubFiles(model_id) => {
+                self.hub.list_files(model_id);
+                true
+            }
+            Action::DownloadFromHub(spec) => self.download(ModelSource::parse(&spec)),
             Action::UpdateSettings(settings) => self.update_settings(settings),
             Action::DismissError(index) => remove(&mut self.errors, index),
             Action::DismissNotice(index) => {
@@ -569,11 +581,14 @@ impl AppState {
     }
 
     fn download_default_model(&mut self) -> bool {
+        self.download(ModelSource::Hub(DEFAULT_MODEL_ID.to_string()))
+    }
+
+    /// Downloads a model from the hub and opens it; its progress shows where the chat was.
+    fn download(&mut self, source: ModelSource) -> bool {
         self.model = ModelStatus::Downloading(None);
-        self.engine.load_model(
-            ModelSource::Hub(DEFAULT_MODEL_ID.to_string()),
-            self.model_options(),
-        )
+        self.library_open = false;
+        self.engine.load_model(source, self.model_options())
     }
 
     /// The unsent message of conversation `id`, kept in memory (saved with the conversation).
@@ -950,6 +965,11 @@ impl AppState {
         self.library_open
     }
 
+    /// The library's search of the hub and its answers.
+    pub fn hub(&self) -> &HubSearch {
+        &self.hub
+    }
+
     /// Whether the scan for local models is still under way: nothing wakes the window when
     /// it ends, so the window looks again shortly.
     pub fn scanning_models(&self) -> bool {
@@ -958,6 +978,7 @@ impl AppState {
 
     /// Takes in everything the engine reported since the last call. Never blocks.
     pub fn poll(&mut self) {
+        self.hub.poll();
         if let Some(scanning) = &self.scanning {
             match scanning.try_recv() {
                 Ok(found) => {
@@ -1407,5 +1428,8 @@ fn no_file_dialog_advice(for_export: bool) -> &'static str {
     }
 }
 
+mod hub_search;
 #[cfg(test)]
 mod tests;
+
+pub use hub_search::HubSearch;

@@ -13,6 +13,8 @@ pub struct ViewState {
     /// Whether the input box had the keyboard at the end of the last frame: egui takes focus
     /// away on Esc before the frame's commands run, and Stop gives it back.
     pub input_focused: bool,
+    /// The library's search box.
+    pub hub_query: String,
     /// Set when the library opens; its first model's Open button takes focus on the next
     /// frame.
     pub focus_library: bool,

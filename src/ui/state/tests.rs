@@ -1143,3 +1143,28 @@ fn a_long_prompt_shows_how_far_it_has_been_read() {
     }]);
     assert_eq!(f.state.reading_prompt(), None);
 }
+
+/// A quantization picked from the hub's file list downloads that one file and opens it, with
+/// its progress where the chat was.
+#[test]
+fn a_file_picked_on_the_hub_downloads_and_opens() {
+    let mut f = Fixture::ready();
+    assert!(f.state.apply(UiCommand::ToggleLibrary));
+    assert!(
+        f.state
+            .apply(Action::DownloadFromHub("org/model-GGUF:Q4_K_M".into()))
+    );
+    assert!(!f.state.library_open());
+    assert!(matches!(f.state.model(), ModelStatus::Downloading(None)));
+    let commands = f.engine.commands();
+    let Some(Command::LoadModel { source, .. }) = commands.last() else {
+        panic!("{commands:?}");
+    };
+    assert_eq!(
+        *source,
+        ModelSource::HubGguf {
+            model_id: "org/model-GGUF".into(),
+            quant: "Q4_K_M".into()
+        }
+    );
+}
