@@ -58,6 +58,8 @@ fn load_tiny(engine: &EngineHandle) {
 struct Reply {
     /// A long prompt's `PromptProgress` events: done and total.
     progress: Vec<(usize, usize)>,
+    /// `Waiting` events: how many ran or waited ahead, each time the queue moved.
+    waiting: Vec<usize>,
     prompt_stats: Option<GenerationStats>,
     token_ids: Vec<u32>,
     text: String,
@@ -71,6 +73,12 @@ fn collect(engine: &EngineHandle, request: RequestId) -> Reply {
     let mut reply = Reply::default();
     loop {
         match next_event(engine) {
+            Event::Waiting { request: r, ahead } if r == request => {
+                assert!(reply.prompt_stats.is_none(), "waiting after the prompt");
+                reply.waiting.push(ahead);
+            }
+            // Another request's place in the queue, announced while this one runs.
+            Event::Waiting { .. } => {}
             Event::PromptProgress {
                 request: r,
                 done,
@@ -332,6 +340,7 @@ fn collect_client(client: &Client, request: RequestId) -> Reply {
             }
             Event::Error { error, .. } => reply.errors.push(error),
             Event::PromptProcessed { request: r, .. }
+            | Event::Waiting { request: r, .. }
             | Event::Stats { request: r, .. }
             | Event::Token { request: r, .. }
                 if r == request => {}
@@ -361,6 +370,44 @@ fn a_second_generate_while_one_runs_is_queued_and_served_after_it() {
     assert_eq!(reply.token_ids.len(), 40, "the running generation went on");
     assert_eq!(collect(&engine, second).token_ids.len(), 5);
     assert_no_more_events(&engine, "one final event per request");
+}
+
+/// Requests that wait are told how many are ahead of them, when they join and as the queue
+/// moves up.
+#[test]
+fn waiting_requests_are_told_their_place_as_the_queue_moves() {
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    let ask_for = |text: &str, tokens| {
+        engine.generate(
+            vec![ChatMessage::user(text)],
+            greedy(),
+            tokens,
+            OverflowPolicy::Stop,
+        )
+    };
+    let first = ask_for("one", 40);
+    let second = ask_for("two", 5);
+    let third = ask_for("three", 5);
+    let mut places: [Vec<usize>; 3] = Default::default();
+    let mut finished = 0;
+    while finished < 3 {
+        match next_event(&engine) {
+            Event::Waiting { request, ahead } => {
+                let index = [first, second, third]
+                    .iter()
+                    .position(|&r| r == request)
+                    .expect("one of ours");
+                // A place said again (each arrival announces them all) is no move.
+                if places[index].last() != Some(&ahead) {
+                    places[index].push(ahead);
+                }
+            }
+            Event::Finished { .. } => finished += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(places, [vec![], vec![1], vec![2, 1]]);
 }
 
 /// Replies of a greedy conversation of `turns` turns, run alone on a fresh engine.

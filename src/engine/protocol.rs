@@ -169,6 +169,12 @@ pub enum Event {
         memory: Option<MemoryPlan>,
     },
     ModelReady(ModelInfo),
+    /// The request waits its turn: `ahead` generations run or wait before it. Sent when it
+    /// joins the queue and each time the queue moves up.
+    Waiting {
+        request: RequestId,
+        ahead: usize,
+    },
     /// A long prompt is being read: `done` of its `total` tokens so far. Sent before each
     /// pass of [`crate::generation::PROMPT_CHUNK`] tokens, only for prompts that take several.
     PromptProgress {

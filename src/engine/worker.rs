@@ -51,13 +51,31 @@ struct Queue {
 
 impl Queue {
     /// The next command to run, waiting for one; `None` when every client is gone.
-    fn next(&mut self) -> Option<Command> {
+    fn next(&mut self, notify: &dyn Fn()) -> Option<Command> {
         let command = match self.pending.pop_front() {
-            Some(command) => command,
+            Some(command) => {
+                if matches!(command, Command::Generate { .. }) {
+                    self.announce(notify);
+                }
+                command
+            }
             None => self.commands.recv().ok()?,
         };
         self.publish();
         Some(command)
+    }
+
+    /// Tells each waiting generation how many run or wait before it: when one joins, and
+    /// when the queue moves up.
+    fn announce(&self, notify: &dyn Fn()) {
+        let waiting = self.pending.iter().filter_map(|command| match command {
+            Command::Generate { id, reply, .. } => Some((*id, reply)),
+            _ => None,
+        });
+        for (before, (request, reply)) in waiting.enumerate() {
+            let ahead = before + 1;
+            deliver(reply, notify, Event::Waiting { request, ahead });
+        }
     }
 
     /// Takes in the commands that arrived during a generation: generations join the queue
@@ -65,14 +83,21 @@ impl Queue {
     /// turn, except `Shutdown`, which is answered at once: returns true when it came.
     fn take_new(&mut self, notify: &dyn Fn()) -> bool {
         let mut shutdown = false;
+        let mut joined = false;
         for command in self.commands.try_iter().collect::<Vec<_>>() {
             match command {
                 Command::Shutdown => shutdown = true,
                 Command::Generate { id, reply, .. } if self.is_full(notify) => {
                     deliver(&reply, notify, Event::Busy { refused: id });
                 }
-                other => self.pending.push_back(other),
+                other => {
+                    joined |= matches!(other, Command::Generate { .. });
+                    self.pending.push_back(other);
+                }
             }
+        }
+        if joined {
+            self.announce(notify);
         }
         self.publish();
         shutdown
@@ -216,7 +241,7 @@ impl Worker {
     pub(super) fn run(mut self) {
         let _running = RunningFlag(Arc::clone(&self.queue.shared));
         while !self.shutting_down {
-            let Some(command) = self.queue.next() else {
+            let Some(command) = self.queue.next(&*self.notify) else {
                 break;
             };
             let (request, reply) = match &command {

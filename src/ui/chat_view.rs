@@ -94,6 +94,11 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                             // took a core from generation. Each new token redraws the text.
                             let doing = if state.stopping() {
                                 "stopping once the step under way ends\u{2026}".to_string()
+                            } else if let Some(ahead) = state.waiting_behind() {
+                                match ahead {
+                                    1 => "waiting: 1 request ahead\u{2026}".to_string(),
+                                    n => format!("waiting: {n} requests ahead\u{2026}"),
+                                }
                             } else if let Some(reading) = state.reading_prompt() {
                                 reading_label(ui, reading)
                             } else if state.preparing_gpu() {

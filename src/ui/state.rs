@@ -80,6 +80,8 @@ struct ActiveGeneration {
     stop_pressed: bool,
     /// A long prompt being read: how many of its tokens are, of how many.
     reading: Option<PromptProgress>,
+    /// Waiting its turn behind this many generations (API clients', say).
+    waiting: Option<usize>,
 }
 
 /// A passing word about what just happened. It leaves after [`NOTICE_LIFETIME`] or when
@@ -288,6 +290,14 @@ impl AppState {
             .as_ref()
             .filter(|active| active.conversation_id == self.current().id)
             .and_then(|active| active.reading)
+    }
+
+    /// How many generations the active reply waits behind, while it waits.
+    pub fn waiting_behind(&self) -> Option<usize> {
+        self.generation
+            .as_ref()
+            .filter(|active| active.conversation_id == self.current().id)
+            .and_then(|active| active.waiting)
     }
 
     /// The first reply on the GPU backend has no token yet: its kernels are compiling, which
@@ -778,6 +788,7 @@ impl AppState {
             snapshot_owed: false,
             stop_pressed: false,
             reading: None,
+            waiting: None,
         });
         self.live = None;
         self.save_current();
@@ -1049,6 +1060,11 @@ impl AppState {
                 self.history.clear();
                 self.sync_server();
             }
+            Event::Waiting { request, ahead } => {
+                if let Some(active) = self.active_generation(request) {
+                    active.waiting = Some(ahead);
+                }
+            }
             Event::PromptProgress {
                 request,
                 done,
@@ -1056,6 +1072,7 @@ impl AppState {
             } => {
                 if let Some(active) = self.active_generation(request) {
                     active.reading = Some(PromptProgress { done, total });
+                    active.waiting = None;
                 }
             }
             Event::PromptProcessed {
@@ -1065,6 +1082,7 @@ impl AppState {
             } => {
                 if let Some(active) = self.active_generation(request) {
                     active.reading = None;
+                    active.waiting = None;
                 }
                 if self.is_active(request) {
                     self.live = Some(LiveStats {

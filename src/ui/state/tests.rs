@@ -1168,3 +1168,27 @@ fn a_file_picked_on_the_hub_downloads_and_opens() {
         }
     );
 }
+
+/// A message that waits behind other requests (API clients') says how many, until its prompt
+/// is read.
+#[test]
+fn a_waiting_reply_says_how_many_are_ahead() {
+    let mut f = Fixture::ready();
+    let request = f.send("Hello");
+    f.play([Event::Waiting {
+        request: request.id,
+        ahead: 2,
+    }]);
+    assert_eq!(f.state.waiting_behind(), Some(2));
+    f.play([Event::Waiting {
+        request: request.id,
+        ahead: 1,
+    }]);
+    assert_eq!(f.state.waiting_behind(), Some(1));
+    f.play([Event::PromptProcessed {
+        request: request.id,
+        stats: stats(0).generation,
+        dropped_messages: 0,
+    }]);
+    assert_eq!(f.state.waiting_behind(), None);
+}
