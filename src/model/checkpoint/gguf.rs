@@ -7,6 +7,7 @@
 
 use burn::tensor::{Bytes, DType, TensorData};
 use half::{bf16, f16};
+use rayon::prelude::*;
 
 use super::{Checkpoint, LayerRole, TensorRole};
 use crate::gguf::{GgmlType, GgufFile, IntegerParts, TensorInfo, qk_gguf_row, split_row};
@@ -233,10 +234,14 @@ impl Checkpoint for GgufCheckpoint {
             return Ok(None);
         };
         let has_offsets = parts.iter().any(|(_, info)| info.ggml_type.has_offsets());
+        let per_row = cols / block;
         let mut values = vec![0i8; rows * cols];
-        let mut scales = Vec::with_capacity(rows * cols / block);
-        let mut offsets = Vec::with_capacity(if has_offsets { rows * cols / block } else { 0 });
-        let mut row_values = values.chunks_exact_mut(cols.max(1));
+        let mut scales = vec![0.0; rows * per_row];
+        let mut offsets = vec![0.0; if has_offsets { rows * per_row } else { 0 }];
+        // Each part's rows, split on every core: one thread took a third of a 1.7B file's
+        // loading here.
+        let (mut values_left, mut scales_left, mut offsets_left) =
+            (&mut values[..], &mut scales[..], &mut offsets[..]);
         for &(role, info) in &parts {
             let ty = info.ggml_type;
             let view = self
@@ -244,25 +249,68 @@ impl Checkpoint for GgufCheckpoint {
                 .tensor(&info.name)
                 .map_err(|err| corrupt(&self.file, err))?;
             let own_block = ty.integer_block().unwrap_or(block);
-            let mut row_scales = vec![0.0; cols / own_block];
-            let mut row_offsets = vec![0.0; cols / own_block];
-            for row in 0..info.n_rows() as usize {
-                let q = row_values.next().ok_or_else(|| {
-                    ModelError::Backend("GGUF tensor parts outgrew their stacked shape".into())
-                })?;
-                let bytes = view
-                    .row_bytes(self.stored_row(role, row) as u64)
-                    .map_err(|err| corrupt(&self.file, err))?;
-                let parts = IntegerParts {
-                    q,
-                    scales: &mut row_scales,
-                    offsets: &mut row_offsets,
+            let part_rows = info.n_rows() as usize;
+            let overgrown =
+                || ModelError::Backend("GGUF tensor parts outgrew their stacked shape".into());
+            let (part_values, rest) = std::mem::take(&mut values_left)
+                .split_at_mut_checked(part_rows * cols)
+                .ok_or_else(overgrown)?;
+            values_left = rest;
+            let (part_scales, rest) = std::mem::take(&mut scales_left)
+                .split_at_mut_checked(part_rows * per_row)
+                .ok_or_else(overgrown)?;
+            scales_left = rest;
+            let part_offsets = if has_offsets {
+                let (part, rest) = std::mem::take(&mut offsets_left)
+                    .split_at_mut_checked(part_rows * per_row)
+                    .ok_or_else(overgrown)?;
+                offsets_left = rest;
+                Some(part)
+            } else {
+                None
+            };
+            let times = own_block / block;
+            let split =
+                |row: usize,
+                 q: &mut [i8],
+                 row_scales: &mut [f32],
+                 row_offsets: Option<&mut [f32]>,
+                 (own_scales, own_offsets): &mut (Vec<f32>, Vec<f32>)| {
+                    let bytes = view
+                        .row_bytes(self.stored_row(role, row) as u64)
+                        .map_err(|err| corrupt(&self.file, err))?;
+                    let parts = IntegerParts {
+                        q,
+                        scales: own_scales,
+                        offsets: own_offsets,
+                    };
+                    split_row(ty, bytes, parts).map_err(|err| corrupt(&self.file, err))?;
+                    for (out, value) in row_scales.iter_mut().zip(repeated(own_scales, times)) {
+                        *out = value;
+                    }
+                    for (out, value) in row_offsets
+                        .into_iter()
+                        .flatten()
+                        .zip(repeated(own_offsets, times))
+                    {
+                        *out = value;
+                    }
+                    Ok::<(), ModelError>(())
                 };
-                split_row(ty, bytes, parts).map_err(|err| corrupt(&self.file, err))?;
-                scales.extend(repeated(&row_scales, own_block / block));
-                if has_offsets {
-                    offsets.extend(repeated(&row_offsets, own_block / block));
-                }
+            let buffers = || (vec![0.0; cols / own_block], vec![0.0; cols / own_block]);
+            let rows_of = part_values
+                .par_chunks_exact_mut(cols.max(1))
+                .zip(part_scales.par_chunks_exact_mut(per_row.max(1)))
+                .enumerate();
+            match part_offsets {
+                Some(part) => rows_of
+                    .zip(part.par_chunks_exact_mut(per_row.max(1)))
+                    .try_for_each_init(buffers, |buffers, ((row, (q, s)), o)| {
+                        split(row, q, s, Some(o), buffers)
+                    })?,
+                None => rows_of.try_for_each_init(buffers, |buffers, (row, (q, s))| {
+                    split(row, q, s, None, buffers)
+                })?,
             }
             self.file.release(info);
         }
