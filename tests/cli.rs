@@ -173,6 +173,30 @@ fn invalid_sampling_values_are_named() {
     }
 }
 
+/// A raw prompt is held to the context as a chat is, with the reply's room: the same rule as
+/// the engine's (it used to be sent to the model unchecked).
+#[test]
+fn a_raw_prompt_too_long_for_the_context_is_refused_with_the_numbers() {
+    let model = tiny_model_dir();
+    let long = "word ".repeat(2100);
+    let output = smolchat(&[
+        "generate",
+        "--model",
+        model.to_str().expect("utf-8 path"),
+        "--raw",
+        "--prompt",
+        &long,
+        "--max-tokens",
+        "16",
+    ]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("does not fit") && message.contains("context window holds 2048"),
+        "{message}"
+    );
+}
+
 #[test]
 fn missing_model_folder_is_a_clear_error() {
     let output = smolchat(&["generate", "--model", "./no/such/folder", "--prompt", "x"]);

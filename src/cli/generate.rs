@@ -6,13 +6,13 @@ use clap::Args;
 use super::sampling_args::SamplingArgs;
 use crate::backend::BackendKind;
 use crate::generation::{
-    FinishReason, GenerationSession, LoadedModel, ModelOptions, PROMPT_CHUNK, PromptProgress, Step,
-    TokenLogprobs,
+    FinishReason, GenerationSession, LoadedModel, ModelOptions, PROMPT_CHUNK, Prompt, PromptFit,
+    PromptProgress, Step, TokenLogprobs,
 };
 use crate::model::Precision;
 use crate::stats::memory;
 use crate::text::reasoning::THINKING_VARIABLE;
-use crate::text::{ChatMessage, ContextWindow, OverflowPolicy, TemplateVariables};
+use crate::text::{ChatMessage, OverflowPolicy, TemplateVariables};
 
 #[derive(Debug, Args)]
 pub struct GenerateArgs {
@@ -107,11 +107,12 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
     if let Some(reason) = &loaded.device.fallback {
         eprintln!("warning: {reason}");
     }
-    let prompt = if args.raw {
-        loaded
-            .tokenizer
-            .encode(&args.prompt, false)
-            .map_err(|err| err.to_string())?
+    let mut variables = TemplateVariables::new();
+    if args.no_thinking {
+        variables.insert(THINKING_VARIABLE.into(), false.into());
+    }
+    let request = if args.raw {
+        Prompt::Raw(args.prompt.clone())
     } else {
         if loaded.template.is_fallback() {
             eprintln!("note: {} has no chat template; using ChatML", dir.display());
@@ -121,20 +122,16 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
             messages.push(ChatMessage::system(system.clone()));
         }
         messages.push(ChatMessage::user(args.prompt.clone()));
-        let window = ContextWindow {
-            limit: loaded.memory.context,
-            reserve_for_reply: 1,
-            policy: OverflowPolicy::Stop,
-        };
-        let mut variables = TemplateVariables::new();
-        if args.no_thinking {
-            variables.insert(THINKING_VARIABLE.into(), false.into());
-        }
-        window
-            .fit(&messages, &loaded.template, &variables, &loaded.tokenizer)
-            .map_err(|err| err.to_string())?
-            .ids
+        Prompt::Chat(messages)
     };
+    // As the engine fits a request: the same room kept for the reply.
+    let fit = PromptFit {
+        limit: loaded.memory.context,
+        max_new_tokens: Some(args.max_tokens),
+        overflow: OverflowPolicy::Stop,
+        variables: &variables,
+    };
+    let (prompt, _) = fit.ids(&loaded, &request).map_err(|err| err.to_string())?;
 
     let mut cache = loaded.new_cache();
     // How far a long prompt has been read, on one line of the terminal.

@@ -96,6 +96,9 @@ impl EngineError {
                 EngineError::PromptTooLong { prompt, limit }
             }
             GenerationError::Text(err) => EngineError::from_text(err),
+            err @ GenerationError::EmptyPrompt => EngineError::Prompt {
+                reason: err.to_string(),
+            },
             other => EngineError::Generation {
                 reason: other.to_string(),
             },

@@ -43,15 +43,7 @@ pub enum Command {
     InjectPanic(Reply),
 }
 
-/// What to say, as the engine turns it into prompt tokens.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Prompt {
-    /// A conversation, rendered with the model's chat template and ending with the assistant's
-    /// header.
-    Chat(Vec<ChatMessage>),
-    /// Text to continue as it is: no template, no special tokens added.
-    Raw(String),
-}
+pub use crate::generation::Prompt;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct GenerateRequest {

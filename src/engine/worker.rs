@@ -9,17 +9,14 @@ use crossbeam_channel::Receiver;
 
 use super::error::EngineError;
 use super::handle::Shared;
-use super::protocol::{
-    Command, Event, GenerateRequest, LiveStats, ModelInfo, Prompt, Reply, RequestId,
-};
+use super::protocol::{Command, Event, GenerateRequest, LiveStats, ModelInfo, Reply, RequestId};
 use crate::generation::{
     FinishReason, GenerationSession, GenerationStats, LoadedModel, MemoryPlan, ModelOptions,
-    PromptProgress, Step,
+    PromptFit, PromptProgress, Step,
 };
 use crate::model::KvCache;
 use crate::model_source::{ModelSource, model_name};
 use crate::stats::memory;
-use crate::text::ContextWindow;
 use crate::text::reasoning::THINKING_VARIABLE;
 
 /// How often a generation reports its live figures: as often as the window redraws for them.
@@ -165,52 +162,6 @@ struct RunningFlag(Arc<Shared>);
 impl Drop for RunningFlag {
     fn drop(&mut self) {
         self.0.running.store(false, Ordering::SeqCst);
-    }
-}
-
-/// The prompt's token ids and how many old messages were left out. A reply needs room:
-/// `max_new_tokens` of it up to half the context, or one token when it is unbounded.
-fn prompt_ids(
-    loaded: &LoadedModel,
-    limit: usize,
-    request: &GenerateRequest,
-) -> Result<(Vec<u32>, usize), EngineError> {
-    let reserve_for_reply = request
-        .max_new_tokens
-        .map_or(1, |tokens| tokens.clamp(1, limit / 2));
-    match &request.prompt {
-        Prompt::Chat(messages) => {
-            let window = ContextWindow {
-                limit,
-                reserve_for_reply,
-                policy: request.overflow,
-            };
-            let fitted = window
-                .fit(
-                    messages,
-                    &loaded.template,
-                    &request.template_variables,
-                    &loaded.tokenizer,
-                )
-                .map_err(EngineError::from_text)?;
-            Ok((fitted.ids, fitted.dropped_messages))
-        }
-        Prompt::Raw(text) => {
-            let ids = loaded
-                .tokenizer
-                .encode(text, false)
-                .map_err(EngineError::from_text)?;
-            if ids.is_empty() {
-                return Err(EngineError::Prompt {
-                    reason: "the prompt is empty: there is nothing to continue".into(),
-                });
-            }
-            let needed = ids.len().saturating_add(reserve_for_reply);
-            if needed > limit {
-                return Err(EngineError::ContextFull { needed, limit });
-            }
-            Ok((ids, 0))
-        }
     }
 }
 
@@ -376,10 +327,16 @@ impl Worker {
             send(fail(EngineError::NoModel));
             return;
         };
-        let (prompt, dropped_messages) = match prompt_ids(loaded, cache.max_len(), &request) {
+        let fit = PromptFit {
+            limit: cache.max_len(),
+            max_new_tokens: request.max_new_tokens,
+            overflow: request.overflow,
+            variables: &request.template_variables,
+        };
+        let (prompt, dropped_messages) = match fit.ids(loaded, &request.prompt) {
             Ok(prompt) => prompt,
             Err(error) => {
-                send(fail(error));
+                send(fail(EngineError::from_generation(error)));
                 return;
             }
         };

@@ -4,12 +4,14 @@
 mod error;
 mod loaded_model;
 mod memory_plan;
+mod prompt;
 mod session;
 mod stats;
 
 pub use error::GenerationError;
 pub use loaded_model::{LoadedModel, ModelOptions};
 pub use memory_plan::{MemoryPlan, available_memory, model_config, weight_bytes};
+pub use prompt::{Prompt, PromptFit};
 pub use session::{
     FinishReason, GenerationSession, PROMPT_CHUNK, PromptProgress, Step, TokenEvent, TokenLogprobs,
 };
