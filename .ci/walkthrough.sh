@@ -3,8 +3,9 @@
 # SmolLM2-135M-Instruct GGUF file (fetched by .ci/setup). It starts with no settings (the
 # first-run screen), types a path that does not exist, loads the model by its path, has three
 # chats (one message with Shift+Enter, one reply stopped then continued, one regenerated and
-# switched back to its first reply), opens a model in LM Studio's folder from the model library
-# with the keyboard, quits with Ctrl+Q, and checks the saved conversations. It
+# switched back to its first reply), searches the hub (a stand-in on loopback) from the model
+# library and opens a model in LM Studio's folder from it with the keyboard, quits with Ctrl+Q,
+# and checks the saved conversations. It
 # then reopens the window to take screenshots at 800x600 and 1920x1080, dark and light.
 # Usage: .ci/walkthrough.sh [path/to/smolchat] [output folder]
 set -euo pipefail
@@ -16,13 +17,18 @@ model="$PWD/tests/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 [ -x "$bin" ] || cargo build --locked --bin smolchat
 [ -f "$model" ] || { echo "missing $model: run .ci/setup" >&2; exit 1; }
 root="$(mktemp -d)"
-trap 'kill "${app_pid:-}" "${xvfb_pid:-}" 2>/dev/null || true; rm -rf "$root"' EXIT
+trap 'kill "${app_pid:-}" "${xvfb_pid:-}" "${hub_pid:-}" 2>/dev/null || true; rm -rf "$root"' EXIT
 mkdir -p "$out"
 # An empty Hugging Face cache and home folder too: the first-run screen lists the models it
 # finds on this machine (other apps' stores included), which would move the fields clicked
 # below.
 export SMOLCHAT_DATA_DIR="$root/data" SMOLCHAT_CONFIG_DIR="$root/config" HF_HUB_CACHE="$root/hub"
 export HOME="$root/home" OLLAMA_MODELS="$root/home/ollama"
+# The hub's model listing, stood in for on loopback for the library's search box.
+python3 .ci/fake_hub_listing.py "$root/hub-port" &
+hub_pid=$!
+for _ in $(seq 50); do [ -s "$root/hub-port" ] && break; sleep 0.1; done
+export HF_ENDPOINT="http://127.0.0.1:$(cat "$root/hub-port")"
 unset LLAMA_CACHE XDG_DATA_HOME XDG_CACHE_HOME
 mkdir -p "$SMOLCHAT_CONFIG_DIR" "$HOME"
 settings="$SMOLCHAT_CONFIG_DIR/settings.json"
@@ -111,6 +117,19 @@ ln -s "$model" "$lm_studio/smollm2-135m-instruct-q4_1.gguf"
 key ctrl+m
 sleep 2
 shot library-800x600-dark
+# The search box (before the Search button, before the first Open), then a repository's files.
+key shift+Tab
+key shift+Tab
+say "qwen3 1.7b"
+key Return
+sleep 2
+xdotool mousemove 347 166 click 1
+sleep 2
+shot hub-search-800x600-dark
+# Closed and opened again, the library gives its first model the keyboard; Enter opens it.
+key ctrl+m
+key ctrl+m
+sleep 1
 key Return
 sleep 3
 key ctrl+q
