@@ -212,28 +212,12 @@ impl Sampler {
                 everything_read || drawable < read,
             )
         };
-        let mut kept = pool;
-        if self.params.min_p > 0.0 {
-            let min_weight = f64::from(self.params.min_p);
-            kept = weights[..pool]
-                .iter()
-                .take_while(|&&w| w >= min_weight)
-                .count();
-            // A read token below min-p puts every unread one below it too.
-            covered |= kept < pool;
-        }
-        let mut reached = None;
-        if self.params.top_p < 1.0 {
-            let target = f64::from(self.params.top_p) * pool_total;
-            let mut cumulative = 0.0;
-            reached = weights[..kept].iter().position(|&w| {
-                cumulative += w;
-                cumulative >= target
-            });
-        }
+        let (passing, reached) = kept_prefix(&weights[..pool], pool_total, &self.params);
+        // A read token below min-p puts every unread one below it too.
+        covered |= passing < pool;
         let kept = match reached {
-            Some(end) => end + 1,
-            None if covered => kept,
+            Some(kept) => kept,
+            None if covered => passing,
             None => return Ok(None),
         };
         if kept == 0 {
@@ -439,43 +423,84 @@ fn filtered_distribution(
     }
     // Top-p measures mass against everything top-k left, before min-p.
     let pool_total: f64 = pool.iter().map(|&id| weights[id as usize]).sum();
-    if params.min_p > 0.0 {
-        // The likeliest token weighs 1, so `min_p * max_prob` is just `min_p`. The
-        // survivors are a prefix of the ranking, so filtering before top-p is
-        // equivalent to filtering after it and leaves less to sort.
-        let min_weight = f64::from(params.min_p);
+    // Min-p's survivors are a prefix of the ranking: taken out before it, they leave a few
+    // dozen tokens to rank instead of the vocabulary, and `kept_prefix` finds them all
+    // passing.
+    if let Some(min_weight) = min_p_weight(params) {
         pool.retain(|&id| weights[id as usize] >= min_weight);
     }
-    let kept = nucleus(&pool, logits, &weights, pool_total, params.top_p);
+    let kept = nucleus(&pool, logits, &weights, pool_total, params);
     if kept.is_empty() {
         return Err(SamplingError::NoCandidates);
     }
     Ok(Distribution::new(kept, &weights))
 }
 
-/// The smallest best-first prefix of `pool` holding at least `top_p` of `total`
-/// (all of `pool` when it holds less), found on a growing window of the best
-/// tokens so the usual case sorts only a few hundred entries.
-fn nucleus(pool: &[u32], logits: &[f32], weights: &[f64], total: f64, top_p: f32) -> Vec<u32> {
-    let target = f64::from(top_p) * total;
+/// What min-p and top-p keep of `pool` ([`kept_prefix`]), found on a growing window of the
+/// best tokens so the usual case sorts only a few hundred entries: the window is wide
+/// enough once top-p is reached in it, or once a token in it falls below min-p (every token
+/// past the window ranks lower still).
+fn nucleus(
+    pool: &[u32],
+    logits: &[f32],
+    weights: &[f64],
+    total: f64,
+    params: &SamplingParams,
+) -> Vec<u32> {
     let mut width = pool.len().min(INITIAL_NUCLEUS_WIDTH);
     loop {
         let mut ranked = top_ranked(pool, logits, width);
-        if top_p < 1.0 {
-            let mut cumulative = 0.0;
-            if let Some(end) = ranked.iter().position(|&id| {
-                cumulative += weights[id as usize];
-                cumulative >= target
-            }) {
-                ranked.truncate(end + 1);
-                return ranked;
-            }
+        let ranked_weights: Vec<f64> = ranked.iter().map(|&id| weights[id as usize]).collect();
+        let (passing, reached) = kept_prefix(&ranked_weights, total, params);
+        if let Some(kept) = reached {
+            ranked.truncate(kept);
+            return ranked;
         }
-        if width == pool.len() {
+        if passing < ranked.len() || width == pool.len() {
+            ranked.truncate(passing);
             return ranked;
         }
         width = pool.len().min(width * 8);
     }
+}
+
+/// What min-p and top-p keep of a best-first run of `weights` (the likeliest token weighs
+/// 1): how many pass min-p, and the length of the smallest prefix of those that holds `top_p`
+/// of `pool_total`, when they hold that much. Both samplers' filters, on whatever they ranked.
+fn kept_prefix(
+    weights: &[f64],
+    pool_total: f64,
+    params: &SamplingParams,
+) -> (usize, Option<usize>) {
+    let passing = match min_p_weight(params) {
+        None => weights.len(),
+        Some(min_weight) => weights.iter().take_while(|&&w| w >= min_weight).count(),
+    };
+    let reached = top_p_prefix(&weights[..passing], pool_total, params.top_p);
+    (passing, reached)
+}
+
+/// The weight below which min-p drops a token, when it is on: the likeliest token weighs 1,
+/// so `min_p · max_prob` is `min_p` itself.
+fn min_p_weight(params: &SamplingParams) -> Option<f64> {
+    (params.min_p > 0.0).then(|| f64::from(params.min_p))
+}
+
+/// The length of the smallest prefix of `weights` (best first) holding `top_p` of `total`;
+/// `None` when top-p is off or they hold less.
+fn top_p_prefix(weights: &[f64], total: f64, top_p: f32) -> Option<usize> {
+    if top_p >= 1.0 {
+        return None;
+    }
+    let target = f64::from(top_p) * total;
+    let mut cumulative = 0.0;
+    weights
+        .iter()
+        .position(|&w| {
+            cumulative += w;
+            cumulative >= target
+        })
+        .map(|end| end + 1)
 }
 
 /// The `count` best of `ids`, best first: higher logit wins, ties go to the lower id.
