@@ -88,6 +88,18 @@ pub struct Library {
     pub skipped: Vec<String>,
 }
 
+/// A model file's size as the library, the first screen and `models list` show it: "98 MB",
+/// "1.1 GB", "300 KB".
+pub fn size_text(bytes: u64) -> String {
+    if bytes < 1_000_000 {
+        format!("{:.0} KB", bytes as f64 / 1e3)
+    } else if bytes < 1_000_000_000 {
+        format!("{:.0} MB", bytes as f64 / 1e6)
+    } else {
+        format!("{:.1} GB", bytes as f64 / 1e9)
+    }
+}
+
 /// Where models are looked for, in this order: smolchat's own models folder, the Hugging
 /// Face cache (`HF_HUB_CACHE`, `HF_HOME`, or `~/.cache/huggingface/hub`), then other apps'
 /// stores (see [`other_apps`]).

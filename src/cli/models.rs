@@ -10,7 +10,7 @@ use super::download::{self, DownloadArgs};
 
 use crate::generation::{MemoryPlan, available_memory, weight_bytes};
 use crate::hub::ModelDownloader;
-use crate::model_library::{self, Library, LocalModel, facts, removal};
+use crate::model_library::{self, Library, LocalModel, facts, removal, size_text};
 use crate::model_source::model_name;
 use crate::store::Paths;
 
@@ -103,7 +103,7 @@ fn files(model_id: &str) -> Result<(), String> {
         println!(
             "{:<width$}  {:>9}  {:<8}  {fits}",
             file.name,
-            file.size.map(size).unwrap_or_default(),
+            file.size.map(size_text).unwrap_or_default(),
             file.quant.as_deref().unwrap_or(""),
             width = width.unwrap_or(0)
         );
@@ -139,7 +139,7 @@ fn remove(model: &str, yes: bool) -> Result<(), String> {
     println!(
         "{} ({}, {}):",
         found.name,
-        size(removal.bytes),
+        size_text(removal.bytes),
         found.store.label()
     );
     for path in &removal.paths {
@@ -165,7 +165,7 @@ fn remove(model: &str, yes: bool) -> Result<(), String> {
         }
     }
     removal.apply()?;
-    println!("deleted, {} freed", size(removal.bytes));
+    println!("deleted, {} freed", size_text(removal.bytes));
     Ok(())
 }
 
@@ -182,7 +182,7 @@ fn show(model: &str) -> Result<(), String> {
     let row = |label: &str, value: &dyn std::fmt::Display| println!("{label:<11} {value}");
     row("name", &model_name(&path));
     row("path", &path.display());
-    row("files", &size(weight_bytes(&path)));
+    row("files", &size_text(weight_bytes(&path)));
     match facts::read(&path) {
         Ok(facts) => {
             if let Some(parameters) = facts.parameters {
@@ -232,20 +232,10 @@ fn list() -> Result<(), String> {
         println!(
             "{:<name_width$}  {:>9}  {family:<11}  {weights:<8}  {fits:<7}  {:<18}  {}",
             model.name,
-            size(model.bytes),
+            size_text(model.bytes),
             model.store.label(),
             model.path.display()
         );
     }
     Ok(())
-}
-
-fn size(bytes: u64) -> String {
-    if bytes < 1_000_000 {
-        format!("{:.0} KB", bytes as f64 / 1e3)
-    } else if bytes < 1_000_000_000 {
-        format!("{:.0} MB", bytes as f64 / 1e6)
-    } else {
-        format!("{:.1} GB", bytes as f64 / 1e9)
-    }
 }

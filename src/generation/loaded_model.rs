@@ -2,11 +2,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::error::GenerationError;
-use super::memory_plan::{MemoryPlan, available_memory, weight_bytes};
+use super::memory_plan::{MemoryPlan, available_memory, gguf_model_config, weight_bytes};
 use crate::backend::{BackendKind, ComputeDevice};
-use crate::gguf::{GgufConfig, GgufFile, GgufTokenizer};
+use crate::gguf::{GgufFile, GgufTokenizer};
 use crate::model::checkpoint::gguf::GgufCheckpoint;
-use crate::model::{KvCache, Llama, ModelConfig, Precision};
+use crate::model::{KvCache, Llama, Precision};
 use crate::model_source::{is_gguf, model_name};
 use crate::text::{ChatTemplate, SamplingDefaults, StopTokens, TextTokenizer};
 
@@ -157,7 +157,7 @@ impl Parts {
         precision: Precision,
     ) -> Result<Self, GenerationError> {
         let file = GgufFile::open(path)?;
-        let config = ModelConfig::from_gguf(&GgufConfig::from_gguf(&file)?)?;
+        let config = gguf_model_config(&file)?;
         let vocabulary = GgufTokenizer::from_gguf(&file)?;
         let token_text = |id: Option<u32>| id.and_then(|id| vocabulary.tokenizer.id_to_token(id));
         let template = ChatTemplate::embedded(

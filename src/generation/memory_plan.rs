@@ -122,12 +122,16 @@ impl MemoryPlan {
 /// The config of the model at `path` (a folder or a `.gguf` file), checked, without reading
 /// the weights.
 pub fn model_config(path: &Path) -> Result<ModelConfig, GenerationError> {
-    Ok(if is_gguf(path) {
-        let file = GgufFile::open(path)?;
-        ModelConfig::from_gguf(&GgufConfig::from_gguf(&file)?)?
+    if is_gguf(path) {
+        gguf_model_config(&GgufFile::open(path)?)
     } else {
-        ModelConfig::from_file(&path.join("config.json"))?
-    })
+        Ok(ModelConfig::from_file(&path.join("config.json"))?)
+    }
+}
+
+/// The config an open GGUF file's metadata describes, checked.
+pub fn gguf_model_config(file: &GgufFile) -> Result<ModelConfig, GenerationError> {
+    Ok(ModelConfig::from_gguf(&GgufConfig::from_gguf(file)?)?)
 }
 
 fn gigabytes(bytes: u64) -> String {

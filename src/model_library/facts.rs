@@ -4,9 +4,10 @@
 
 use std::path::Path;
 
-use crate::generation::{MemoryPlan, available_memory, model_config, weight_bytes};
-use crate::gguf::{GgufConfig, GgufFile};
-use crate::model::ModelConfig;
+use crate::generation::{
+    MemoryPlan, available_memory, gguf_model_config, model_config, weight_bytes,
+};
+use crate::gguf::GgufFile;
 use crate::model_library::LocalModel;
 use crate::model_source::is_gguf;
 
@@ -49,8 +50,7 @@ pub fn describe_all(models: Vec<LocalModel>) -> Vec<Described> {
 pub fn read(path: &Path) -> Result<ModelFacts, String> {
     let (config, parameters, weights) = if is_gguf(path) {
         let file = GgufFile::open(path).map_err(|err| err.to_string())?;
-        let gguf = GgufConfig::from_gguf(&file).map_err(|err| err.to_string())?;
-        let config = ModelConfig::from_gguf(&gguf).map_err(|err| err.to_string())?;
+        let config = gguf_model_config(&file).map_err(|err| err.to_string())?;
         let parameters = file.tensors().iter().map(|tensor| tensor.n_elements).sum();
         (config, Some(parameters), Some(tensor_types(&file)))
     } else {

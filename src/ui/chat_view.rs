@@ -221,7 +221,6 @@ fn reply(
     CommonMarkViewer::new().show(ui, &mut view.markdown, &answer);
 }
 
-/// What Copy takes: a reply's answer without its thinking.
 /// A bar for a long prompt being read, and what to say under it: "reading the conversation:
 /// 2,304 / 8,112 tokens". Reading a long chat takes a while on a CPU, and without it the
 /// reply card said only "writing" for a minute.
@@ -248,6 +247,7 @@ pub fn grouped(n: usize) -> String {
     out
 }
 
+/// What Copy takes: a reply's answer without its thinking.
 fn shown_text(message: &StoredMessage) -> String {
     match message.role {
         Role::Assistant => split_reply(&message.content).1,

@@ -7,10 +7,9 @@ use egui::RichText;
 
 use super::commands::{Action, UiCommand};
 use super::labels;
-use super::library::size_text;
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
-use crate::model_library::Store;
+use crate::model_library::{Store, size_text};
 
 pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     ui.vertical_centered(|ui| {

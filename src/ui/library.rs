@@ -8,9 +8,10 @@ use super::chat_view::{centered_column, grouped};
 use super::commands::{Action, UiCommand};
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
-use crate::generation::{MemoryPlan, available_memory};
+use crate::generation::MemoryPlan;
 use crate::hub::RepositoryFile;
 use crate::model_library::facts::{Described, ModelFacts};
+use crate::model_library::size_text;
 
 pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     ScrollArea::vertical().show(ui, |ui| {
@@ -175,7 +176,7 @@ fn hub_search(
         if let Some((id, files)) = hub.files()
             && *id == model.id
         {
-            repository_files(ui, id, files, actions);
+            repository_files(ui, id, files, hub.free_memory(), actions);
         }
     }
 }
@@ -185,6 +186,7 @@ fn repository_files(
     ui: &mut egui::Ui,
     id: &str,
     files: &Result<Vec<RepositoryFile>, String>,
+    available: Option<u64>,
     actions: &mut Vec<Action>,
 ) {
     let files = match files {
@@ -194,7 +196,6 @@ fn repository_files(
             return;
         }
     };
-    let available = available_memory();
     let ggufs: Vec<&RepositoryFile> = files.iter().filter(|file| file.quant.is_some()).collect();
     ui.indent(id, |ui| {
         egui::Grid::new(("hub files", id)).show(ui, |ui| {
@@ -274,13 +275,5 @@ fn fit_line(ui: &mut egui::Ui, facts: &ModelFacts) {
         _ => {
             ui.label(RichText::new(needs).weak());
         }
-    }
-}
-
-pub fn size_text(bytes: u64) -> String {
-    if bytes >= 1 << 30 {
-        format!("{:.1} GB", bytes as f64 / 1e9)
-    } else {
-        format!("{:.0} MB", bytes as f64 / 1e6)
     }
 }

@@ -263,12 +263,16 @@ impl AppState {
         self.generation.is_some()
     }
 
-    /// Index of the message being streamed into, in the current conversation.
-    pub fn streaming_message(&self) -> Option<usize> {
+    /// The generation under way, when it is the current conversation's.
+    fn current_generation(&self) -> Option<&ActiveGeneration> {
         self.generation
             .as_ref()
             .filter(|active| active.conversation_id == self.current().id)
-            .map(|active| active.message_index)
+    }
+
+    /// Index of the message being streamed into, in the current conversation.
+    pub fn streaming_message(&self) -> Option<usize> {
+        self.current_generation().map(|active| active.message_index)
     }
 
     /// The "Serve on localhost" server's state.
@@ -286,18 +290,12 @@ impl AppState {
 
     /// How far the active reply's long prompt has been read, while it is.
     pub fn reading_prompt(&self) -> Option<PromptProgress> {
-        self.generation
-            .as_ref()
-            .filter(|active| active.conversation_id == self.current().id)
-            .and_then(|active| active.reading)
+        self.current_generation().and_then(|active| active.reading)
     }
 
     /// How many generations the active reply waits behind, while it waits.
     pub fn waiting_behind(&self) -> Option<usize> {
-        self.generation
-            .as_ref()
-            .filter(|active| active.conversation_id == self.current().id)
-            .and_then(|active| active.waiting)
+        self.current_generation().and_then(|active| active.waiting)
     }
 
     /// The first reply on the GPU backend has no token yet: its kernels are compiling, which

@@ -150,6 +150,13 @@ struct Stack<'a> {
     cols: usize,
 }
 
+/// The first `len` of `left`, which keeps the rest; `None` when it holds fewer.
+fn take_front<'a, T>(left: &mut &'a mut [T], len: usize) -> Option<&'a mut [T]> {
+    let (front, rest) = std::mem::take(left).split_at_mut_checked(len)?;
+    *left = rest;
+    Some(front)
+}
+
 /// Repeats each of `values` `times` times: a part's scales at a finer block.
 fn repeated(values: &[f32], times: usize) -> impl Iterator<Item = f32> + '_ {
     values
@@ -252,22 +259,15 @@ impl Checkpoint for GgufCheckpoint {
             let part_rows = info.n_rows() as usize;
             let overgrown =
                 || ModelError::Backend("GGUF tensor parts outgrew their stacked shape".into());
-            let (part_values, rest) = std::mem::take(&mut values_left)
-                .split_at_mut_checked(part_rows * cols)
-                .ok_or_else(overgrown)?;
-            values_left = rest;
-            let (part_scales, rest) = std::mem::take(&mut scales_left)
-                .split_at_mut_checked(part_rows * per_row)
-                .ok_or_else(overgrown)?;
-            scales_left = rest;
-            let part_offsets = if has_offsets {
-                let (part, rest) = std::mem::take(&mut offsets_left)
-                    .split_at_mut_checked(part_rows * per_row)
-                    .ok_or_else(overgrown)?;
-                offsets_left = rest;
-                Some(part)
-            } else {
-                None
+            let part_values =
+                take_front(&mut values_left, part_rows * cols).ok_or_else(overgrown)?;
+            let part_scales =
+                take_front(&mut scales_left, part_rows * per_row).ok_or_else(overgrown)?;
+            let part_offsets = match has_offsets {
+                true => {
+                    Some(take_front(&mut offsets_left, part_rows * per_row).ok_or_else(overgrown)?)
+                }
+                false => None,
             };
             let times = own_block / block;
             let split =

@@ -3,6 +3,7 @@
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
+use crate::generation::available_memory;
 use crate::hub::{FoundModel, HubError, HubOptions, ModelDownloader, RepositoryFile};
 
 /// An answer about `.0` (the query, or the repository), or why there is none.
@@ -15,6 +16,8 @@ pub struct HubSearch {
     searching: Option<Receiver<Answer<FoundModel>>>,
     files: Option<Answer<RepositoryFile>>,
     listing: Option<Receiver<Answer<RepositoryFile>>>,
+    /// The memory free when the files came, which they are measured against.
+    free_memory: Option<u64>,
 }
 
 impl HubSearch {
@@ -25,6 +28,7 @@ impl HubSearch {
             searching: None,
             files: None,
             listing: None,
+            free_memory: None,
         }
     }
 
@@ -42,7 +46,16 @@ impl HubSearch {
     /// Takes in the answers that have arrived. Never blocks.
     pub fn poll(&mut self) {
         take(&mut self.searching, &mut self.found);
+        let listing = self.listing.is_some();
         take(&mut self.listing, &mut self.files);
+        if listing && self.listing.is_none() {
+            self.free_memory = available_memory();
+        }
+    }
+
+    /// The memory free when the last files came, read once rather than every frame.
+    pub fn free_memory(&self) -> Option<u64> {
+        self.free_memory
     }
 
     /// Whether an answer is awaited: nothing wakes the window when it comes.
