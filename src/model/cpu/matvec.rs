@@ -164,6 +164,11 @@ const MIN_BLOCKS_PER_PART: usize = 64;
 
 impl BlockInts {
     pub fn of(x: &[f32], block: usize) -> Self {
+        Self::within(x, block, i16::MAX)
+    }
+
+    /// `x` rounded per block to integers from `-largest` to `largest`.
+    pub fn within(x: &[f32], block: usize, largest: i16) -> Self {
         let mut values = vec![0; x.len()];
         let mut scales = vec![0.0; x.len() / block];
         let mut sums = vec![0.0; x.len() / block];
@@ -177,7 +182,7 @@ impl BlockInts {
                 let x = &x[first * block..first * block + values.len()];
                 let blocks = x.chunks_exact(block).zip(values.chunks_exact_mut(block));
                 for (b, (x, values)) in blocks.enumerate() {
-                    let Rounded { scale, sum } = round_block(x, values);
+                    let Rounded { scale, sum } = round_block(x, values, largest);
                     // SAFETY: block `first + b` lies inside `scales` and `sums` (one per block
                     // of `x`), and `split_rows` gives each block to one task alone.
                     unsafe {
@@ -205,16 +210,16 @@ struct Rounded {
 /// Rounds one block to integers, to nearest with ties to even. Written out for AVX2 for
 /// blocks of 16 and 32, where the compiled loop took a scalar maximum and a saturating
 /// conversion per element: 4% of a prompt's time.
-fn round_block(x: &[f32], values: &mut [i16]) -> Rounded {
+fn round_block(x: &[f32], values: &mut [i16], limit: i16) -> Rounded {
     #[cfg(target_arch = "x86_64")]
     {
         if x.len().is_multiple_of(16) && features::cpu().avx2 {
             // SAFETY: the CPU has AVX2 and FMA, and the block is whole vectors of 16.
-            return unsafe { round_block_avx2(x, values) };
+            return unsafe { round_block_avx2(x, values, limit) };
         }
     }
     let largest = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let scale = largest / f32::from(i16::MAX);
+    let scale = largest / f32::from(limit);
     let inverse = if scale > 0.0 { 1.0 / scale } else { 0.0 };
     for (q, v) in values.iter_mut().zip(x) {
         *q = (v * inverse).round_ties_even() as i16;
@@ -229,7 +234,7 @@ fn round_block(x: &[f32], values: &mut [i16]) -> Rounded {
 /// The CPU must have AVX2 and FMA; `x` and `values` must hold the same multiple of 16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn round_block_avx2(x: &[f32], values: &mut [i16]) -> Rounded {
+unsafe fn round_block_avx2(x: &[f32], values: &mut [i16], limit: i16) -> Rounded {
     use std::arch::x86_64::*;
 
     use crate::model::cpu::math::horizontal_sum;
@@ -247,7 +252,7 @@ unsafe fn round_block_avx2(x: &[f32], values: &mut [i16]) -> Rounded {
     );
     let pair = _mm_max_ps(quad, _mm_movehl_ps(quad, quad));
     let largest = _mm_cvtss_f32(_mm_max_ss(pair, _mm_movehdup_ps(pair)));
-    let scale = largest / f32::from(i16::MAX);
+    let scale = largest / f32::from(limit);
     let inverse = _mm256_set1_ps(if scale > 0.0 { 1.0 / scale } else { 0.0 });
     for (x, values) in x.chunks_exact(16).zip(values.chunks_exact_mut(16)) {
         // SAFETY: sixteen values lie at `x` and at `values`.

@@ -99,8 +99,6 @@ struct Weights<'a> {
 struct Scratch {
     /// The bytes of the 4- or 5-bit values of the tile of rows it multiplies.
     bytes: Vec<i8>,
-    /// The same values widened to 16 bits, for [`token_lanes`].
-    words: Vec<i16>,
     /// The tile's scales and offsets in f32, where they are stored in f16.
     scales: Vec<f32>,
     offsets: Vec<f32>,
@@ -112,7 +110,6 @@ thread_local! {
     static SCRATCH: RefCell<Scratch> = const {
         RefCell::new(Scratch {
             bytes: Vec::new(),
-            words: Vec::new(),
             scales: Vec::new(),
             offsets: Vec::new(),
             offset_terms: Vec::new(),
@@ -143,15 +140,19 @@ fn multiply(
                 .is_none_or(|offsets| offsets.len() == rows * blocks),
         "integer matmul: scales and offsets do not fit [rows, cols / block]"
     );
+    if let Kernel::Avx512Vnni = kernel {
+        // SAFETY: the CPU has AVX512-VNNI (the caller's promise), and the shapes are
+        // checked above.
+        unsafe { token_lanes::multiply(weight, x, shape, out, accumulate) };
+        return true;
+    }
     let rounded = BlockInts::of(x, block);
     let by_block = TokenBlocks::of(&rounded, tokens, weight.offsets.is_some());
+    let shared = SharedOutput::new(out);
     let tokens_in = Tokens {
         x: &rounded,
         by_block: &by_block,
     };
-    let pairs = matches!(kernel, Kernel::Avx512Vnni)
-        .then(|| token_lanes::TokenPairs::of(&rounded.values, cols));
-    let shared = SharedOutput::new(out);
     let (tile_rows, tile_tokens) = kernel.tile();
     split_ranges(
         rows.div_ceil(tile_rows),
@@ -160,7 +161,6 @@ fn multiply(
             SCRATCH.with_borrow_mut(|scratch| {
                 let Scratch {
                     bytes,
-                    words,
                     scales,
                     offsets,
                     offset_terms: terms,
@@ -185,63 +185,27 @@ fn multiply(
                         values,
                         scales: weight.scales.f32s(tile_blocks.clone(), scales),
                     };
-                    if let Some(pairs) = &pairs {
-                        if words.len() < len {
-                            words.resize(len, 0);
-                        }
-                        let words = &mut words[..len];
-                        // SAFETY: the CPU has AVX-512 BW (`Avx512Vnni`'s promise); `len` is
-                        // whole rows of `cols`, a multiple of 32.
-                        unsafe { token_lanes::widen(values, words) };
-                        let tile = match weight.halves {
-                            true => token_lanes::tile::<true>,
-                            false => token_lanes::tile::<false>,
+                    // The tile's weight rows stay in the L1 cache while every token passes.
+                    for first_token in (0..tokens).step_by(tile_tokens) {
+                        let at = Tile {
+                            first_token,
+                            first_row,
                         };
-                        for first_token in (0..tokens).step_by(tile_tokens) {
-                            let at = Tile {
-                                first_token,
-                                first_row,
-                            };
-                            // SAFETY: the CPU has AVX512-VNNI (the caller's promise), `words`
-                            // holds this tile's rows, and the tile writes elements of `out`
-                            // in the columns of this range's rows, which no other range
-                            // touches.
-                            unsafe {
-                                tile(
-                                    words,
-                                    tile_weight.scales,
-                                    pairs,
-                                    &by_block,
-                                    shape,
-                                    at,
-                                    &shared,
-                                    accumulate,
-                                )
-                            };
-                        }
-                    } else {
-                        // The tile's weight rows stay in the L1 cache while every token passes.
-                        for first_token in (0..tokens).step_by(tile_tokens) {
-                            let at = Tile {
-                                first_token,
-                                first_row,
-                            };
-                            // SAFETY: the CPU has the kernel's features (the caller's promise) and
-                            // the sizes are checked above. The tile reads its rows of `values`
-                            // and rows of `x` below `tokens`, and writes elements of `out` in the
-                            // columns of this range's rows, which no other range touches.
-                            unsafe {
-                                kernel.tile_at(
-                                    weight.halves,
-                                    tile_weight,
-                                    tokens_in,
-                                    shape,
-                                    at,
-                                    &shared,
-                                    accumulate,
-                                )
-                            };
-                        }
+                        // SAFETY: the CPU has the kernel's features (the caller's promise) and
+                        // the sizes are checked above. The tile reads its rows of `values`
+                        // and rows of `x` below `tokens`, and writes elements of `out` in the
+                        // columns of this range's rows, which no other range touches.
+                        unsafe {
+                            kernel.tile_at(
+                                weight.halves,
+                                tile_weight,
+                                tokens_in,
+                                shape,
+                                at,
+                                &shared,
+                                accumulate,
+                            )
+                        };
                     }
                     if let Some(tile_offsets) = weight.offsets {
                         let tile_offsets = tile_offsets.f32s(tile_blocks, offsets);
@@ -336,6 +300,16 @@ impl TokenBlocks {
     unsafe fn scales(&self, b: usize, first_token: usize) -> *const f32 {
         // SAFETY: as the caller guarantees; the padding holds the lanes past the last token.
         unsafe { self.scales.as_ptr().add(b * self.stride + first_token) }
+    }
+
+    /// The sums of block `b` from `first_token` on, as [`Self::scales`].
+    ///
+    /// # Safety
+    /// As [`Self::scales`], and the blocks must have been taken with their sums.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn sums(&self, b: usize, first_token: usize) -> *const f32 {
+        // SAFETY: as the caller guarantees.
+        unsafe { self.sums.as_ptr().add(b * self.stride + first_token) }
     }
 }
 
@@ -637,7 +611,7 @@ impl Kernel {
         match self {
             Self::Avx2 => kernels::avx2::TILE,
             Self::Avx512 => kernels::avx512::TILE,
-            Self::Avx512Vnni => token_lanes::TILE,
+            Self::Avx512Vnni => unreachable!("token_lanes runs its own tiles"),
         }
     }
 
@@ -700,6 +674,8 @@ mod tests {
             (7, 10, 576),
             (13, 100, 96),
             (37, 20, 64),
+            // Three chunks of columns for `token_lanes`, the last one short.
+            (19, 9, 4160),
         ] {
             // Per block of 16, for Q6_K's; blocks of 32 take every other.
             let blocks = rows * cols / HALF_BLOCK;
@@ -798,6 +774,71 @@ mod tests {
                                 );
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Q6_K's blocks of 16, whose scales are integer steps of a base per super-block as a
+    /// GGUF file's are, through every compilation the CPU runs (`token_lanes` multiplies
+    /// the values by their steps and rounds the activations to 15 bits per 32), within the
+    /// rounding of the activations of the true product, over several chunks of columns.
+    #[test]
+    fn stepped_blocks_of_16_equal_a_float64_product_within_the_rounding() {
+        let (tokens, rows, cols) = (21, 8, 2304);
+        let weights: Vec<i8> = values(rows * cols, 11)
+            .iter()
+            .map(|v| ((v * 32.0) as i8).clamp(-32, 31))
+            .collect();
+        let blocks = rows * cols / HALF_BLOCK;
+        let bases = values(blocks / 16, 12);
+        let steps = values(blocks, 13);
+        let scales: Vec<f32> = (0..blocks)
+            .map(|b| {
+                let base = f16::from_f32(0.001 + bases[b / 16].abs() * 0.01).to_f32();
+                base * ((steps[b] * 128.0) as i8) as f32
+            })
+            .collect();
+        let factors = BlockFactors::F32(scales.clone()).compacted(HALF_BLOCK);
+        assert!(matches!(factors, BlockFactors::Scaled { per: 16, .. }));
+        let mut x = values(tokens * cols, 14);
+        x[3 * cols + 40] = -25.0;
+        let base = values(tokens * rows, 15);
+        for kernel in Kernel::all_for_this_cpu() {
+            for accumulate in [false, true] {
+                let weight = Weights {
+                    values: Ints::Bytes(&weights),
+                    scales: factors.borrowed(),
+                    offsets: None,
+                    halves: true,
+                };
+                let mut out = if accumulate {
+                    base.clone()
+                } else {
+                    vec![f32::NAN; tokens * rows]
+                };
+                assert!(multiply(kernel, weight, &x, tokens, &mut out, accumulate));
+                for t in 0..tokens {
+                    let x = &x[t * cols..][..cols];
+                    for r in 0..rows {
+                        let (mut want, mut bound) = (0.0f64, 0.0f64);
+                        if accumulate {
+                            want = f64::from(base[t * rows + r]);
+                        }
+                        for c in 0..cols {
+                            let w = f64::from(weights[r * cols + c])
+                                * f64::from(scales[(r * cols + c) / HALF_BLOCK]);
+                            want += w * f64::from(x[c]);
+                            let block = &x[c / BLOCK * BLOCK..][..BLOCK];
+                            let largest = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                            bound += w.abs() * f64::from(largest) / 16383.0;
+                        }
+                        let got = f64::from(out[t * rows + r]);
+                        assert!(
+                            (got - want).abs() <= bound + 1e-5 * (1.0 + want.abs()),
+                            "({t}, {r}): {got} vs {want}, bound {bound}"
+                        );
                     }
                 }
             }

@@ -7,11 +7,26 @@
 //! Putting tokens, not weight rows, in the lanes costs no transposing of weights: the
 //! rounded prompt is laid out once per product ([`TokenPairs`]) and the weight rows stay as
 //! they are, widened to 16 bits per tile of rows.
+//!
+//! The columns are taken [`CHUNK_COLS`] at a time, every tile of rows passing over one chunk
+//! of the prompt before the next, so that the chunk stays in the L2 cache: a 128-token
+//! prompt is 2 MiB of pairs at 8192 columns (a feed-forward's down projection at 1.7B), more
+//! than the cache, and was read from memory again for every tile of rows. Each output's sum
+//! goes on from where the previous chunk left it, in the same order of blocks as without
+//! chunks.
+//!
+//! The weights' offsets (Q4_1, Q4_K, Q5_K) are summed in the tile, `offset · Σ x` per block
+//! beside the block's product, where a pass after the tile read and wrote every output
+//! again: 20% of a Q4_K product's time.
 
 use std::arch::x86_64::*;
+use std::cell::RefCell;
+use std::ops::Range;
 
-use super::{Shape, Tile, TokenBlocks};
-use crate::model::cpu::threads::SharedOutput;
+use super::{BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, Shape, TokenBlocks, Weights};
+use crate::model::cpu::matvec::BlockInts;
+use crate::model::cpu::threads::{SharedOutput, split_ranges, split_rows};
+use crate::model::cpu::weights::{Factors, Ints};
 
 /// Tokens in the lanes of one vector.
 pub const LANES: usize = 16;
@@ -24,35 +39,253 @@ const ROWS: usize = 6;
 /// tiles with no group left over.
 const GROUPS: usize = 2;
 
-/// Rows × tokens of a tile.
-pub const TILE: (usize, usize) = (ROWS, GROUPS * LANES);
+/// Columns of a chunk: 128 tokens' pairs of them are 512 KiB, a quarter of the L2 cache. In
+/// a C replica of the tile at 8192 columns, 2048 and 4096 ran 1.3 times as fast as all at
+/// once, 512 no faster.
+const CHUNK_COLS: usize = 2048;
+
+/// A thread's buffers, which only grow.
+struct Scratch {
+    /// One row's 4- or 5-bit values of the chunk, as bytes.
+    bytes: Vec<i8>,
+    /// The tile's rows of the chunk, widened to 16 bits.
+    words: Vec<i16>,
+    /// The tile's scales and offsets in f32, where they are stored otherwise.
+    scales: Vec<f32>,
+    offsets: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new(Scratch {
+            bytes: Vec::new(),
+            words: Vec::new(),
+            scales: Vec::new(),
+            offsets: Vec::new(),
+        })
+    };
+}
+
+/// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for `x` of `shape`.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VNNI; `weight` must be of `shape` (as
+/// `super::multiply` checks it).
+pub unsafe fn multiply(
+    weight: Weights<'_>,
+    x: &[f32],
+    shape: Shape,
+    out: &mut [f32],
+    accumulate: bool,
+) {
+    let Shape { tokens, rows, cols } = shape;
+    let stepped = Stepped::of(weight);
+    let (x, block) = match (stepped, weight.halves) {
+        (Some(_), _) => (BlockInts::within(x, BLOCK, STEPPED_LARGEST), BLOCK),
+        (None, true) => (BlockInts::of(x, HALF_BLOCK), HALF_BLOCK),
+        (None, false) => (BlockInts::of(x, BLOCK), BLOCK),
+    };
+    let by_block = TokenBlocks::of(&x, tokens, weight.offsets.is_some());
+    let pairs = TokenPairs::of(&x.values, cols);
+    let out = SharedOutput::new(out);
+    let weight_blocks = cols / if weight.halves { HALF_BLOCK } else { BLOCK };
+    split_ranges(
+        rows.div_ceil(ROWS),
+        MIN_ROWS_PER_RANGE / ROWS,
+        &|tiles: Range<usize>| {
+            SCRATCH.with_borrow_mut(|scratch| {
+                let rows_of_range = tiles.start * ROWS..(tiles.end * ROWS).min(rows);
+                for first_col in (0..cols).step_by(CHUNK_COLS) {
+                    let chunk_cols = CHUNK_COLS.min(cols - first_col);
+                    let chunk = Chunk {
+                        blocks: first_col / block..(first_col + chunk_cols) / block,
+                        cols: chunk_cols,
+                        go_on: accumulate || first_col > 0,
+                    };
+                    for first_row in rows_of_range.clone().step_by(ROWS) {
+                        let tile_rows = first_row..(first_row + ROWS).min(rows);
+                        let Scratch {
+                            bytes,
+                            words,
+                            scales,
+                            offsets,
+                        } = &mut *scratch;
+                        grow(words, tile_rows.len() * chunk_cols);
+                        grow(bytes, chunk_cols);
+                        for (row, words) in
+                            tile_rows.clone().zip(words.chunks_exact_mut(chunk_cols))
+                        {
+                            let start = row * cols + first_col;
+                            let values = match weight.values {
+                                Ints::Bytes(values) => &values[start..][..chunk_cols],
+                                packed => {
+                                    packed.unpack(start, &mut bytes[..chunk_cols]);
+                                    &bytes[..chunk_cols]
+                                }
+                            };
+                            // SAFETY: the CPU has AVX-512 BW (the caller's promise); a chunk
+                            // is a multiple of 32 columns, as `cols` is.
+                            unsafe {
+                                match stepped {
+                                    Some(stepped) => {
+                                        let steps = &stepped.steps[start / HALF_BLOCK..]
+                                            [..chunk_cols / HALF_BLOCK];
+                                        widen_stepped(values, steps, words)
+                                    }
+                                    None => widen(values, words),
+                                }
+                            };
+                        }
+                        let tile_blocks =
+                            tile_rows.start * weight_blocks..tile_rows.end * weight_blocks;
+                        let tile = TileRows {
+                            words,
+                            scales: match stepped {
+                                Some(stepped) => stepped.bases(tile_blocks.clone(), scales),
+                                None => weight.scales.f32s(tile_blocks.clone(), scales),
+                            },
+                            offsets: weight
+                                .offsets
+                                .map(|factors| factors.f32s(tile_blocks, offsets)),
+                            first: first_row,
+                        };
+                        for first_token in (0..tokens).step_by(GROUPS * LANES) {
+                            // SAFETY: the CPU has the features (the caller's promise), the
+                            // tile holds its rows of the chunk, and it writes elements of
+                            // `out` in the columns of this range's rows, which no other
+                            // range touches.
+                            let tile_at = match (block == HALF_BLOCK, tile.offsets.is_some()) {
+                                (false, false) => tile_at::<false, false>,
+                                (false, true) => tile_at::<false, true>,
+                                (true, false) => tile_at::<true, false>,
+                                (true, true) => tile_at::<true, true>,
+                            };
+                            unsafe {
+                                tile_at(&tile, &chunk, &pairs, &by_block, shape, first_token, &out)
+                            };
+                        }
+                    }
+                }
+            })
+        },
+    );
+}
+
+/// The activations' bound where the weights are [`Stepped`]: a block of 32 then sums
+/// products of at most 16383 · 32 · 128, and 32 of them stay below 2³¹.
+const STEPPED_LARGEST: i16 = 16383;
+
+/// Q6_K's scales: each block of 16 has an integer step of its super-block's base
+/// (`Factors::Scaled`). The tile takes such weights multiplied by their steps as they are
+/// widened (at most 32 · 128 in magnitude: blocks of 16 are Q6_K's alone, whose values are
+/// 6 bits, see `GgmlType::integer_block`), so that both halves
+/// of a block of 32 share one scale, the base: one conversion and scaling per 32 values,
+/// not per 16, with the activations rounded to 15 bits per 32 instead of 16 bits per 16.
+#[derive(Clone, Copy)]
+struct Stepped<'a> {
+    bases: &'a [half::f16],
+    steps: &'a [i8],
+    /// Where the factors start in the count the bases go by (as in `Factors::Scaled`).
+    first: usize,
+    per: usize,
+}
+
+impl<'a> Stepped<'a> {
+    fn of(weight: Weights<'a>) -> Option<Self> {
+        match weight.scales {
+            Factors::Scaled {
+                bases,
+                steps,
+                first,
+                per,
+            } if weight.halves
+                && weight.offsets.is_none()
+                && per.is_multiple_of(2)
+                && first.is_multiple_of(2) =>
+            {
+                Some(Self {
+                    bases,
+                    steps,
+                    first,
+                    per,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// The base of each pair of the blocks of 16 `blocks`, in `buffer`.
+    fn bases(self, blocks: Range<usize>, buffer: &mut Vec<f32>) -> &[f32] {
+        let pairs = blocks.len() / 2;
+        grow(buffer, pairs);
+        for (pair, base) in buffer[..pairs].iter_mut().enumerate() {
+            *base = self.bases[(self.first + blocks.start + 2 * pair) / self.per].to_f32();
+        }
+        &buffer[..pairs]
+    }
+}
+
+/// `buffer` at least `len` long.
+fn grow<T: Default + Clone>(buffer: &mut Vec<T>, len: usize) {
+    if buffer.len() < len {
+        buffer.resize(len, T::default());
+    }
+}
+
+/// The columns a tile multiplies at once.
+struct Chunk {
+    /// The weights' blocks of the chunk, counted in a row.
+    blocks: Range<usize>,
+    cols: usize,
+    /// Whether each output's sum starts from the value in `out` (a previous chunk's sum, or
+    /// the residual it adds to), not from zero.
+    go_on: bool,
+}
+
+/// A tile's weight rows.
+struct TileRows<'a> {
+    /// The rows of the chunk widened to 16 bits, a chunk's columns each.
+    words: &'a [i16],
+    /// One per block of each of the tile's rows, whole rows.
+    scales: &'a [f32],
+    offsets: Option<&'a [f32]>,
+    /// The first row's index in the weight.
+    first: usize,
+}
 
 /// A rounded prompt as pairs of 16-bit values, sixteen tokens side by side: for each group of
 /// [`LANES`] tokens and each pair of columns, one 32-bit pair per token, zero past the last
 /// token.
-pub struct TokenPairs {
+struct TokenPairs {
     pairs: Vec<u32>,
     /// Pairs of columns in a token.
     per_token: usize,
 }
 
 impl TokenPairs {
-    /// `values`: `[tokens, cols]`.
-    pub fn of(values: &[i16], cols: usize) -> Self {
+    /// `values`: `[tokens, cols]`. Each thread lays out groups of its own: on one thread
+    /// this took 5% of a 2048-column product.
+    fn of(values: &[i16], cols: usize) -> Self {
         let per_token = cols / 2;
         let tokens = values.len() / cols;
         let mut pairs = vec![0; tokens.div_ceil(LANES) * per_token * LANES];
-        for (t, token) in values.chunks_exact(cols).enumerate() {
-            let group = &mut pairs[t / LANES * per_token * LANES..][..per_token * LANES];
-            for (to, pair) in group
-                .iter_mut()
-                .skip(t % LANES)
-                .step_by(LANES)
-                .zip(token.chunks_exact(2))
-            {
-                *to = u32::from(pair[0] as u16) | u32::from(pair[1] as u16) << 16;
-            }
-        }
+        split_rows(
+            &mut pairs,
+            per_token * LANES,
+            1,
+            &|first_group, groups: &mut [u32]| {
+                for (g, group) in groups.chunks_exact_mut(per_token * LANES).enumerate() {
+                    let first = (first_group + g) * LANES;
+                    let group_tokens = values[first * cols..].chunks_exact(cols).take(LANES);
+                    for (lane, token) in group_tokens.enumerate() {
+                        let lanes = group.iter_mut().skip(lane).step_by(LANES);
+                        for (to, pair) in lanes.zip(token.chunks_exact(2)) {
+                            *to = u32::from(pair[0] as u16) | u32::from(pair[1] as u16) << 16;
+                        }
+                    }
+                }
+            },
+        );
         Self { pairs, per_token }
     }
 
@@ -68,7 +301,7 @@ impl TokenPairs {
 /// # Safety
 /// The CPU must have AVX-512 F and BW; `bytes` and `words` must be as long, a multiple of 32.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
-pub unsafe fn widen(bytes: &[i8], words: &mut [i16]) {
+unsafe fn widen(bytes: &[i8], words: &mut [i16]) {
     for (bytes, words) in bytes.chunks_exact(32).zip(words.chunks_exact_mut(32)) {
         // SAFETY: each chunk holds 32 values.
         unsafe {
@@ -78,54 +311,96 @@ pub unsafe fn widen(bytes: &[i8], words: &mut [i16]) {
     }
 }
 
-/// `TOKENS × ROWS` outputs from the tile's first token (a multiple of [`LANES`]) and row:
-/// `words` holds the tile's rows widened to 16 bits, `cols` each, and `scales` one per block
-/// of 32 (of 16 when `HALVES`) of each of them. Rows past the last repeat it and
-/// groups past the last repeat that; their sums are dropped.
+/// `bytes` times the step of their block of 16, widened to 16 bits, 32 at a time.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, BW and VNNI; `words` must hold `ROWS` rows (or the rows left)
-/// of `shape.cols` values, `tokens` and `by_block` be the prompt of `shape`, and no other
-/// thread may touch the tile's elements of `out`.
-#[allow(clippy::too_many_arguments)]
+/// The CPU must have AVX-512 F and BW; `bytes` and `words` must be as long, a multiple of
+/// 32, with one step per 16 of them.
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw")]
+unsafe fn widen_stepped(bytes: &[i8], steps: &[i8], words: &mut [i16]) {
+    let blocks = bytes.chunks_exact(32).zip(steps.chunks_exact(2));
+    for ((bytes, steps), words) in blocks.zip(words.chunks_exact_mut(32)) {
+        // SAFETY: each chunk holds 32 values.
+        unsafe {
+            let wide = _mm512_cvtepi8_epi16(_mm256_loadu_si256(bytes.as_ptr().cast()));
+            let steps = _mm512_inserti64x4::<1>(
+                _mm512_set1_epi16(i16::from(steps[0])),
+                _mm256_set1_epi16(i16::from(steps[1])),
+            );
+            _mm512_storeu_si512(words.as_mut_ptr().cast(), _mm512_mullo_epi16(wide, steps));
+        }
+    }
+}
+
+/// `GROUPS · LANES` tokens from `first_token` (a multiple of [`LANES`]) by the rows of
+/// `tile`, over the columns of `chunk`. Rows past the last repeat it and groups past the last
+/// repeat that; their sums are dropped.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VNNI; `tile` must hold `ROWS` rows (or the rows left)
+/// of `chunk`, in blocks of 32 (of 16 when `HALVES`), with offsets when `OFFSETS`; `tokens`
+/// and `by_block` be the prompt of `shape`, and no other thread may touch the tile's
+/// elements of `out`.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
-pub unsafe fn tile<const HALVES: bool>(
-    words: &[i16],
-    scales: &[f32],
+unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
+    tile: &TileRows<'_>,
+    chunk: &Chunk,
     tokens: &TokenPairs,
     by_block: &TokenBlocks,
     shape: Shape,
-    at: Tile,
+    first_token: usize,
     out: &SharedOutput<f32>,
-    accumulate: bool,
 ) {
     let Shape { rows, cols, .. } = shape;
-    let block = if HALVES { 16 } else { 32 };
+    let block = if HALVES { HALF_BLOCK } else { BLOCK };
     let blocks = cols / block;
-    let first_group = at.first_token / LANES;
+    let first_group = first_token / LANES;
     let group_of = |g: usize| (first_group + g).min(tokens.groups() - 1);
-    let tile_rows = ROWS.min(rows - at.first_row);
+    let tile_rows = ROWS.min(rows - tile.first);
     let row_of = |j: usize| j.min(tile_rows - 1);
-    // SAFETY: every group and row is clamped inside the prompt and the tile.
+    let first_pair = chunk.blocks.start * block / 2;
+    // SAFETY: every group and row is clamped inside the prompt and the tile; `first_pair`
+    // is the chunk's first pair of columns.
     let (x, w) = unsafe {
         (
             std::array::from_fn::<_, GROUPS, _>(|g| {
                 tokens
                     .pairs
                     .as_ptr()
-                    .add(group_of(g) * tokens.per_token * LANES)
+                    .add((group_of(g) * tokens.per_token + first_pair) * LANES)
             }),
-            std::array::from_fn::<_, ROWS, _>(|j| words.as_ptr().add(row_of(j) * cols)),
+            std::array::from_fn::<_, ROWS, _>(|j| tile.words.as_ptr().add(row_of(j) * chunk.cols)),
         )
     };
     let row_scales: [&[f32]; ROWS] =
-        std::array::from_fn(|j| &scales[row_of(j) * blocks..][..blocks]);
+        std::array::from_fn(|j| &tile.scales[row_of(j) * blocks..][..blocks]);
+    let offsets = tile.offsets.unwrap_or(tile.scales);
+    let row_offsets: [&[f32]; ROWS] =
+        std::array::from_fn(|j| &offsets[row_of(j) * blocks..][..blocks]);
+    let output = |j: usize, g: usize, t: usize| {
+        (first_group + g) * LANES + t < shape.tokens && j < tile_rows
+    };
+    let at = |j: usize, g: usize, t: usize| ((first_group + g) * LANES + t) * rows + tile.first + j;
     let mut sums = [[_mm512_setzero_ps(); GROUPS]; ROWS];
-    for b in 0..blocks {
+    if chunk.go_on {
+        for (j, sums) in sums.iter_mut().enumerate() {
+            for (g, sum) in sums.iter_mut().enumerate() {
+                let lanes: [f32; LANES] = std::array::from_fn(|t| match output(j, g, t) {
+                    // SAFETY: (token, row) lies inside `out`; the tile's elements are this
+                    // thread's alone.
+                    true => unsafe { *out.at(at(j, g, t)) },
+                    false => 0.0,
+                });
+                // SAFETY: `lanes` holds one vector.
+                *sum = unsafe { _mm512_loadu_ps(lanes.as_ptr()) };
+            }
+        }
+    }
+    for (local, b) in chunk.blocks.clone().enumerate() {
         let mut ints = [[_mm512_setzero_si512(); GROUPS]; ROWS];
-        for pair in b * block / 2..(b + 1) * block / 2 {
-            // SAFETY: `pair` lies inside every row and token, whose pointers are clamped
-            // inside the buffers.
+        for pair in local * block / 2..(local + 1) * block / 2 {
+            // SAFETY: `pair` lies inside the chunk of every row and token, whose pointers
+            // are clamped inside the buffers.
             unsafe {
                 let x: [__m512i; GROUPS] = std::array::from_fn(|g| {
                     _mm512_loadu_si512(x[g].add(pair * LANES).cast::<__m512i>())
@@ -150,21 +425,28 @@ pub unsafe fn tile<const HALVES: bool>(
                 *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(int), scale, *sum);
             }
         }
+        if OFFSETS {
+            // SAFETY: as for the scales; the sums are padded alike.
+            let token_sums: [__m512; GROUPS] = std::array::from_fn(|g| unsafe {
+                _mm512_loadu_ps(by_block.sums(b, group_of(g) * LANES))
+            });
+            for (sums, row_offsets) in sums.iter_mut().zip(&row_offsets) {
+                let offset = _mm512_set1_ps(row_offsets[b]);
+                for (sum, &token_sum) in sums.iter_mut().zip(&token_sums) {
+                    *sum = _mm512_fmadd_ps(token_sum, offset, *sum);
+                }
+            }
+        }
     }
-    for (j, sums) in sums.iter().enumerate().take(tile_rows) {
-        let row = at.first_row + j;
+    for (j, sums) in sums.iter().enumerate() {
         for (g, &sum) in sums.iter().enumerate() {
             let mut lanes = [0.0f32; LANES];
             // SAFETY: `lanes` holds one vector.
             unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sum) };
-            let first = at.first_token + g * LANES;
-            for (t, &value) in (first..shape.tokens).zip(&lanes) {
-                // SAFETY: (t, row) lies inside `out`, and the caller gives this tile's
+            for (t, &value) in lanes.iter().enumerate().filter(|&(t, _)| output(j, g, t)) {
+                // SAFETY: (token, row) lies inside `out`, and the caller gives this tile's
                 // elements to this thread alone.
-                unsafe {
-                    let y = out.at(t * rows + row);
-                    *y = if accumulate { *y + value } else { value };
-                }
+                unsafe { *out.at(at(j, g, t)) = value };
             }
         }
     }
