@@ -662,6 +662,23 @@ mod tests {
     use crate::model::cpu::test_values as values;
     use crate::model::cpu::weights::{BlockFactors, IntegerValues, Ints};
 
+    /// `multiply` into NaNs, or onto `base` (`[tokens, rows]`) when `accumulate`.
+    fn product(
+        kernel: Kernel,
+        weight: Weights<'_>,
+        x: &[f32],
+        tokens: usize,
+        base: &[f32],
+        accumulate: bool,
+    ) -> Vec<f32> {
+        let mut out = match accumulate {
+            true => base.to_vec(),
+            false => vec![f32::NAN; base.len()],
+        };
+        assert!(multiply(kernel, weight, x, tokens, &mut out, accumulate));
+        out
+    }
+
     /// Every compilation the CPU runs, on bytes, 4- and 5-bit values, with and without offsets and
     /// accumulating, for shapes that leave partial tiles, against an f64 product of the
     /// values the kernel reads: the weights as stored and the activations as rounded.
@@ -743,12 +760,7 @@ mod tests {
                             offsets: with_offsets.then(|| offset_factors.borrowed()),
                             halves: block == HALF_BLOCK,
                         };
-                        let mut out = if accumulate {
-                            base.clone()
-                        } else {
-                            vec![f32::NAN; tokens * rows]
-                        };
-                        assert!(multiply(kernel, weight, &x, tokens, &mut out, accumulate));
+                        let out = product(kernel, weight, &x, tokens, &base, accumulate);
                         for t in 0..tokens {
                             for r in 0..rows {
                                 let mut want = if accumulate {
@@ -813,12 +825,7 @@ mod tests {
                     offsets: None,
                     halves: true,
                 };
-                let mut out = if accumulate {
-                    base.clone()
-                } else {
-                    vec![f32::NAN; tokens * rows]
-                };
-                assert!(multiply(kernel, weight, &x, tokens, &mut out, accumulate));
+                let out = product(kernel, weight, &x, tokens, &base, accumulate);
                 for t in 0..tokens {
                     let x = &x[t * cols..][..cols];
                     for r in 0..rows {
