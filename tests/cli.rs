@@ -375,10 +375,11 @@ fn in_home(home: &std::path::Path) -> Command {
     command
 }
 
-/// Another app's store, found and opened in place: the genuine GGUF file as Ollama keeps it
-/// (a hash-named blob behind a manifest) and as LM Studio does, beside an Ollama manifest
-/// whose blob is gone. `models list` names both with their store and says why it skipped the
-/// third; the blob, which has no `.gguf` name, then answers as the file itself does.
+/// Other apps' stores, found and opened in place: the genuine GGUF file as Ollama keeps it
+/// (a hash-named blob behind a manifest) and as LM Studio, llama.cpp's cache and GPT4All do,
+/// beside an Ollama manifest whose blob is gone. `models list` names each with its store and
+/// says why it skipped the manifest; the blob, which has no `.gguf` name, and llama.cpp's
+/// copy then answer as the file itself does.
 #[test]
 fn models_list_finds_other_apps_models_and_each_opens() {
     let genuine = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -395,17 +396,29 @@ fn models_list_finds_other_apps_models_and_each_opens() {
         .path()
         .join(".lmstudio/models/HuggingFaceTB/SmolLM2-GGUF");
     let manifests = ollama.join("manifests/registry.ollama.ai/library");
+    // `in_home` points LLAMA_CACHE and XDG_DATA_HOME inside the home folder.
+    let llama_cpp = home.path().join("llama.cpp");
+    let gpt4all = home.path().join("data/nomic.ai/GPT4All");
     for dir in [
         blob.parent().unwrap(),
         &lm_studio,
         &manifests.join("smollm2"),
         &manifests.join("gone"),
+        &llama_cpp,
+        &gpt4all,
     ] {
         std::fs::create_dir_all(dir).expect("folders");
     }
-    std::os::unix::fs::symlink(&genuine, &blob).expect("link");
-    std::os::unix::fs::symlink(&genuine, lm_studio.join("SmolLM2-135M-Instruct.Q4_1.gguf"))
-        .expect("link");
+    let llama_cpp_file =
+        llama_cpp.join("HuggingFaceTB_SmolLM2-135M-Instruct-GGUF_SmolLM2-135M-Instruct-Q4_1.gguf");
+    for link in [
+        blob.clone(),
+        lm_studio.join("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        llama_cpp_file.clone(),
+        gpt4all.join("SmolLM2-135M-Instruct-Q4_1.gguf"),
+    ] {
+        std::os::unix::fs::symlink(&genuine, link).expect("link");
+    }
     let manifest = |digest: &str| {
         format!(
             r#"{{"schemaVersion":2,"layers":[{{"mediaType":"application/vnd.ollama.image.model","digest":"sha256:{digest}","size":1}}]}}"#
@@ -425,17 +438,19 @@ fn models_list_finds_other_apps_models_and_each_opens() {
     assert!(listed.status.success(), "{}", stderr(&listed));
     let stdout = String::from_utf8_lossy(&listed.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "{stdout}");
-    assert!(
-        lines[0].starts_with("SmolLM2-135M-Instruct.Q4_1 "),
-        "{stdout}"
-    );
-    assert!(lines[0].contains("LM Studio"), "{stdout}");
-    assert!(lines[1].starts_with("smollm2:135m "), "{stdout}");
-    assert!(
-        lines[1].contains("Ollama") && lines[1].ends_with("sha256-0123abcd"),
-        "{stdout}"
-    );
+    assert_eq!(lines.len(), 4, "{stdout}");
+    for (line, (name, store)) in lines.iter().zip([
+        (
+            "HuggingFaceTB_SmolLM2-135M-Instruct-GGUF_SmolLM2-135M-Instruct-Q4_1 ",
+            "llama.cpp",
+        ),
+        ("SmolLM2-135M-Instruct-Q4_1 ", "GPT4All"),
+        ("SmolLM2-135M-Instruct.Q4_1 ", "LM Studio"),
+        ("smollm2:135m ", "Ollama"),
+    ]) {
+        assert!(line.starts_with(name) && line.contains(store), "{stdout}");
+    }
+    assert!(lines[3].ends_with("sha256-0123abcd"), "{stdout}");
     let skipped = stderr(&listed);
     assert!(
         skipped.contains("skipped: Ollama's gone:latest"),
@@ -484,7 +499,9 @@ fn models_list_finds_other_apps_models_and_each_opens() {
         ]);
         token_ids(&json_stdout(&output))
     };
-    assert_eq!(answer(&blob), answer(&genuine));
+    let genuine_answer = answer(&genuine);
+    assert_eq!(answer(&blob), genuine_answer);
+    assert_eq!(answer(&llama_cpp_file), genuine_answer);
 }
 
 /// A model's life from the command line: `models pull` fetches it from the (fake) hub into
