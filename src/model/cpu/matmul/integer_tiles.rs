@@ -173,9 +173,7 @@ fn multiply(
                     let values = match weight.values {
                         Ints::Bytes(values) => &values[first_row * cols..][..len],
                         packed => {
-                            if bytes.len() < len {
-                                bytes.resize(len, 0);
-                            }
+                            grow(bytes, len);
                             let bytes = &mut bytes[..len];
                             packed.unpack(first_row * cols, bytes);
                             bytes
@@ -209,9 +207,7 @@ fn multiply(
                     }
                     if let Some(tile_offsets) = weight.offsets {
                         let tile_offsets = tile_offsets.f32s(tile_blocks, offsets);
-                        if terms.len() < tokens {
-                            terms.resize(tokens, 0.0);
-                        }
+                        grow(terms, tokens);
                         let terms = &mut terms[..tokens];
                         for (row, offsets) in tile_rows.zip(tile_offsets.chunks_exact(blocks)) {
                             offset_terms(offsets, &by_block, terms);
@@ -227,6 +223,13 @@ fn multiply(
         },
     );
     true
+}
+
+/// `buffer` at least `len` long: the threads' buffers only grow.
+fn grow<T: Default + Clone>(buffer: &mut Vec<T>, len: usize) {
+    if buffer.len() < len {
+        buffer.resize(len, T::default());
+    }
 }
 
 /// `terms[t] = Σ_b offsets[b] · sums[b, t]`: a row's offset terms for every token, the

@@ -23,7 +23,7 @@ use std::arch::x86_64::*;
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::{BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, Shape, TokenBlocks, Weights};
+use super::{BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, Shape, TokenBlocks, Weights, grow};
 use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::threads::{SharedOutput, split_ranges, split_rows};
 use crate::model::cpu::weights::{Factors, Ints};
@@ -222,13 +222,6 @@ impl<'a> Stepped<'a> {
             *base = self.bases[(self.first + blocks.start + 2 * pair) / self.per].to_f32();
         }
         &buffer[..pairs]
-    }
-}
-
-/// `buffer` at least `len` long.
-fn grow<T: Default + Clone>(buffer: &mut Vec<T>, len: usize) {
-    if buffer.len() < len {
-        buffer.resize(len, T::default());
     }
 }
 
