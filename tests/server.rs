@@ -246,8 +246,8 @@ fn chat_completion_is_what_the_generation_loop_gives_for_the_same_seed() {
     assert_eq!(usage.expect("usage chunk"), first["usage"]);
 }
 
-/// A long prompt streamed: a comment line for each pass read after the response began, which
-/// clients skip; the reply and its usage are what the generation loop gives.
+/// A long prompt streamed: a comment line before each pass, which clients skip, the first
+/// beginning the response; the reply and its usage are what the generation loop gives.
 #[test]
 fn a_long_streamed_prompt_says_how_far_it_has_been_read() {
     let fixture = Fixture::start(4, None);
@@ -267,16 +267,15 @@ fn a_long_streamed_prompt_says_how_far_it_has_been_read() {
         .lines()
         .filter(|line| line.starts_with(':'))
         .collect();
-    assert_eq!(
-        comments,
-        [
-            format!(": reading the prompt: {chunk} / {prompt_tokens} tokens"),
+    let expected: Vec<String> = (0..3)
+        .map(|pass| {
             format!(
                 ": reading the prompt: {} / {prompt_tokens} tokens",
-                2 * chunk
-            ),
-        ]
-    );
+                pass * chunk
+            )
+        })
+        .collect();
+    assert_eq!(comments, expected);
 }
 
 #[test]
@@ -687,6 +686,41 @@ fn a_full_queue_answers_503_with_retry_after() {
     let queued = queued.join().expect("the queued request");
     assert_eq!(queued.status, 200, "{}", queued.body);
     assert_eq!(queued.json()["usage"]["completion_tokens"], 2);
+}
+
+/// A streamed request that waits behind another begins at once, saying in a comment line
+/// (which clients skip) how many are ahead; its turn come, it answers in full, with the
+/// prompt's tokens in its usage.
+#[test]
+fn a_queued_stream_says_how_many_requests_are_ahead() {
+    let fixture = Fixture::start(4, None);
+    let address = fixture.address();
+    let mut running = RawStream::open(address, "/v1/chat/completions", &long_stream(2000));
+    running.next_event().expect("the first chunk");
+    let body = json!({
+        "prompt": "a", "max_tokens": 2, "temperature": 0, "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    let mut queued = RawStream::open(address, "/v1/completions", &body);
+    assert_eq!(queued.status, 200, "the stream begins while it waits");
+    assert_eq!(
+        queued.next_comment().as_deref(),
+        Some(": waiting: 1 request ahead")
+    );
+    drop(running);
+    let mut usage = None;
+    while let Some(event) = queued.next_event() {
+        if event == "[DONE]" {
+            break;
+        }
+        let chunk: Value = serde_json::from_str(&event).expect("json");
+        if !chunk["usage"].is_null() {
+            usage = Some(chunk["usage"].clone());
+        }
+    }
+    let usage = usage.expect("a usage chunk");
+    assert_eq!(usage["completion_tokens"], 2);
+    assert!(usage["prompt_tokens"].as_u64() > Some(0), "{usage}");
 }
 
 /// Tokens the engine has generated since it started, as `/health` reports them.

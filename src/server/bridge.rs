@@ -17,10 +17,15 @@ use crate::text::{Released, StopStrings};
 /// How often a request that waits in the queue checks whether its client is still there.
 const POLL: Duration = Duration::from_millis(50);
 
-/// What the HTTP side hears about one generation, in order: `Started` or `Failed` first,
-/// then text, then `Finished` or `Failed`.
+/// What the HTTP side hears about one generation, in order: `Waiting` while it is queued,
+/// `Reading` while a long prompt is read, `Started` or `Failed`, then text, then `Finished`
+/// or `Failed`.
 #[derive(Debug)]
 pub enum Output {
+    /// The request waits its turn behind `ahead` generations.
+    Waiting {
+        ahead: usize,
+    },
     /// A long prompt is being read: `done` of its `total` tokens so far.
     Reading {
         done: usize,
@@ -82,6 +87,11 @@ pub fn relay(
             }
         };
         match event {
+            Event::Waiting { request, ahead }
+                if request == id && out.send(Output::Waiting { ahead }).is_err() =>
+            {
+                return;
+            }
             Event::PromptProgress {
                 request,
                 done,

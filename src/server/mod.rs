@@ -436,10 +436,22 @@ async fn generate(
     let stops = job.stop.clone();
     let prompt_field = endpoint.prompt_field();
     tokio::task::spawn_blocking(move || bridge::relay(client, id, stops, prompt_field, out));
-    // A long prompt's reading starts the response: a stream then says how far it has come.
-    let prompt_tokens = match outputs.recv().await {
+    // Waiting in the queue or reading a long prompt starts a stream, which then says where
+    // the request stands; a whole answer waits on. A streamed request refused once its turn
+    // comes (a prompt longer than the context) then hears so in an error event, as a
+    // refusal after its response began.
+    let first = loop {
+        match outputs.recv().await {
+            Some(Output::Waiting { .. }) if !job.stream => continue,
+            first => break first,
+        }
+    };
+    let standing = first.as_ref().and_then(progress_comment);
+    let prompt_tokens = match first {
         Some(Output::Started { prompt_tokens }) => prompt_tokens,
         Some(Output::Reading { total, .. }) => total,
+        // Known once the prompt is read.
+        Some(Output::Waiting { .. }) => 0,
         Some(Output::Failed(error)) => return Err(error),
         Some(other) => return Err(ApiError::internal(format!("unexpected {other:?}"))),
         None => return Err(ApiError::internal("the generation ended without a word")),
@@ -453,7 +465,7 @@ async fn generate(
         prompt_tokens,
     );
     if job.stream {
-        Ok(stream(responder, job, outputs))
+        Ok(stream(responder, job, standing, outputs))
     } else {
         whole(responder, outputs)
             .await
@@ -488,7 +500,7 @@ async fn whole(
                 )));
             }
             Output::Failed(error) => return Err(error),
-            Output::Started { .. } | Output::Reading { .. } => {}
+            Output::Started { .. } | Output::Reading { .. } | Output::Waiting { .. } => {}
         }
     }
     Err(ApiError::internal("the generation ended without finishing"))
@@ -500,12 +512,37 @@ fn event(value: &Value) -> Bytes {
 
 const DONE: &str = "data: [DONE]\n\n";
 
-/// Server-sent events: a comment line per pass of a long prompt, one chunk per piece of text, the finish reason, the usage if asked,
-/// then `[DONE]`. An error after the stream began goes out as an `error` event before `[DONE]`.
+/// Where a streamed request stands before its reply, as a comment line, which clients skip;
+/// it also keeps a waiting connection busy.
+fn progress_comment(output: &Output) -> Option<Bytes> {
+    let line = match output {
+        Output::Waiting { ahead: 1 } => ": waiting: 1 request ahead".to_string(),
+        Output::Waiting { ahead } => format!(": waiting: {ahead} requests ahead"),
+        Output::Reading { done, total } => format!(": reading the prompt: {done} / {total} tokens"),
+        _ => return None,
+    };
+    Some(Bytes::from(format!("{line}\n\n")))
+}
+
+/// Server-sent events: comment lines while the request waits or a long prompt is read, one
+/// chunk per piece of text, the finish reason, the usage if asked, then `[DONE]`. An error after the stream began goes out as an `error` event before `[DONE]`.
 /// When the client hangs up, hyper drops this stream and with it `outputs`: the relay's
 /// next send fails and the generation stops.
-fn stream(responder: Responder, job: Job, outputs: UnboundedReceiver<Output>) -> Response {
-    let opening = responder.opening_chunk().map(|chunk| event(&chunk));
+///
+/// `standing` is the comment line for the output that began the stream.
+fn stream(
+    responder: Responder,
+    job: Job,
+    standing: Option<Bytes>,
+    outputs: UnboundedReceiver<Output>,
+) -> Response {
+    let opening = [
+        standing,
+        responder.opening_chunk().map(|chunk| event(&chunk)),
+    ]
+    .into_iter()
+    .flatten()
+    .reduce(|first, then| Bytes::from([first, then].concat()));
     struct Streaming {
         responder: Responder,
         outputs: UnboundedReceiver<Output>,
@@ -543,10 +580,15 @@ fn stream(responder: Responder, job: Job, outputs: UnboundedReceiver<Output>) ->
                 last.extend(DONE.as_bytes());
                 Bytes::from(last)
             }
-            Some(Output::Started { .. }) => Bytes::new(),
-            // A comment line, which clients skip; it also keeps a slow prompt's connection busy.
-            Some(Output::Reading { done, total }) => {
-                Bytes::from(format!(": reading the prompt: {done} / {total} tokens\n\n"))
+            Some(Output::Started { prompt_tokens }) => {
+                state.responder.prompt_tokens = prompt_tokens;
+                Bytes::new()
+            }
+            Some(output @ (Output::Waiting { .. } | Output::Reading { .. })) => {
+                if let Output::Reading { total, .. } = output {
+                    state.responder.prompt_tokens = total;
+                }
+                progress_comment(&output).unwrap_or_default()
             }
             Some(Output::Failed(error)) => {
                 state.done = true;

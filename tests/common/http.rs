@@ -152,6 +152,19 @@ impl RawStream {
         }
     }
 
+    /// The next comment line, which a stream sends where a request stands before its reply.
+    pub fn next_comment(&mut self) -> Option<String> {
+        loop {
+            let mut line = String::new();
+            if self.reader.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            if line.starts_with(':') {
+                return Some(line.trim_end().to_string());
+            }
+        }
+    }
+
     /// Everything left, for a body that is not a stream.
     pub fn rest(mut self) -> String {
         let mut rest = String::new();
