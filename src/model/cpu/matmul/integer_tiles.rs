@@ -76,7 +76,7 @@ pub fn product(
             // Lanes past the last token are multiplied for nothing: below 16 tokens the
             // other tiles are faster (Q4_0, 4 tokens: 157–165 tok/s against 328–358; 8: 321–334
             // against 428–429; 16: 553–573 against 513–530).
-            Kernel::Avx512Vnni if tokens < token_lanes::LANES => Kernel::Avx512,
+            Kernel::TokenLanes if tokens < token_lanes::LANES => Kernel::Tiles(Tiles::Avx512),
             kernel => kernel,
         };
         return multiply(kernel, weight, x, tokens, out, accumulate);
@@ -95,11 +95,15 @@ struct Weights<'a> {
     halves: bool,
 }
 
-/// A thread's buffers, which only grow.
+/// A thread's buffers, for both families of tiles, which only grow.
+#[derive(Default)]
 struct Scratch {
-    /// The bytes of the 4- or 5-bit values of the tile of rows it multiplies.
+    /// The 4- or 5-bit values the thread multiplies next as bytes: a tile of rows, or one
+    /// row of a chunk of columns for [`token_lanes`].
     bytes: Vec<i8>,
-    /// The tile's scales and offsets in f32, where they are stored in f16.
+    /// [`token_lanes`]' tile of rows of a chunk, widened to 16 bits.
+    words: Vec<i16>,
+    /// The tile's scales and offsets in f32, where they are stored otherwise.
     scales: Vec<f32>,
     offsets: Vec<f32>,
     /// One row's offset terms for every token.
@@ -107,14 +111,7 @@ struct Scratch {
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Scratch> = const {
-        RefCell::new(Scratch {
-            bytes: Vec::new(),
-            scales: Vec::new(),
-            offsets: Vec::new(),
-            offset_terms: Vec::new(),
-        })
-    };
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 /// [`product`] with `kernel`, which the CPU must have.
@@ -140,12 +137,15 @@ fn multiply(
                 .is_none_or(|offsets| offsets.len() == rows * blocks),
         "integer matmul: scales and offsets do not fit [rows, cols / block]"
     );
-    if let Kernel::Avx512Vnni = kernel {
-        // SAFETY: the CPU has AVX512-VNNI (the caller's promise), and the shapes are
-        // checked above.
-        unsafe { token_lanes::multiply(weight, x, shape, out, accumulate) };
-        return true;
-    }
+    let compiled = match kernel {
+        Kernel::Tiles(compiled) => compiled,
+        Kernel::TokenLanes => {
+            // SAFETY: the CPU has AVX512-VNNI (the caller's promise), and the shapes are
+            // checked above.
+            unsafe { token_lanes::multiply(weight, x, shape, out, accumulate) };
+            return true;
+        }
+    };
     let rounded = BlockInts::of(x, block);
     let by_block = TokenBlocks::of(&rounded, tokens, weight.offsets.is_some());
     let shared = SharedOutput::new(out);
@@ -153,7 +153,7 @@ fn multiply(
         x: &rounded,
         by_block: &by_block,
     };
-    let (tile_rows, tile_tokens) = kernel.tile();
+    let (tile_rows, tile_tokens) = compiled.tile();
     split_ranges(
         rows.div_ceil(tile_rows),
         MIN_ROWS_PER_RANGE / tile_rows,
@@ -164,6 +164,7 @@ fn multiply(
                     scales,
                     offsets,
                     offset_terms: terms,
+                    ..
                 } = scratch;
                 let rows_of_range = tiles.start * tile_rows..(tiles.end * tile_rows).min(rows);
                 for first_row in rows_of_range.step_by(tile_rows) {
@@ -194,7 +195,7 @@ fn multiply(
                         // and rows of `x` below `tokens`, and writes elements of `out` in the
                         // columns of this range's rows, which no other range touches.
                         unsafe {
-                            kernel.tile_at(
+                            compiled.tile_at(
                                 weight.halves,
                                 tile_weight,
                                 tokens_in,
@@ -570,14 +571,14 @@ mod kernels {
     }
 }
 
-/// Which compilation of the tile kernel runs.
+/// Which kernel runs a product.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
 enum Kernel {
-    Avx2,
-    Avx512,
+    /// Tiles of a few weight rows by a few tokens.
+    Tiles(Tiles),
     /// See [`token_lanes`].
-    Avx512Vnni,
+    TokenLanes,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -585,11 +586,11 @@ impl Kernel {
     fn for_this_cpu() -> Self {
         let cpu = features::cpu();
         if !cpu.avx512 {
-            Self::Avx2
+            Self::Tiles(Tiles::Avx2)
         } else if cpu.avx512_vnni {
-            Self::Avx512Vnni
+            Self::TokenLanes
         } else {
-            Self::Avx512
+            Self::Tiles(Tiles::Avx512)
         }
     }
 
@@ -598,23 +599,33 @@ impl Kernel {
     fn all_for_this_cpu() -> Vec<Self> {
         let mut kernels = vec![];
         if supported() {
-            kernels.push(Self::Avx2);
+            kernels.push(Self::Tiles(Tiles::Avx2));
         }
         if features::cpu().avx512 {
-            kernels.push(Self::Avx512);
+            kernels.push(Self::Tiles(Tiles::Avx512));
         }
-        if matches!(Self::for_this_cpu(), Self::Avx512Vnni) {
-            kernels.push(Self::Avx512Vnni);
+        if matches!(Self::for_this_cpu(), Self::TokenLanes) {
+            kernels.push(Self::TokenLanes);
         }
         kernels
     }
+}
 
+/// Which compilation of the tile kernel runs.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+enum Tiles {
+    Avx2,
+    Avx512,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Tiles {
     /// Rows and tokens of one tile.
     fn tile(self) -> (usize, usize) {
         match self {
             Self::Avx2 => kernels::avx2::TILE,
             Self::Avx512 => kernels::avx512::TILE,
-            Self::Avx512Vnni => unreachable!("token_lanes runs its own tiles"),
         }
     }
 
@@ -651,7 +662,6 @@ impl Kernel {
                 (Self::Avx2, true) => run!(avx2, true),
                 (Self::Avx512, false) => run!(avx512, false),
                 (Self::Avx512, true) => run!(avx512, true),
-                (Self::Avx512Vnni, _) => unreachable!("token_lanes runs its own tiles"),
             }
         }
     }

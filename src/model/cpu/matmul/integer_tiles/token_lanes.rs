@@ -13,17 +13,20 @@
 //! prompt is 2 MiB of pairs at 8192 columns (a feed-forward's down projection at 1.7B), more
 //! than the cache, and was read from memory again for every tile of rows. Each output's sum
 //! goes on from where the previous chunk left it, in the same order of blocks as without
-//! chunks.
+//! chunks. For the same reason a product added onto the output (`accumulate`: the residual)
+//! starts from the output's value and adds the blocks to it, where the other tiles add the
+//! finished product to the output: the two round differently, by about an ulp of the output.
 //!
 //! The weights' offsets (Q4_1, Q4_K, Q5_K) are summed in the tile, `offset · Σ x` per block
 //! beside the block's product, where a pass after the tile read and wrote every output
 //! again: 20% of a Q4_K product's time.
 
 use std::arch::x86_64::*;
-use std::cell::RefCell;
 use std::ops::Range;
 
-use super::{BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, Shape, TokenBlocks, Weights, grow};
+use super::{
+    BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, SCRATCH, Scratch, Shape, TokenBlocks, Weights, grow,
+};
 use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::threads::{SharedOutput, split_ranges, split_rows};
 use crate::model::cpu::weights::{Factors, Ints};
@@ -43,28 +46,6 @@ const GROUPS: usize = 2;
 /// a C replica of the tile at 8192 columns, 2048 and 4096 ran 1.3 times as fast as all at
 /// once, 512 no faster.
 const CHUNK_COLS: usize = 2048;
-
-/// A thread's buffers, which only grow.
-struct Scratch {
-    /// One row's 4- or 5-bit values of the chunk, as bytes.
-    bytes: Vec<i8>,
-    /// The tile's rows of the chunk, widened to 16 bits.
-    words: Vec<i16>,
-    /// The tile's scales and offsets in f32, where they are stored otherwise.
-    scales: Vec<f32>,
-    offsets: Vec<f32>,
-}
-
-thread_local! {
-    static SCRATCH: RefCell<Scratch> = const {
-        RefCell::new(Scratch {
-            bytes: Vec::new(),
-            words: Vec::new(),
-            scales: Vec::new(),
-            offsets: Vec::new(),
-        })
-    };
-}
 
 /// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for `x` of `shape`.
 ///
@@ -109,6 +90,7 @@ pub unsafe fn multiply(
                             words,
                             scales,
                             offsets,
+                            ..
                         } = &mut *scratch;
                         grow(words, tile_rows.len() * chunk_cols);
                         grow(bytes, chunk_cols);
