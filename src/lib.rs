@@ -3,6 +3,7 @@
 pub mod atomic_file;
 pub mod backend;
 pub mod cli;
+pub mod downloads;
 pub mod engine;
 pub mod generation;
 pub mod gguf;

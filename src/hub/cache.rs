@@ -136,6 +136,27 @@ impl HubCache {
         self.no_exist_path(model_id, commit, file).is_file()
     }
 
+    /// Deletes what unfinished downloads of `model_id` left in its blobs (`*.incomplete`, as
+    /// both this app and `huggingface_hub` name them), so that a cancelled download does not
+    /// keep its part of the file. Returns how many files went.
+    pub fn remove_partial_downloads(&self, model_id: &str) -> Result<usize, HubError> {
+        let blobs = self.repo_dir(model_id).join("blobs");
+        let entries = match fs::read_dir(&blobs) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(err) => return Err(HubError::io("cannot read", &blobs, err)),
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|ext| ext == "incomplete") {
+                fs::remove_file(&path).map_err(|e| HubError::io("cannot remove", &path, e))?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     /// Makes `snapshots/{commit}/{file}` point at the blob: a relative
     /// symlink like `huggingface_hub` makes, or a copy where the file system
     /// refuses symlinks (e.g. Windows without developer mode).

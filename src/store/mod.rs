@@ -58,6 +58,11 @@ impl Paths {
         self.data_dir.join("models")
     }
 
+    /// The downloads still to finish, resumed at the next start (see `downloads`).
+    pub fn downloads_file(&self) -> PathBuf {
+        self.data_dir.join("downloads.json")
+    }
+
     pub fn settings_file(&self) -> PathBuf {
         self.config_dir.join("settings.json")
     }

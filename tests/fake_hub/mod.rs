@@ -32,6 +32,9 @@ pub struct Repo {
     pub cut_gets: Option<(String, usize, usize)>,
     /// Serve this file with one byte flipped (headers still claim the real hash).
     pub corrupt: Option<String>,
+    /// Send file bodies 8 KiB at a time with this pause between, so a download can be
+    /// caught half-way.
+    pub slow: Option<std::time::Duration>,
 }
 
 impl Repo {
@@ -239,6 +242,7 @@ fn serve(
         let middle = body.len() / 2;
         body[middle] ^= 0xff;
     }
+    let slow = repo.slow;
     let mut cut = None;
     if method == "GET"
         && let Some((cut_file, after, times)) = repo.cut_gets.clone()
@@ -270,6 +274,15 @@ fn serve(
         out.write_all(&body[..after])?;
         out.flush()?;
         return out.shutdown(std::net::Shutdown::Both);
+    }
+    if let Some(pause) = slow.filter(|_| method == "GET") {
+        out.write_all(header_block(status, &headers, body.len()).as_bytes())?;
+        for piece in body.chunks(8 * 1024) {
+            out.write_all(piece)?;
+            out.flush()?;
+            thread::sleep(pause);
+        }
+        return Ok(());
     }
     respond(&mut out, status, &headers, &body, &method)
 }
