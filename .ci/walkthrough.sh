@@ -4,9 +4,9 @@
 # first-run screen), types a path that does not exist, loads the model by its path, has three
 # chats (one message with Shift+Enter, one reply stopped then continued, one regenerated and
 # switched back to its first reply), searches the hub (a stand-in on loopback) from the model
-# library and opens a model in LM Studio's folder from it with the keyboard, quits with Ctrl+Q,
-# and checks the saved conversations. It
-# then reopens the window to take screenshots at 800x600 and 1920x1080, dark and light.
+# library and starts a download from it, opens a model in LM Studio's folder from it with the
+# keyboard, quits with Ctrl+Q, and checks the saved conversations and the unfinished download.
+# It then reopens the window to take screenshots at 800x600 and 1920x1080, dark and light.
 # Usage: .ci/walkthrough.sh [path/to/smolchat] [output folder]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -126,6 +126,10 @@ sleep 2
 xdotool mousemove 347 166 click 1
 sleep 2
 shot hub-search-800x600-dark
+# Its Q4_K_M file goes to the downloads (the stand-in sends 1 MB/s), with speed and time left.
+xdotool mousemove 167 189 click 1
+sleep 3
+shot downloads-800x600-dark
 # Closed and opened again, the library gives its first model the keyboard; Enter opens it.
 key ctrl+m
 key ctrl+m
@@ -136,7 +140,7 @@ key ctrl+q
 for _ in $(seq 50); do kill -0 "$app_pid" 2>/dev/null || break; sleep 0.2; done
 if kill -0 "$app_pid" 2>/dev/null; then echo "Ctrl+Q did not close the window" >&2; exit 1; fi
 
-python3 - "$SMOLCHAT_DATA_DIR/conversations" "$settings" <<'PY'
+python3 - "$SMOLCHAT_DATA_DIR/conversations" "$settings" "$SMOLCHAT_DATA_DIR/downloads.json" <<'PY'
 import json, pathlib, sys
 chats = [json.loads(p.read_text()) for p in pathlib.Path(sys.argv[1]).glob("*.json")]
 chats.sort(key=lambda c: c["created_unix_ms"])
@@ -152,7 +156,9 @@ settings = json.loads(pathlib.Path(sys.argv[2]).read_text())
 assert settings["window_size"] == [800.0, 600.0], settings.get("window_size")
 opened = settings["model_folder"]
 assert opened.endswith("/.lmstudio/models/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q4_1.gguf"), opened
-print("walkthrough: 3 chats saved as expected; the library opened LM Studio's copy; Ctrl+Q kept the window size")
+downloads = json.loads(pathlib.Path(sys.argv[3]).read_text())["downloads"]
+assert downloads == [{"spec": "Qwen/Qwen3-1.7B-GGUF:Q4_K_M", "paused": False}], downloads
+print("walkthrough: 3 chats saved as expected; the library opened LM Studio's copy; Ctrl+Q kept the window size and the unfinished download")
 PY
 
 # The same chats reopened, in each theme and size.

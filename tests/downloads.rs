@@ -244,7 +244,8 @@ fn a_cancelled_download_leaves_nothing_and_a_failed_one_says_why() {
 
     wait_until(&mut downloads, |d| half_way(d, q8));
     assert!(downloads.cancel(q8));
-    wait_until(&mut downloads, |d| d.list().is_empty());
+    assert!(downloads.list().is_empty(), "off the list at once");
+    wait_until(&mut downloads, |d| !d.busy());
     assert!(
         partial_files(cache.path()).is_empty(),
         "its part is deleted"

@@ -61,6 +61,8 @@ enum Stop {
 /// The download under way, on its thread.
 struct Running {
     id: u64,
+    /// Kept here as a cancelled download leaves the list at once, before its thread ends.
+    spec: String,
     stop: Arc<AtomicBool>,
     asked: Option<Stop>,
     reports: Receiver<Report>,
@@ -115,7 +117,7 @@ impl Downloads {
         &self.list
     }
 
-    /// Whether one is running or waiting: the window then looks again shortly.
+    /// Whether one is running: the window then looks again shortly.
     pub fn busy(&self) -> bool {
         self.running.is_some()
     }
@@ -188,17 +190,18 @@ impl Downloads {
     /// Stops download `id` and deletes what it received, or takes a finished one off the
     /// list (the model stays on disk).
     pub fn cancel(&mut self, id: u64) -> bool {
-        if let Some(running) = self.running.as_mut().filter(|running| running.id == id) {
-            running.asked = Some(Stop::Cancel);
-            running.stop.store(true, Ordering::SeqCst);
-            return true;
-        }
         let Some(download) = self.list.iter().find(|download| download.id == id).cloned() else {
             return false;
         };
         self.list.retain(|download| download.id != id);
-        if download.state.unfinished() {
-            self.discard(&download.spec);
+        match self.running.as_mut().filter(|running| running.id == id) {
+            // Its part goes once its thread has stopped writing it.
+            Some(running) => {
+                running.asked = Some(Stop::Cancel);
+                running.stop.store(true, Ordering::SeqCst);
+            }
+            None if download.state.unfinished() => self.discard(&download.spec),
+            None => {}
         }
         self.save();
         true
@@ -217,7 +220,7 @@ impl Downloads {
                     reason: "the download's thread ended without an answer".into(),
                 })),
             };
-            let (id, asked) = (running.id, running.asked);
+            let (id, asked, spec) = (running.id, running.asked, running.spec.clone());
             match report {
                 Report::Progress(progress) => {
                     if let Some(download) = self.get_mut(id) {
@@ -226,7 +229,14 @@ impl Downloads {
                 }
                 Report::Finished(result) => {
                     self.running = None;
-                    completed.extend(self.finish(id, asked, result));
+                    if asked == Some(Stop::Cancel) {
+                        // Complete before the stop took, the model stays; else its part goes.
+                        if result.is_err() {
+                            self.discard(&spec);
+                        }
+                    } else {
+                        completed.extend(self.finish(id, result));
+                    }
                     self.save();
                     self.start_next();
                 }
@@ -236,31 +246,16 @@ impl Downloads {
     }
 
     /// Records how download `id` ended; returns it when it completed.
-    fn finish(
-        &mut self,
-        id: u64,
-        asked: Option<Stop>,
-        result: Result<PathBuf, HubError>,
-    ) -> Option<Download> {
+    fn finish(&mut self, id: u64, result: Result<PathBuf, HubError>) -> Option<Download> {
         let index = self.list.iter().position(|download| download.id == id)?;
         let last = match &self.list[index].state {
             DownloadState::Running(progress) => progress.clone(),
             _ => None,
         };
-        let state = match (result, asked) {
-            // Complete before the stop took: the model stays, off the list.
-            (Ok(_), Some(Stop::Cancel)) => {
-                self.list.remove(index);
-                return None;
-            }
-            (Err(_), Some(Stop::Cancel)) => {
-                let download = self.list.remove(index);
-                self.discard(&download.spec);
-                return None;
-            }
-            (Ok(path), _) => DownloadState::Done(path),
-            (Err(HubError::Cancelled { .. }), _) => DownloadState::Paused(last),
-            (Err(err), _) => DownloadState::Failed(err.to_string()),
+        let state = match result {
+            Ok(path) => DownloadState::Done(path),
+            Err(HubError::Cancelled { .. }) => DownloadState::Paused(last),
+            Err(err) => DownloadState::Failed(err.to_string()),
         };
         let done = matches!(state, DownloadState::Done(_));
         self.list[index].state = state;
@@ -283,7 +278,7 @@ impl Downloads {
         let (id, spec) = (download.id, download.spec.clone());
         let (report, reports) = crossbeam_channel::unbounded();
         let stop = Arc::new(AtomicBool::new(false));
-        let (options, stopped) = (self.options.clone(), stop.clone());
+        let (options, stopped, asked) = (self.options.clone(), stop.clone(), spec.clone());
         let progress_report = report.clone();
         let started = std::thread::Builder::new()
             .name("smolchat-download".into())
@@ -291,7 +286,7 @@ impl Downloads {
                 let result = match options {
                     Some(options) => fetch(
                         &ModelDownloader::new(options),
-                        &spec,
+                        &asked,
                         &mut |progress| {
                             let _ = progress_report.send(Report::Progress(progress));
                         },
@@ -303,6 +298,7 @@ impl Downloads {
             });
         self.running = Some(Running {
             id,
+            spec,
             stop,
             asked: None,
             reports,

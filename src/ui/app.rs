@@ -178,7 +178,8 @@ impl SmolchatApp {
         if let Some(wait) = self.state.next_notice_change() {
             ctx.request_repaint_after(wait);
         }
-        if self.state.scanning_models() || self.state.hub().busy() {
+        if self.state.scanning_models() || self.state.hub().busy() || self.state.downloads().busy()
+        {
             ctx.request_repaint_after(std::time::Duration::from_millis(100));
         }
 

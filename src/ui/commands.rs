@@ -258,8 +258,12 @@ pub enum Action {
     SearchHub(String),
     /// Lists a hub repository's files.
     ListHubFiles(String),
-    /// Downloads `org/name` or `org/name:QUANT` from the hub and opens it.
-    DownloadFromHub(String),
+    /// Puts `org/name` or `org/name:QUANT` in the download queue.
+    QueueDownload(String),
+    PauseDownload(u64),
+    ResumeDownload(u64),
+    /// Stops a download and deletes what came, or takes a finished one off the list.
+    CancelDownload(u64),
     /// The settings as the panel left them; a new backend or precision reloads the model.
     /// Their model folder is ignored: a folder is checked first, by [`Action::UseModelFolder`].
     UpdateSettings(Settings),

@@ -34,14 +34,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                 let (fraction, text) = match progress {
                     Some(p) => (
                         p.fraction().unwrap_or(0.0) as f32,
-                        format!(
-                            "{} ({}/{}) \u{b7} {:.1} of {:.1} MB",
-                            p.file,
-                            p.file_index + 1,
-                            p.file_count,
-                            p.bytes_done as f64 / 1e6,
-                            p.bytes_total.unwrap_or(0) as f64 / 1e6
-                        ),
+                        super::downloads::progress_text(p),
                     ),
                     None => (0.0, "Starting the download\u{2026}".to_string()),
                 };

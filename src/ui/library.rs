@@ -37,6 +37,8 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
             ui.add_space(8.0);
             hub_search(ui, state, view, actions);
             ui.add_space(12.0);
+            super::downloads::show(ui, state, actions);
+            ui.add_space(12.0);
             ui.label(RichText::new("On this computer").strong());
             let models = state.local_models();
             if state.scanning_models() && models.is_empty() {
@@ -44,7 +46,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
             } else if models.is_empty() {
                 ui.label(
                     "No models found. Open a .gguf file or a model folder (Ctrl+O), or \
-                     download one with `smolchat models pull`.",
+                     download one: search the hub above, or `smolchat models pull`.",
                 );
             }
             let in_use = match state.model() {
@@ -208,7 +210,7 @@ fn repository_files(
                     .on_hover_text(&file.name)
                     .clicked()
                 {
-                    actions.push(Action::DownloadFromHub(format!("{id}:{quant}")));
+                    actions.push(Action::QueueDownload(format!("{id}:{quant}")));
                 }
                 match available {
                     Some(free) if !MemoryPlan::weights_may_fit(bytes, free) => {
@@ -238,7 +240,7 @@ fn repository_files(
                     size_text(bytes)
                 ));
                 if ui.small_button("Download").clicked() {
-                    actions.push(Action::DownloadFromHub(id.to_string()));
+                    actions.push(Action::QueueDownload(id.to_string()));
                 }
             });
         }

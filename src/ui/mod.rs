@@ -4,6 +4,7 @@ mod app;
 mod chat_view;
 pub mod commands;
 mod conversation_list;
+mod downloads;
 mod file_dialog;
 mod first_run;
 mod fonts;

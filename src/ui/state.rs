@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use super::commands::{Action, UiCommand};
 use super::local_server::{LocalServer, ServerStatus};
 use crate::backend::BackendKind;
+use crate::downloads::Downloads;
 use crate::engine::{
     EngineError, EngineHandle, Event, GenerateRequest, LiveStats, ModelInfo, RequestId,
 };
@@ -134,12 +135,18 @@ pub struct AppState {
     library_open: bool,
     /// The library's search of the hub.
     hub: HubSearch,
+    downloads: Downloads,
 }
 
 impl AppState {
     /// Loads settings and conversations from `paths`, and the configured model into `engine`
     /// (the window passes [`EngineHandle::spawn`], tests a scripted engine).
     pub fn new(paths: Paths, engine: EngineHandle) -> Self {
+        Self::with_hub(paths, engine, HubOptions::from_env())
+    }
+
+    /// As [`AppState::new`], with the hub and cache `hub` names (`None`: no cache folder).
+    pub fn with_hub(paths: Paths, engine: EngineHandle, hub: Option<HubOptions>) -> Self {
         let mut errors = Vec::new();
         let (settings, problem) = Settings::load(&paths.settings_file());
         errors.extend(problem.map(|problem| format!("Settings: {problem}.")));
@@ -153,6 +160,8 @@ impl AppState {
         if !settings.draft.is_empty() && conversations[0].draft.is_empty() {
             conversations[0].draft = settings.draft.clone();
         }
+        // Downloads left unfinished by the last run go on at once.
+        let downloads = Downloads::start(hub.clone(), Some(paths.downloads_file()));
         let mut state = Self {
             paths,
             settings,
@@ -175,7 +184,8 @@ impl AppState {
             local_models: Vec::new(),
             scanning: None,
             library_open: false,
-            hub: HubSearch::new(HubOptions::from_env()),
+            hub: HubSearch::new(hub),
+            downloads,
         };
         state.scanning = scan_local_models(&state.paths);
         if let Some(folder) = state.settings.model_folder.clone() {
@@ -356,7 +366,13 @@ impl AppState {
                 self.hub.list_files(model_id);
                 true
             }
-            Action::DownloadFromHub(spec) => self.download(ModelSource::parse(&spec)),
+            Action::QueueDownload(spec) => {
+                self.downloads.add(&spec);
+                true
+            }
+            Action::PauseDownload(id) => self.downloads.pause(id),
+            Action::ResumeDownload(id) => self.downloads.resume(id),
+            Action::CancelDownload(id) => self.downloads.cancel(id),
             Action::UpdateSettings(settings) => self.update_settings(settings),
             Action::DismissError(index) => remove(&mut self.errors, index),
             Action::DismissNotice(index) => {
@@ -975,6 +991,10 @@ impl AppState {
     }
 
     /// The library's search of the hub and its answers.
+    pub fn downloads(&self) -> &Downloads {
+        &self.downloads
+    }
+
     pub fn hub(&self) -> &HubSearch {
         &self.hub
     }
@@ -988,6 +1008,17 @@ impl AppState {
     /// Takes in everything the engine reported since the last call. Never blocks.
     pub fn poll(&mut self) {
         self.hub.poll();
+        let completed = self.downloads.poll();
+        for download in &completed {
+            self.notify(format!(
+                "{} is downloaded: open it from the library (Ctrl+M).",
+                download.spec
+            ));
+        }
+        if !completed.is_empty() && self.scanning.is_none() {
+            self.scanning = scan_local_models(&self.paths);
+        }
+        self.errors.extend(self.downloads.take_problem());
         if let Some(scanning) = &self.scanning {
             match scanning.try_recv() {
                 Ok(found) => {

@@ -2,13 +2,16 @@
 //! played back, without a model.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
 use super::{AppState, ModelStatus};
 use crate::backend::BackendKind;
+use crate::downloads::DownloadState;
 use crate::engine::{Command, EngineError, Event, ModelInfo, RequestId};
 use crate::generation::{FinishReason, PromptProgress};
+use crate::hub::{HubCache, HubOptions, Retries, Timeouts};
 use crate::model_source::ModelSource;
 use crate::store::{ConversationStore, Paths, StoredMessage};
 use crate::text::{ChatMessage, Role};
@@ -1144,29 +1147,61 @@ fn a_long_prompt_shows_how_far_it_has_been_read() {
     assert_eq!(f.state.reading_prompt(), None);
 }
 
-/// A quantization picked from the hub's file list downloads that one file and opens it, with
-/// its progress where the chat was.
+/// A file picked on the hub goes to the download queue, the library staying open and the
+/// model in use staying loaded; a download that fails says why and can be tried again or
+/// cancelled, and what was queued is there again at the next start.
 #[test]
-fn a_file_picked_on_the_hub_downloads_and_opens() {
-    let mut f = Fixture::ready();
-    assert!(f.state.apply(UiCommand::ToggleLibrary));
-    assert!(
-        f.state
-            .apply(Action::DownloadFromHub("org/model-GGUF:Q4_K_M".into()))
-    );
-    assert!(!f.state.library_open());
-    assert!(matches!(f.state.model(), ModelStatus::Downloading(None)));
-    let commands = f.engine.commands();
-    let Some(Command::LoadModel { source, .. }) = commands.last() else {
-        panic!("{commands:?}");
+fn a_file_picked_on_the_hub_is_queued_and_its_failure_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let (handle, engine) = ScriptedEngine::new();
+    // Nothing listens on port 9 of loopback: the download fails at once.
+    let hub = HubOptions {
+        endpoint: "http://127.0.0.1:9".into(),
+        cache: HubCache::new(dir.path().join("hub")),
+        revision: "main".into(),
+        timeouts: Timeouts {
+            connect: Duration::from_secs(2),
+            read: Duration::from_secs(2),
+        },
+        retries: Retries {
+            attempts: 1,
+            first_wait: Duration::from_millis(1),
+        },
     };
-    assert_eq!(
-        *source,
-        ModelSource::HubGguf {
-            model_id: "org/model-GGUF".into(),
-            quant: "Q4_K_M".into()
-        }
+    let paths = Paths::under(dir.path());
+    let mut state = AppState::with_hub(paths.clone(), handle, Some(hub.clone()));
+    assert!(state.apply(UiCommand::ToggleLibrary));
+    let spec = "org/model-GGUF:Q4_K_M";
+    assert!(state.apply(Action::QueueDownload(spec.into())));
+    assert!(state.library_open());
+    assert!(
+        engine.commands().is_empty(),
+        "the engine is not asked to load"
     );
+    let started = Instant::now();
+    let failed = loop {
+        state.poll();
+        let download = &state.downloads().list()[0];
+        if let DownloadState::Failed(reason) = &download.state {
+            break reason.clone();
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{download:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(failed.contains("127.0.0.1:9"), "{failed}");
+    let id = state.downloads().list()[0].id;
+    drop(state);
+
+    let (handle, _engine) = ScriptedEngine::new();
+    let mut state = AppState::with_hub(paths, handle, Some(hub));
+    let [again] = state.downloads().list() else {
+        panic!("{:?}", state.downloads().list());
+    };
+    assert_eq!(again.spec, spec, "kept for the next start");
+    let id_again = again.id;
+    assert!(state.apply(Action::CancelDownload(id_again)));
+    assert!(state.downloads().list().is_empty());
+    assert!(!state.apply(Action::ResumeDownload(id)), "gone");
 }
 
 /// A message that waits behind other requests (API clients') says how many, until its prompt
