@@ -8,9 +8,10 @@
 //! line cut short by a crash is the last one and is ignored. Files of format 1 (one pretty
 //! JSON document) load as they are and are rewritten in this format at their next save.
 
+use std::cmp::Reverse;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -390,47 +391,136 @@ impl ConversationStore {
     /// Every readable conversation, newest first, plus a message per file that could not be
     /// read whole (shown to the user as it is, never fatal).
     pub fn load_all(&self) -> (Vec<Conversation>, Vec<String>) {
-        let mut conversations = Vec::new();
-        let mut problems = Vec::new();
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return (conversations, problems),
-            Err(err) => {
-                problems.push(format!("cannot list {}: {err}.", self.dir.display()));
-                return (conversations, problems);
-            }
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let is_json = path.extension().is_some_and(|ext| ext == "json");
-            let is_temp = path
-                .file_name()
-                .is_some_and(|name| name.to_string_lossy().starts_with('.'));
-            // Reading a named pipe would wait for a writer for ever; only plain files (or
-            // links to them) are conversations.
-            let is_file = std::fs::metadata(&path).is_ok_and(|meta| meta.is_file());
-            if is_json && !is_temp && is_file {
-                match Self::load_file(&path) {
-                    Ok((conversation, left_out)) => {
-                        conversations.push(conversation);
-                        problems.extend(left_out.map(|left_out| format!("{left_out}.")));
-                    }
-                    Err(problem) => problems.push(format!(
-                        "{problem}. That conversation is not shown; the file is left untouched."
-                    )),
-                }
-            }
-        }
-        conversations.sort_by_key(|c| std::cmp::Reverse(c.created_unix_ms));
+        let (mut conversations, problems) = load_folder(&self.dir);
+        conversations.sort_by_key(|(conversation, _)| Reverse(conversation.created_unix_ms));
+        let conversations = conversations.into_iter().map(|(c, _)| c).collect();
         (conversations, problems)
     }
 
+    /// The folder deleted conversations wait in, [`TRASH_DAYS`] days, to be restored.
+    fn trash_dir(&self) -> PathBuf {
+        self.dir.join("trash")
+    }
+
+    fn trash_path(&self, id: &str) -> PathBuf {
+        self.trash_dir().join(format!("{id}.json"))
+    }
+
+    /// Moves conversation `id` to the trash. The file's time is set to now first: the trash
+    /// counts its days from it.
     pub fn delete(&self, id: &str) -> io::Result<()> {
-        match std::fs::remove_file(self.path(id)) {
-            Err(err) if err.kind() != io::ErrorKind::NotFound => Err(err),
-            _ => Ok(()),
+        let path = self.path(id);
+        match std::fs::File::options().append(true).open(&path) {
+            Ok(file) => file.set_modified(SystemTime::now())?,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(err) => return Err(err),
+        }
+        std::fs::create_dir_all(self.trash_dir())?;
+        std::fs::rename(path, self.trash_path(id))
+    }
+
+    /// The conversations in the trash, the most recently deleted first, and what could not be
+    /// read there.
+    pub fn trashed(&self) -> (Vec<Trashed>, Vec<String>) {
+        let (mut found, problems) = load_folder(&self.trash_dir());
+        found.sort_by_key(|(_, deleted)| Reverse(*deleted));
+        let trashed = found
+            .into_iter()
+            .map(|(conversation, deleted)| Trashed {
+                conversation,
+                deleted,
+            })
+            .collect();
+        (trashed, problems)
+    }
+
+    /// Brings conversation `id` back from the trash.
+    pub fn restore(&self, id: &str) -> io::Result<()> {
+        std::fs::rename(self.trash_path(id), self.path(id))
+    }
+
+    /// Deletes conversation `id` from the trash for good.
+    pub fn delete_forever(&self, id: &str) -> io::Result<()> {
+        std::fs::remove_file(self.trash_path(id))
+    }
+
+    /// Deletes for good what has been in the trash longer than `age`; returns how many went.
+    pub fn empty_trash_older_than(&self, age: Duration) -> io::Result<usize> {
+        let entries = match std::fs::read_dir(self.trash_dir()) {
+            Ok(entries) => entries,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(err) => return Err(err),
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let deleted = std::fs::metadata(&path).and_then(|meta| meta.modified());
+            let expired = deleted.is_ok_and(|deleted| {
+                SystemTime::now()
+                    .duration_since(deleted)
+                    .is_ok_and(|waited| waited > age)
+            });
+            if is_conversation_file(&path) && expired {
+                std::fs::remove_file(&path)?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+}
+
+/// How long a deleted conversation can be restored.
+pub const TRASH_DAYS: u64 = 30;
+
+/// A conversation in the trash, and when it was deleted.
+#[derive(Debug, Clone)]
+pub struct Trashed {
+    pub conversation: Conversation,
+    pub deleted: SystemTime,
+}
+
+/// The conversation files of `dir` with their times, and a message per file that could not
+/// be read whole.
+fn load_folder(dir: &Path) -> (Vec<(Conversation, SystemTime)>, Vec<String>) {
+    let mut conversations = Vec::new();
+    let mut problems = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return (conversations, problems),
+        Err(err) => {
+            problems.push(format!("cannot list {}: {err}.", dir.display()));
+            return (conversations, problems);
+        }
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !is_conversation_file(&path) {
+            continue;
+        }
+        let modified = std::fs::metadata(&path)
+            .and_then(|meta| meta.modified())
+            .unwrap_or(UNIX_EPOCH);
+        match ConversationStore::load_file(&path) {
+            Ok((conversation, left_out)) => {
+                conversations.push((conversation, modified));
+                problems.extend(left_out.map(|left_out| format!("{left_out}.")));
+            }
+            Err(problem) => problems.push(format!(
+                "{problem}. That conversation is not shown; the file is left untouched."
+            )),
         }
     }
+    (conversations, problems)
+}
+
+/// A `.json` file that is not a temporary one. Reading a named pipe would wait for a writer
+/// for ever: only plain files (or links to them) are conversations.
+fn is_conversation_file(path: &Path) -> bool {
+    let is_json = path.extension().is_some_and(|ext| ext == "json");
+    let is_temp = path
+        .file_name()
+        .is_some_and(|name| name.to_string_lossy().starts_with('.'));
+    is_json && !is_temp && std::fs::metadata(path).is_ok_and(|meta| meta.is_file())
 }
 
 #[cfg(test)]
@@ -460,6 +550,56 @@ mod tests {
         );
         store.delete(&conversation.id).unwrap();
         assert!(!store.path(&conversation.id).exists());
+    }
+
+    /// A deleted conversation waits in the trash, not among the others, dated when it was
+    /// deleted; it comes back whole, or goes for good by hand or once it is too old.
+    #[test]
+    fn the_trash_keeps_deleted_conversations_until_restored_or_expired() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ConversationStore::new(dir.path());
+        let mut old = Conversation::new();
+        old.messages.push(StoredMessage::new(Role::User, "old"));
+        store.save(&old).unwrap();
+        let month_ago = SystemTime::now() - Duration::from_secs(31 * 24 * 3600);
+        std::fs::File::options()
+            .append(true)
+            .open(store.path(&old.id))
+            .unwrap()
+            .set_modified(month_ago)
+            .unwrap();
+        store.delete(&old.id).unwrap();
+        let (trashed, problems) = store.trashed();
+        assert!(problems.is_empty(), "{problems:?}");
+        let [only] = trashed.as_slice() else {
+            panic!("{trashed:?}")
+        };
+        assert_eq!(only.conversation, old);
+        let age = SystemTime::now().duration_since(only.deleted).unwrap();
+        assert!(age < Duration::from_secs(60), "dated when deleted: {age:?}");
+        assert!(store.load_all().0.is_empty(), "not among the others");
+
+        store.restore(&old.id).unwrap();
+        assert_eq!(store.load_all().0, vec![old.clone()]);
+        assert!(store.trashed().0.is_empty());
+
+        store.delete(&old.id).unwrap();
+        let mut other = Conversation::new();
+        other.messages.push(StoredMessage::new(Role::User, "other"));
+        store.save(&other).unwrap();
+        store.delete(&other.id).unwrap();
+        store.delete_forever(&other.id).unwrap();
+        assert_eq!(store.trashed().0.len(), 1);
+        let kept = Duration::from_secs(30 * 24 * 3600);
+        assert_eq!(store.empty_trash_older_than(kept).unwrap(), 0);
+        std::fs::File::options()
+            .append(true)
+            .open(dir.path().join("trash").join(format!("{}.json", old.id)))
+            .unwrap()
+            .set_modified(month_ago)
+            .unwrap();
+        assert_eq!(store.empty_trash_older_than(kept).unwrap(), 1);
+        assert!(store.trashed().0.is_empty());
     }
 
     fn token(text: &str) -> StoredToken {

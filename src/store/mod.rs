@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 pub use conversation::{
     Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, ReplyVariant,
-    StoredMessage, StoredToken,
+    StoredMessage, StoredToken, TRASH_DAYS, Trashed,
 };
 pub use settings::{SeedMode, ServerSettings, Settings, Theme};
 

@@ -11,7 +11,9 @@ use super::file_dialog::{Answer, Dialog, Pick};
 use super::state::ExportFormat;
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
-use super::{chat_view, conversation_list, first_run, input, library, settings_panel, status_bar};
+use super::{
+    chat_view, conversation_list, first_run, input, library, settings_panel, status_bar, trash,
+};
 use crate::engine::EngineHandle;
 use crate::store::{Paths, Settings, Theme};
 
@@ -221,13 +223,15 @@ impl SmolchatApp {
             state.model(),
             ModelStatus::Ready(_) | ModelStatus::Loading(..)
         );
-        if show_chat && !state.library_open() {
+        if show_chat && !state.library_open() && !state.trash_open() {
             Panel::bottom("input").show(ui, |ui| input::show(ui, state, view, &mut actions));
         }
         CentralPanel::default().show(ui, |ui| {
             errors_banner(ui, state, &mut actions);
             if state.library_open() {
                 library::show(ui, state, view, &mut actions);
+            } else if state.trash_open() {
+                trash::show(ui, state, &mut actions);
             } else if show_chat {
                 chat_view::show(ui, state, view, &mut actions);
             } else {
@@ -367,6 +371,7 @@ fn checked(command: UiCommand, state: &AppState, list_shown: bool) -> Option<boo
         UiCommand::ToggleConversations => Some(list_shown),
         UiCommand::ToggleSettings => Some(settings.show_settings),
         UiCommand::ToggleLibrary => Some(state.library_open()),
+        UiCommand::ToggleTrash => Some(state.trash_open()),
         UiCommand::ToggleTokenView => Some(settings.show_token_probabilities),
         UiCommand::ToggleServer => Some(settings.server.enabled),
         UiCommand::ThemeSystem => Some(settings.theme == Theme::System),

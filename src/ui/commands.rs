@@ -44,6 +44,8 @@ pub enum UiCommand {
     ToggleSettings,
     /// Every model on this computer, in place of the chat.
     ToggleLibrary,
+    /// Deleted chats, restorable for 30 days, in place of the chat.
+    ToggleTrash,
     ToggleTokenView,
     /// "Serve on localhost": the loaded model answers OpenAI's API for other programs.
     ToggleServer,
@@ -84,6 +86,7 @@ impl UiCommand {
             UiCommand::ToggleConversations => "Conversation list",
             UiCommand::ToggleSettings => "Settings panel",
             UiCommand::ToggleLibrary => "Model library",
+            UiCommand::ToggleTrash => "Trash",
             UiCommand::ToggleTokenView => "Token probabilities",
             UiCommand::RegenerateLast => "Regenerate last reply",
             UiCommand::ContinueLast => "Continue last reply",
@@ -130,6 +133,7 @@ impl UiCommand {
             | UiCommand::ToggleConversations
             | UiCommand::ToggleSettings
             | UiCommand::ToggleLibrary
+            | UiCommand::ToggleTrash
             | UiCommand::ToggleTokenView
             | UiCommand::ToggleServer
             | UiCommand::ThemeSystem
@@ -166,6 +170,7 @@ impl UiCommand {
             | UiCommand::ExportMarkdownAs
             | UiCommand::ExportJsonAs
             | UiCommand::ToggleServer
+            | UiCommand::ToggleTrash
             | UiCommand::OpenModelFolder
             | UiCommand::ThemeSystem
             | UiCommand::ThemeLight
@@ -246,6 +251,11 @@ pub enum Action {
     /// Deletes a conversation; [`Action::UndoDelete`] brings it back until the next deletion.
     Delete(usize),
     UndoDelete,
+    /// Brings a deleted conversation (by id) back from the trash.
+    Restore(String),
+    /// Deletes a conversation (by id) from the trash for good.
+    DeleteForever(String),
+    EmptyTrash,
     /// Replaces user message `.0` of the current conversation and replies anew.
     EditAndResend(usize, String),
     /// The current chat's system prompt, used from its next reply on.

@@ -1,5 +1,5 @@
 //! The conversation list: pick, start, rename (its button, a double-click or right-click) and
-//! delete (with undo) conversations.
+//! delete (with undo, and to the trash) conversations.
 
 use super::commands::{Action, UiCommand};
 use super::state::AppState;
@@ -16,6 +16,15 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
     }
     if state.can_undo_delete() && ui.button("Undo delete").clicked() {
         actions.push(Action::UndoDelete);
+    }
+    let trashed = state.trash().len();
+    if trashed > 0
+        && ui
+            .selectable_label(state.trash_open(), format!("Trash ({trashed})"))
+            .on_hover_text("Deleted chats, restorable for 30 days")
+            .clicked()
+    {
+        actions.push(UiCommand::ToggleTrash.into());
     }
     ui.separator();
     let mut renamed = false;

@@ -18,6 +18,7 @@ pub mod state;
 mod stats_plot;
 mod status_bar;
 mod token_view;
+mod trash;
 mod view_state;
 
 pub use app::{SmolchatApp, run};

@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::commands::{Action, UiCommand};
 use super::local_server::{LocalServer, ServerStatus};
@@ -19,7 +19,7 @@ use crate::model_library::{self, facts::Described};
 use crate::model_source::{ModelSource, is_gguf};
 use crate::store::{
     Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, ReplyVariant,
-    SeedMode, Settings, StoredMessage, StoredToken, Theme,
+    SeedMode, Settings, StoredMessage, StoredToken, TRASH_DAYS, Theme, Trashed,
 };
 use crate::text::reasoning::THINKING_VARIABLE;
 use crate::text::{ChatMessage, Role, SamplingDefaults, SamplingParams};
@@ -120,8 +120,11 @@ pub struct AppState {
     /// dismissed on its own: one event can have two things to say (a GPU fallback and a
     /// missing chat template on the same model).
     notices: Vec<Notice>,
-    /// The last deleted conversation, until undone or replaced by the next deletion.
-    deleted: Option<Conversation>,
+    /// The id of the last deleted conversation, which Undo brings back from the trash, until
+    /// the next deletion.
+    deleted: Option<String>,
+    /// Deleted conversations, most recently deleted first, restorable for [`TRASH_DAYS`] days.
+    trash: Vec<Trashed>,
     save_interval: Duration,
     notice_lifetime: Duration,
     started: Instant,
@@ -133,6 +136,8 @@ pub struct AppState {
     scanning: Option<crossbeam_channel::Receiver<Vec<Described>>>,
     /// The model library is shown in place of the chat.
     library_open: bool,
+    /// The trash is shown in place of the chat.
+    trash_open: bool,
     /// The library's search of the hub.
     hub: HubSearch,
     downloads: Downloads,
@@ -156,6 +161,14 @@ impl AppState {
         if conversations.is_empty() {
             conversations.push(Conversation::new());
         }
+        let kept = Duration::from_secs(TRASH_DAYS * 24 * 3600);
+        if let Err(err) = store.empty_trash_older_than(kept) {
+            errors.push(format!(
+                "cannot empty the trash of chats deleted over {TRASH_DAYS} days ago: {err}."
+            ));
+        }
+        let (trash, problems) = store.trashed();
+        errors.extend(problems);
         // A draft the app kept before drafts belonged to chats goes to the newest chat.
         if !settings.draft.is_empty() && conversations[0].draft.is_empty() {
             conversations[0].draft = settings.draft.clone();
@@ -177,6 +190,7 @@ impl AppState {
             errors,
             notices: Vec::new(),
             deleted: None,
+            trash,
             save_interval: DEFAULT_SAVE_INTERVAL,
             notice_lifetime: NOTICE_LIFETIME,
             started: Instant::now(),
@@ -184,6 +198,7 @@ impl AppState {
             local_models: Vec::new(),
             scanning: None,
             library_open: false,
+            trash_open: false,
             hub: HubSearch::new(hub),
             downloads,
         };
@@ -269,6 +284,16 @@ impl AppState {
         self.deleted.is_some()
     }
 
+    /// Deleted conversations, most recently deleted first.
+    pub fn trash(&self) -> &[Trashed] {
+        &self.trash
+    }
+
+    /// The trash is shown in place of the chat.
+    pub fn trash_open(&self) -> bool {
+        self.trash_open
+    }
+
     pub fn is_generating(&self) -> bool {
         self.generation.is_some()
     }
@@ -347,6 +372,9 @@ impl AppState {
             Action::Rename(index, title) => self.rename(index, &title),
             Action::Delete(index) => self.delete(index),
             Action::UndoDelete => self.undo_delete(),
+            Action::Restore(id) => self.restore(&id),
+            Action::DeleteForever(id) => self.delete_forever(Some(&id)),
+            Action::EmptyTrash => self.delete_forever(None),
             Action::EditAndResend(index, text) => self.edit_and_resend(index, &text),
             Action::SetSystemPrompt(prompt) => {
                 self.conversations[self.current].system_prompt = Some(prompt);
@@ -446,8 +474,14 @@ impl AppState {
                 self.change_settings(|s| s.show_settings = !s.show_settings)
             }
             // Opened, it looks again: a model downloaded or copied since shows up.
+            UiCommand::ToggleTrash => {
+                self.trash_open = !self.trash_open;
+                self.library_open &= !self.trash_open;
+                true
+            }
             UiCommand::ToggleLibrary => {
                 self.library_open = !self.library_open;
+                self.trash_open &= !self.library_open;
                 if self.library_open && self.scanning.is_none() {
                     self.scanning = scan_local_models(&self.paths);
                 }
@@ -830,6 +864,8 @@ impl AppState {
 
     fn select(&mut self, index: usize) -> bool {
         let exists = index < self.conversations.len();
+        // A chat picked in the list is shown, in place of the trash.
+        self.trash_open &= !exists;
         if exists && index != self.current {
             self.current = index;
             // The last reply's figures belong to the conversation it was written in; a
@@ -884,17 +920,44 @@ impl AppState {
             .position(|c| c.id == active_id)
             .unwrap_or(0);
         self.notify(deleted_notice(&removed));
-        self.deleted = Some(removed);
+        self.deleted = Some(removed.id.clone());
+        self.trash.insert(
+            0,
+            Trashed {
+                conversation: removed,
+                deleted: SystemTime::now(),
+            },
+        );
         true
     }
 
     fn undo_delete(&mut self) -> bool {
-        let Some(conversation) = self.deleted.take() else {
+        match self.deleted.take() {
+            Some(id) => self.restore(&id),
+            None => false,
+        }
+    }
+
+    /// Brings conversation `id` back from the trash to its place in the list.
+    fn restore(&mut self, id: &str) -> bool {
+        let Some(index) = self.trash.iter().position(|t| t.conversation.id == id) else {
             return false;
         };
+        if let Err(err) = self.store.restore(id) {
+            self.errors.push(format!(
+                "cannot restore \u{201c}{}\u{201d}: {err}. Check the permissions of {}.",
+                self.trash[index].conversation.title,
+                self.paths.conversations_dir().display()
+            ));
+            return false;
+        }
+        let conversation = self.trash.remove(index).conversation;
+        self.trash_open &= !self.trash.is_empty();
+        if self.deleted.as_deref() == Some(id) {
+            self.deleted = None;
+        }
         let notice = deleted_notice(&conversation);
         self.notices.retain(|n| n.text != notice);
-        let saved = self.save(&conversation);
         let position = self
             .conversations
             .iter()
@@ -907,7 +970,32 @@ impl AppState {
             .iter()
             .position(|c| c.id == active_id)
             .unwrap_or(0);
-        saved
+        true
+    }
+
+    /// Deletes conversation `id` from the trash for good, or every one in it.
+    fn delete_forever(&mut self, id: Option<&str>) -> bool {
+        let ids: Vec<String> = self
+            .trash
+            .iter()
+            .map(|t| t.conversation.id.clone())
+            .filter(|trashed| id.is_none_or(|id| id == trashed))
+            .collect();
+        for id in &ids {
+            if let Err(err) = self.store.delete_forever(id) {
+                self.errors.push(format!(
+                    "cannot delete a chat from the trash: {err}. Check the permissions of {}.",
+                    self.paths.conversations_dir().display()
+                ));
+                return false;
+            }
+            self.trash.retain(|t| t.conversation.id != *id);
+            if self.deleted.as_deref() == Some(id.as_str()) {
+                self.deleted = None;
+            }
+        }
+        self.trash_open &= !self.trash.is_empty();
+        !ids.is_empty()
     }
 
     /// Where the current conversation is exported to in `format`, in the exports folder.

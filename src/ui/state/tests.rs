@@ -502,6 +502,64 @@ fn delete_removes_the_file_and_undo_brings_it_back() {
     assert_eq!(f.state.current().title, "Second");
     assert!(f.state.notices().is_empty());
     assert!(!f.state.can_undo_delete());
+    assert!(f.state.trash().is_empty());
+}
+
+/// Deleted chats wait in the trash across a restart, each restored to its place or deleted
+/// for good; the trash takes the chat's place and the library's.
+#[test]
+fn deleted_chats_wait_in_the_trash_across_a_restart() {
+    let mut f = Fixture::ready();
+    let first = f.send("First");
+    f.reply(first.id, &["One"], FinishReason::StopToken);
+    for text in ["Second", "Third"] {
+        assert!(f.state.apply(UiCommand::NewConversation));
+        let request = f.send(text);
+        f.reply(request.id, &["Two"], FinishReason::StopToken);
+    }
+    let first = f.state.conversations()[2].clone();
+    assert!(f.state.apply(Action::Delete(2)));
+    assert!(f.state.apply(Action::Delete(1)));
+    let titles = |trash: &[crate::store::Trashed]| {
+        trash
+            .iter()
+            .map(|t| t.conversation.title.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(titles(f.state.trash()), ["Second", "First"]);
+
+    let (handle, _engine) = ScriptedEngine::new();
+    let mut state = AppState::new(Paths::under(f.dir.path()), handle);
+    assert_eq!(state.conversations().len(), 1);
+    assert_eq!(titles(state.trash()), ["Second", "First"]);
+    assert!(
+        !state.can_undo_delete(),
+        "undo is for this run's last deletion"
+    );
+    assert!(state.apply(UiCommand::ToggleLibrary));
+    assert!(state.apply(UiCommand::ToggleTrash));
+    assert!(state.trash_open() && !state.library_open());
+
+    assert!(state.apply(Action::Restore(first.id.clone())));
+    assert_eq!(state.conversations()[1], first, "back in its place");
+    assert!(state.trash_open(), "one is left in it");
+    assert_eq!(state.current().title, "Third");
+    assert!(state.apply(Action::DeleteForever(
+        state.trash()[0].conversation.id.clone()
+    )));
+    assert!(state.trash().is_empty());
+    assert!(!state.trash_open(), "an empty trash closes");
+    assert!(!state.apply(Action::EmptyTrash), "nothing left to empty");
+
+    let (handle, _engine) = ScriptedEngine::new();
+    let state = AppState::new(Paths::under(f.dir.path()), handle);
+    let titles: Vec<&str> = state
+        .conversations()
+        .iter()
+        .map(|c| c.title.as_str())
+        .collect();
+    assert_eq!(titles, ["Third", "First"]);
+    assert!(state.trash().is_empty());
 }
 
 #[test]
