@@ -123,6 +123,7 @@ impl SmolchatApp {
                 view.focus_library = self.state.library_open();
                 view.focus_input = !self.state.library_open();
             }
+            Action::Command(UiCommand::SearchChats) => view.focus_chat_search = true,
             Action::Command(UiCommand::Quit) => view.close_requested = true,
             Action::Command(UiCommand::ShowShortcuts) => view.shortcuts_open = true,
             Action::Command(UiCommand::RenameChat) => {
@@ -166,6 +167,13 @@ impl SmolchatApp {
             && ctx.input_mut(|input| input.consume_key(egui::Modifiers::NONE, egui::Key::Escape))
         {
             self.view.shortcuts_open = false;
+        }
+        // Esc in the chat search ends the search, and stops no reply. (The list sets the
+        // flag again as it draws; hidden, it has no search box with the keyboard.)
+        if std::mem::take(&mut self.view.chat_search_focused)
+            && ctx.input_mut(|input| input.consume_key(egui::Modifiers::NONE, egui::Key::Escape))
+        {
+            self.view.chat_query.clear();
         }
         for command in UiCommand::pressed(&ctx) {
             self.execute(command);

@@ -39,6 +39,8 @@ pub enum UiCommand {
     NextChat,
     /// Opens the current chat's title for editing in the conversation list.
     RenameChat,
+    /// Gives the keyboard to the conversation list's search box.
+    SearchChats,
     FocusInput,
     ToggleConversations,
     ToggleSettings,
@@ -106,6 +108,7 @@ impl UiCommand {
             UiCommand::PreviousChat => "Previous chat",
             UiCommand::NextChat => "Next chat",
             UiCommand::RenameChat => "Rename chat",
+            UiCommand::SearchChats => "Search chats",
             UiCommand::ShowShortcuts => "Keyboard shortcuts",
         }
     }
@@ -125,6 +128,7 @@ impl UiCommand {
             | UiCommand::OpenModelFile
             | UiCommand::OpenModelFolder
             | UiCommand::RenameChat
+            | UiCommand::SearchChats
             | UiCommand::Quit => Menu::Chat,
             UiCommand::ShowShortcuts => Menu::Help,
             UiCommand::FocusInput
@@ -164,6 +168,7 @@ impl UiCommand {
             )),
             UiCommand::NextChat => command(Key::Tab),
             UiCommand::RenameChat => Some(KeyboardShortcut::new(Modifiers::NONE, Key::F2)),
+            UiCommand::SearchChats => command(Key::K),
             UiCommand::ShowShortcuts => Some(KeyboardShortcut::new(Modifiers::NONE, Key::F1)),
             UiCommand::ExportMarkdown
             | UiCommand::ExportJson

@@ -1,6 +1,7 @@
 //! The conversation list: pick, start, rename (its button, a double-click or right-click) and
 //! delete (with undo, and to the trash) conversations.
 
+use super::chat_search;
 use super::commands::{Action, UiCommand};
 use super::state::AppState;
 use super::view_state::ViewState;
@@ -13,6 +14,24 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
         .clicked()
     {
         actions.push(UiCommand::NewConversation.into());
+    }
+    let search = ui.add(
+        egui::TextEdit::singleline(&mut view.chat_query)
+            .hint_text(format!(
+                "Search chats ({})",
+                shortcut_text(ui, UiCommand::SearchChats)
+            ))
+            .desired_width(f32::INFINITY),
+    );
+    search.widget_info(|| egui::WidgetInfo::labeled(egui::Role::TextInput, true, "Search chats"));
+    if std::mem::take(&mut view.focus_chat_search) {
+        search.request_focus();
+    }
+    view.chat_search_focused = search.has_focus();
+    if !view.chat_query.trim().is_empty() {
+        ui.separator();
+        found(ui, state, view, actions);
+        return;
     }
     if state.can_undo_delete() && ui.button("Undo delete").clicked() {
         actions.push(Action::UndoDelete);
@@ -91,6 +110,58 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
     if renamed {
         view.renaming = None;
     }
+}
+
+/// The chats that hold the search's words, each with the words around them; one click opens
+/// it and ends the search.
+fn found(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
+    let hits = chat_search::search(state.conversations(), &view.chat_query);
+    if hits.is_empty() {
+        ui.label(egui::RichText::new("No chat holds these words.").weak());
+        return;
+    }
+    egui::ScrollArea::vertical()
+        .id_salt("chat search")
+        .show(ui, |ui| {
+            for hit in hits {
+                let conversation = &state.conversations()[hit.index];
+                let mut text = egui::text::LayoutJob::default();
+                let style = ui.style();
+                egui::RichText::new(short_title(&conversation.title)).append_to(
+                    &mut text,
+                    style,
+                    egui::FontSelection::Default,
+                    egui::Align::LEFT,
+                );
+                if let Some(snippet) = &hit.snippet {
+                    egui::RichText::new(format!("\n{snippet}"))
+                        .weak()
+                        .append_to(
+                            &mut text,
+                            style,
+                            egui::FontSelection::Default,
+                            egui::Align::LEFT,
+                        );
+                }
+                let selected = hit.index == state.current_index();
+                if ui
+                    .add(egui::Button::selectable(selected, text).wrap())
+                    .on_hover_text(&conversation.title)
+                    .clicked()
+                {
+                    actions.push(Action::Select(hit.index));
+                    view.chat_query.clear();
+                }
+            }
+        });
+}
+
+/// "Ctrl+K", as this platform writes the command's shortcut.
+fn shortcut_text(ui: &egui::Ui, command: UiCommand) -> String {
+    command
+        .shortcut()
+        .map(|shortcut| ui.ctx().format_shortcut(&shortcut))
+        .unwrap_or_default()
 }
 
 /// Titles longer than this many characters end in an ellipsis in the list.

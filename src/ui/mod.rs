@@ -1,6 +1,7 @@
 //! The desktop window: state and actions in [`state`], one module per part of the screen.
 
 mod app;
+mod chat_search;
 mod chat_view;
 pub mod commands;
 mod conversation_list;

@@ -461,6 +461,11 @@ impl AppState {
             UiCommand::ExportJson => self.export_current(ExportFormat::Json),
             // Only the window's focus moves; `SmolchatApp::execute` does that.
             UiCommand::FocusInput => true,
+            // The search box is in the conversation list, which is shown for it.
+            UiCommand::SearchChats => {
+                self.settings.show_conversations
+                    || self.change_settings(|s| s.show_conversations = true)
+            }
             UiCommand::ToggleConversations => {
                 self.change_settings(|s| s.show_conversations = !s.show_conversations)
             }

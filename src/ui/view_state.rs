@@ -24,6 +24,13 @@ pub struct ViewState {
     pub focus_edit: bool,
     /// Whether the keyboard shortcuts sheet is open.
     pub shortcuts_open: bool,
+    /// The conversation list's search box; while it holds words, the list shows the chats
+    /// that hold them.
+    pub chat_query: String,
+    /// Set by Ctrl+K; the search box takes focus on the next frame.
+    pub focus_chat_search: bool,
+    /// Whether the search box had the keyboard at the end of the last frame, for Esc.
+    pub chat_search_focused: bool,
     /// Index and draft title of the conversation being renamed.
     pub renaming: Option<(usize, String)>,
     /// The first-run screen's and the settings panel's model folder field.

@@ -388,3 +388,67 @@ fn drawn_sparingly_a_focused_text_field_asks_for_no_frames() {
     assert!(next_frame_after(false) < std::time::Duration::from_secs(1));
     assert_eq!(next_frame_after(true), std::time::Duration::MAX);
 }
+
+/// Ctrl+K gives the keyboard to the list's search box; what is typed there lists the chats
+/// that hold it, with the words around it, and a click opens one and ends the search.
+#[test]
+fn ctrl_k_finds_a_chat_by_its_words_and_a_click_opens_it() {
+    let (mut harness, engine, _dir) = window();
+    for (asked, answer) in [
+        ("Capital of France?", "Paris is the capital."),
+        ("A haiku", "Rain falls"),
+    ] {
+        harness.state_mut().execute(UiCommand::NewConversation);
+        harness.state_mut().execute(Action::Send(asked.into()));
+        let request = engine.generate_request();
+        engine.send(Event::Finished {
+            request: request.id,
+            reason: crate::generation::FinishReason::StopToken,
+            text: answer.into(),
+            stats: crate::ui::scripted_engine::stats(1),
+        });
+        harness.step();
+    }
+    assert_eq!(harness.state().state().current().title, "A haiku");
+
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::K);
+    harness.step();
+    harness.step();
+    let search = harness.get_by_role_and_label(A11y::TextInput, "Search chats");
+    assert!(
+        search.is_focused(),
+        "Ctrl+K gives the search box the keyboard"
+    );
+    search.type_text("PARIS");
+    harness.step();
+    harness.step();
+    assert_eq!(
+        harness.query_all_by_label(LIST_BUTTON).count(),
+        0,
+        "the hits replace the list"
+    );
+    let hit = harness.get_by_label_contains("Paris is the capital.");
+    hit.click();
+    harness.step();
+    harness.step();
+    assert_eq!(
+        harness.state().state().current().title,
+        "Capital of France?"
+    );
+    // Esc in the box ends a search too.
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::K);
+    harness.step();
+    harness
+        .get_by_role_and_label(A11y::TextInput, "Search chats")
+        .type_text("rain");
+    harness.step();
+    assert_eq!(harness.query_all_by_label(LIST_BUTTON).count(), 0);
+    harness.key_press(Key::Escape);
+    harness.step();
+    harness.step();
+    assert_eq!(
+        harness.query_all_by_label(LIST_BUTTON).count(),
+        2,
+        "the search ended: both chats listed"
+    );
+}
