@@ -6,7 +6,7 @@ use strum::IntoEnumIterator;
 
 use std::path::PathBuf;
 
-use super::commands::{Action, Menu, UiCommand, WIDGET_KEYS};
+use super::commands::{Action, DialogFor, Menu, UiCommand, WIDGET_KEYS};
 use super::file_dialog::{Answer, Dialog, Pick};
 use super::state::ExportFormat;
 use super::state::{AppState, ModelStatus};
@@ -135,6 +135,9 @@ impl SmolchatApp {
             }
             Action::Command(UiCommand::OpenModelFolder) => {
                 view.dialog_requested = Some(Pick::ModelFolder);
+            }
+            Action::Command(UiCommand::ImportChat) => {
+                view.dialog_requested = Some(Pick::ChatExport);
             }
             Action::Command(command @ (UiCommand::ExportMarkdownAs | UiCommand::ExportJsonAs)) => {
                 let format = match command {
@@ -301,7 +304,11 @@ fn files_given(ctx: &egui::Context, view: &mut ViewState) -> Vec<Action> {
     if let Some(answer) = view.dialog.as_ref().and_then(Dialog::answer)
         && let Some(pick) = view.dialog.take().map(|dialog| dialog.pick().clone())
     {
-        let for_export = matches!(pick, Pick::Export { .. });
+        let asked_for = match pick {
+            Pick::GgufFile | Pick::ModelFolder => DialogFor::OpeningModel,
+            Pick::Export { .. } => DialogFor::Export,
+            Pick::ChatExport => DialogFor::ImportingChat,
+        };
         match (answer, pick) {
             (Answer::Chosen(path), Pick::GgufFile | Pick::ModelFolder) => {
                 actions.push(Action::UseModelFolder(path));
@@ -309,7 +316,8 @@ fn files_given(ctx: &egui::Context, view: &mut ViewState) -> Vec<Action> {
             (Answer::Chosen(path), Pick::Export { format, .. }) => {
                 actions.push(Action::ExportTo(format, path));
             }
-            (Answer::NotShown, _) => actions.push(Action::NoFileDialog { for_export }),
+            (Answer::Chosen(path), Pick::ChatExport) => actions.push(Action::ImportFrom(path)),
+            (Answer::NotShown, _) => actions.push(Action::NoFileDialog(asked_for)),
             (Answer::Cancelled, _) => {}
         }
     }

@@ -12,6 +12,14 @@ use strum::IntoEnumIterator;
 use super::state::ExportFormat;
 use crate::store::Settings;
 
+/// What a file dialog was asked for: what to do instead where none appears.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DialogFor {
+    OpeningModel,
+    Export,
+    ImportingChat,
+}
+
 /// Declared in menu order: the menus list [`UiCommand::iter`] filtered by [`UiCommand::menu`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, strum::EnumIter)]
 pub enum UiCommand {
@@ -31,6 +39,8 @@ pub enum UiCommand {
     /// Where the user chooses, in the desktop's save dialog.
     ExportMarkdownAs,
     ExportJsonAs,
+    /// A chat exported as JSON (by this or another smolchat), added to the list.
+    ImportChat,
     OpenModelFile,
     OpenModelFolder,
     /// The chat below the current one in the list, and above it (wrapping around). The
@@ -98,6 +108,7 @@ impl UiCommand {
             UiCommand::ExportJson => "Export as JSON",
             UiCommand::ExportMarkdownAs => "Save as Markdown\u{2026}",
             UiCommand::ExportJsonAs => "Save as JSON\u{2026}",
+            UiCommand::ImportChat => "Import chat\u{2026}",
             UiCommand::OpenModelFile => "Open model file\u{2026}",
             UiCommand::OpenModelFolder => "Open model folder\u{2026}",
             UiCommand::ToggleServer => super::labels::SERVE_ON_LOCALHOST,
@@ -125,6 +136,7 @@ impl UiCommand {
             | UiCommand::ExportJson
             | UiCommand::ExportMarkdownAs
             | UiCommand::ExportJsonAs
+            | UiCommand::ImportChat
             | UiCommand::OpenModelFile
             | UiCommand::OpenModelFolder
             | UiCommand::RenameChat
@@ -174,6 +186,7 @@ impl UiCommand {
             | UiCommand::ExportJson
             | UiCommand::ExportMarkdownAs
             | UiCommand::ExportJsonAs
+            | UiCommand::ImportChat
             | UiCommand::ToggleServer
             | UiCommand::ToggleTrash
             | UiCommand::OpenModelFolder
@@ -286,10 +299,10 @@ pub enum Action {
     DismissNotice(usize),
     /// Writes the current conversation to a file the user chose.
     ExportTo(ExportFormat, PathBuf),
-    /// The desktop showed no file dialog (to open a model, or to save an export).
-    NoFileDialog {
-        for_export: bool,
-    },
+    /// The desktop showed no file dialog for this.
+    NoFileDialog(DialogFor),
+    /// Adds the chat in a JSON export (ours) to the list.
+    ImportFrom(PathBuf),
     /// Keeps the window's size and the current chat's unsent message for the next start
     /// (on closing).
     RememberWindow {

@@ -19,6 +19,8 @@ pub enum Pick {
         format: ExportFormat,
         suggested: PathBuf,
     },
+    /// A chat's JSON export to import.
+    ChatExport,
 }
 
 /// A dialog the user has not answered yet.
@@ -70,6 +72,10 @@ impl Dialog {
                     Pick::ModelFolder => dialog
                         .set_title("Open a model folder (config.json, weights, tokenizer)")
                         .pick_folder(),
+                    Pick::ChatExport => dialog
+                        .set_title("Import a chat exported as JSON")
+                        .add_filter("JSON", &["json"])
+                        .pick_file(),
                     Pick::Export { format, suggested } => {
                         let (name, extension) = match format {
                             ExportFormat::Markdown => ("Markdown", "md"),

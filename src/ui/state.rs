@@ -3,10 +3,10 @@
 //! `smolchat dev chat` drive it the same way. The engine is passed in, so tests can script it.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
-use super::commands::{Action, UiCommand};
+use super::commands::{Action, DialogFor, UiCommand};
 use super::local_server::{LocalServer, ServerStatus};
 use crate::backend::BackendKind;
 use crate::downloads::Downloads;
@@ -411,8 +411,10 @@ impl AppState {
                 true
             }
             Action::ExportTo(format, path) => self.export_to(format, path),
-            Action::NoFileDialog { for_export } => {
-                self.notify(no_file_dialog_advice(for_export));
+            Action::ImportFrom(path) => self.import_from(&path),
+            Action::NoFileDialog(asked_for) => {
+                let advice = no_file_dialog_advice(asked_for, &self.paths);
+                self.notify(advice);
                 true
             }
             Action::RememberWindow { size, draft } => {
@@ -471,6 +473,7 @@ impl AppState {
             }
             // The window closes, and dialogs open, in `SmolchatApp::execute`.
             UiCommand::Quit
+            | UiCommand::ImportChat
             | UiCommand::OpenModelFile
             | UiCommand::OpenModelFolder
             | UiCommand::ExportMarkdownAs
@@ -976,6 +979,42 @@ impl AppState {
             .position(|c| c.id == active_id)
             .unwrap_or(0);
         true
+    }
+
+    /// Adds the chat exported to `path` (as JSON, by this or another smolchat) to the list,
+    /// and opens it. A chat that is here already keeps its file: the copy gets an id of its
+    /// own.
+    fn import_from(&mut self, path: &Path) -> bool {
+        let (mut conversation, left_out) = match ConversationStore::load_file(path) {
+            Ok(loaded) => loaded,
+            Err(problem) => {
+                self.errors.push(format!(
+                    "Cannot import: {problem}. A chat exported as JSON by smolchat can be \
+                     imported."
+                ));
+                return false;
+            }
+        };
+        self.errors.extend(left_out);
+        let taken = |id: &str| {
+            self.conversations.iter().any(|c| c.id == id)
+                || self.trash.iter().any(|t| t.conversation.id == id)
+        };
+        if taken(&conversation.id) {
+            conversation.id = Conversation::new().id;
+        }
+        conversation.draft.clear();
+        if !self.save(&conversation) {
+            return false;
+        }
+        self.notify(format!("Imported \u{201c}{}\u{201d}.", conversation.title));
+        let position = self
+            .conversations
+            .iter()
+            .position(|c| c.created_unix_ms < conversation.created_unix_ms)
+            .unwrap_or(self.conversations.len());
+        self.conversations.insert(position, conversation);
+        self.select(position)
     }
 
     /// Deletes conversation `id` from the trash for good, or every one in it.
@@ -1557,14 +1596,21 @@ fn error_advice(error: &EngineError) -> String {
 }
 
 /// What to do when the desktop shows no file dialog.
-fn no_file_dialog_advice(for_export: bool) -> &'static str {
-    if for_export {
-        "No save dialog appeared: this desktop has no XDG desktop portal. Chat \u{203a} Export \
-         as Markdown (or JSON) saves into smolchat's exports folder instead."
-    } else {
-        "No file dialog appeared: this desktop has no XDG desktop portal. Type the model's \
-         path into Settings \u{203a} Model \u{203a} Current model and press Load, or drop the \
-         file or folder on the window."
+fn no_file_dialog_advice(asked_for: DialogFor, paths: &Paths) -> String {
+    match asked_for {
+        DialogFor::Export => "No save dialog appeared: this desktop has no XDG desktop portal. \
+             Chat \u{203a} Export as Markdown (or JSON) saves into smolchat's exports folder \
+             instead."
+            .into(),
+        DialogFor::OpeningModel => "No file dialog appeared: this desktop has no XDG desktop \
+             portal. Type the model's path into Settings \u{203a} Model \u{203a} Current model \
+             and press Load, or drop the file or folder on the window."
+            .into(),
+        DialogFor::ImportingChat => format!(
+            "No file dialog appeared: this desktop has no XDG desktop portal. Copy the chat's \
+             .json file into {} and start smolchat again: it is then in the list.",
+            paths.conversations_dir().display()
+        ),
     }
 }
 

@@ -15,7 +15,7 @@ use crate::hub::{HubCache, HubOptions, Retries, Timeouts};
 use crate::model_source::ModelSource;
 use crate::store::{ConversationStore, Paths, StoredMessage};
 use crate::text::{ChatMessage, Role};
-use crate::ui::commands::{Action, UiCommand};
+use crate::ui::commands::{Action, DialogFor, UiCommand};
 use crate::ui::local_server::ServerStatus;
 use crate::ui::scripted_engine::{Requested, ScriptedEngine, model_info, stats, token};
 
@@ -1168,12 +1168,58 @@ fn a_conversation_saves_where_the_user_chose() {
 #[test]
 fn a_desktop_without_a_file_dialog_gets_told_what_to_do_instead() {
     let mut f = Fixture::ready();
-    assert!(f.state.apply(Action::NoFileDialog { for_export: false }));
-    assert!(f.state.apply(Action::NoFileDialog { for_export: true }));
+    for asked_for in [
+        DialogFor::OpeningModel,
+        DialogFor::Export,
+        DialogFor::ImportingChat,
+    ] {
+        assert!(f.state.apply(Action::NoFileDialog(asked_for)));
+    }
     let notices = f.state.notices();
-    assert_eq!(notices.len(), 2, "{notices:?}");
+    assert_eq!(notices.len(), 3, "{notices:?}");
     assert!(notices[0].contains("Current model") && notices[0].contains("drop"));
     assert!(notices[1].contains("exports folder"));
+    let conversations = f.dir.path().join("data").join("conversations");
+    assert!(
+        notices[2].contains(&conversations.display().to_string()),
+        "{}",
+        notices[2]
+    );
+}
+
+/// A chat exported as JSON comes back as a chat of its own, opened, beside the one it was
+/// exported from; a file that is not one is refused, naming it.
+#[test]
+fn an_exported_chat_is_imported_beside_its_original() {
+    let mut f = Fixture::ready();
+    let request = f.send("Hello");
+    f.reply(request.id, &["Hi"], FinishReason::StopToken);
+    let original = f.state.current().clone();
+    let exported = f.dir.path().join("exported.json");
+    assert!(f.state.apply(Action::ExportTo(
+        crate::ui::ExportFormat::Json,
+        exported.clone()
+    )));
+    assert!(f.state.apply(UiCommand::NewConversation));
+
+    assert!(f.state.apply(Action::ImportFrom(exported)));
+    let imported = f.state.current().clone();
+    assert_eq!(imported.messages, original.messages);
+    assert_eq!(imported.title, original.title);
+    assert_ne!(imported.id, original.id, "the original keeps its file");
+    assert!(f.state.conversation_path(&imported.id).is_file());
+    assert_eq!(f.state.conversations().len(), 3);
+    assert_eq!(
+        f.state.notices().last().unwrap(),
+        &format!("Imported \u{201c}{}\u{201d}.", original.title)
+    );
+
+    let not_a_chat = f.dir.path().join("settings.json");
+    std::fs::write(&not_a_chat, "{\"theme\": \"dark\"}").unwrap();
+    assert!(!f.state.apply(Action::ImportFrom(not_a_chat.clone())));
+    let error = f.state.errors().last().unwrap();
+    assert!(error.contains(&not_a_chat.display().to_string()), "{error}");
+    assert_eq!(f.state.conversations().len(), 3);
 }
 
 /// A long prompt's passes show on the reply being written, in its own chat only, until the
