@@ -1,0 +1,255 @@
+//! The chats as a list and as files: start, pick, rename, delete to the trash and back,
+//! import and export.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::{AppState, ExportFormat};
+use crate::store::{Conversation, ConversationStore, Trashed};
+
+impl AppState {
+    /// Opens an empty conversation: the current one if it is empty, else the first empty one,
+    /// else a new one at the top.
+    pub(super) fn new_conversation(&mut self) -> bool {
+        if self.current().messages.is_empty() {
+            return true;
+        }
+        if let Some(index) = self
+            .conversations
+            .iter()
+            .position(|c| c.messages.is_empty())
+        {
+            self.current = index;
+            return true;
+        }
+        self.conversations.insert(0, Conversation::new());
+        // The current conversation moved down one.
+        self.current += 1;
+        self.select(0)
+    }
+
+    pub(super) fn select(&mut self, index: usize) -> bool {
+        let exists = index < self.conversations.len();
+        // A chat picked in the list is shown, in place of the trash.
+        self.trash_open &= !exists;
+        if exists && index != self.current {
+            self.current = index;
+            // The last reply's figures belong to the conversation it was written in; a
+            // running reply's stay until it ends.
+            if !self.is_generating() {
+                self.live = None;
+            }
+        }
+        exists
+    }
+
+    pub(super) fn rename(&mut self, index: usize, title: &str) -> bool {
+        let title = title.trim();
+        let Some(conversation) = self.conversations.get_mut(index) else {
+            return false;
+        };
+        if title.is_empty() {
+            return false;
+        }
+        conversation.title = title.to_string();
+        let conversation = conversation.clone();
+        self.save(&conversation)
+    }
+
+    pub(super) fn delete(&mut self, index: usize) -> bool {
+        let Some(conversation) = self.conversations.get(index) else {
+            return false;
+        };
+        let streaming_here = self
+            .generation
+            .as_ref()
+            .is_some_and(|active| active.conversation_id == conversation.id);
+        if streaming_here {
+            self.notify("Stop the reply before deleting its conversation.");
+            return false;
+        }
+        if let Err(err) = self.store.delete(&conversation.id) {
+            self.errors.push(format!(
+                "cannot delete the conversation file: {err}. Check the permissions of {}.",
+                self.paths.conversations_dir().display()
+            ));
+            return false;
+        }
+        let active_id = self.current().id.clone();
+        let removed = self.conversations.remove(index);
+        if self.conversations.is_empty() {
+            self.conversations.push(Conversation::new());
+        }
+        self.current = self
+            .conversations
+            .iter()
+            .position(|c| c.id == active_id)
+            .unwrap_or(0);
+        self.notify(deleted_notice(&removed));
+        self.deleted = Some(removed.id.clone());
+        self.trash.insert(
+            0,
+            Trashed {
+                conversation: removed,
+                deleted: SystemTime::now(),
+            },
+        );
+        true
+    }
+
+    pub(super) fn undo_delete(&mut self) -> bool {
+        match self.deleted.take() {
+            Some(id) => self.restore(&id),
+            None => false,
+        }
+    }
+
+    /// Brings conversation `id` back from the trash to its place in the list.
+    pub(super) fn restore(&mut self, id: &str) -> bool {
+        let Some(index) = self.trash.iter().position(|t| t.conversation.id == id) else {
+            return false;
+        };
+        if let Err(err) = self.store.restore(id) {
+            self.errors.push(format!(
+                "cannot restore \u{201c}{}\u{201d}: {err}. Check the permissions of {}.",
+                self.trash[index].conversation.title,
+                self.paths.conversations_dir().display()
+            ));
+            return false;
+        }
+        let conversation = self.trash.remove(index).conversation;
+        self.trash_open &= !self.trash.is_empty();
+        if self.deleted.as_deref() == Some(id) {
+            self.deleted = None;
+        }
+        let notice = deleted_notice(&conversation);
+        self.notices.retain(|n| n.text != notice);
+        let position = self
+            .conversations
+            .iter()
+            .position(|c| c.created_unix_ms < conversation.created_unix_ms)
+            .unwrap_or(self.conversations.len());
+        let active_id = self.current().id.clone();
+        self.conversations.insert(position, conversation);
+        self.current = self
+            .conversations
+            .iter()
+            .position(|c| c.id == active_id)
+            .unwrap_or(0);
+        true
+    }
+
+    /// Adds the chat exported to `path` (as JSON, by this or another smolchat) to the list,
+    /// and opens it. A chat that is here already keeps its file: the copy gets an id of its
+    /// own.
+    pub(super) fn import_from(&mut self, path: &Path) -> bool {
+        let (mut conversation, left_out) = match ConversationStore::load_file(path) {
+            Ok(loaded) => loaded,
+            Err(problem) => {
+                self.errors.push(format!(
+                    "Cannot import: {problem}. A chat exported as JSON by smolchat can be \
+                     imported."
+                ));
+                return false;
+            }
+        };
+        self.errors.extend(left_out);
+        let taken = |id: &str| {
+            self.conversations.iter().any(|c| c.id == id)
+                || self.trash.iter().any(|t| t.conversation.id == id)
+        };
+        if taken(&conversation.id) {
+            conversation.id = Conversation::new().id;
+        }
+        conversation.draft.clear();
+        if !self.save(&conversation) {
+            return false;
+        }
+        self.notify(format!("Imported \u{201c}{}\u{201d}.", conversation.title));
+        let position = self
+            .conversations
+            .iter()
+            .position(|c| c.created_unix_ms < conversation.created_unix_ms)
+            .unwrap_or(self.conversations.len());
+        self.conversations.insert(position, conversation);
+        self.select(position)
+    }
+
+    /// Deletes conversation `id` from the trash for good, or every one in it.
+    pub(super) fn delete_forever(&mut self, id: Option<&str>) -> bool {
+        let ids: Vec<String> = self
+            .trash
+            .iter()
+            .map(|t| t.conversation.id.clone())
+            .filter(|trashed| id.is_none_or(|id| id == trashed))
+            .collect();
+        for id in &ids {
+            if let Err(err) = self.store.delete_forever(id) {
+                self.errors.push(format!(
+                    "cannot delete a chat from the trash: {err}. Check the permissions of {}.",
+                    self.paths.conversations_dir().display()
+                ));
+                return false;
+            }
+            self.trash.retain(|t| t.conversation.id != *id);
+            if self.deleted.as_deref() == Some(id.as_str()) {
+                self.deleted = None;
+            }
+        }
+        self.trash_open &= !self.trash.is_empty();
+        !ids.is_empty()
+    }
+
+    /// Where the current conversation is exported to in `format`, in the exports folder.
+    pub fn export_path(&self, format: ExportFormat) -> PathBuf {
+        let conversation = self.current();
+        let stem: String = conversation
+            .title
+            .chars()
+            .map(|c| if c.is_alphanumeric() { c } else { '-' })
+            .collect();
+        let extension = match format {
+            ExportFormat::Markdown => "md",
+            ExportFormat::Json => "json",
+        };
+        self.paths
+            .data_dir
+            .join("exports")
+            .join(format!("{stem}-{}.{extension}", conversation.id))
+    }
+
+    pub(super) fn export_current(&mut self, format: ExportFormat) -> bool {
+        let path = self.export_path(format);
+        self.export_to(format, path)
+    }
+
+    /// Writes the current conversation in `format` to `path` (chosen in a save dialog, or the
+    /// exports folder).
+    pub(super) fn export_to(&mut self, format: ExportFormat, path: PathBuf) -> bool {
+        let conversation = self.current();
+        let bytes = match format {
+            ExportFormat::Markdown => {
+                Ok(conversation.to_markdown(self.system_prompt()).into_bytes())
+            }
+            ExportFormat::Json => conversation.to_json(),
+        };
+        match bytes.and_then(|bytes| crate::atomic_file::write_atomic(&path, &bytes)) {
+            Ok(()) => {
+                self.notify(format!("Exported to {}", path.display()));
+                true
+            }
+            Err(err) => {
+                self.errors.push(format!(
+                    "cannot export to {}: {err}. Check that the folder is writable.",
+                    path.display()
+                ));
+                false
+            }
+        }
+    }
+}
+
+/// The notice a deletion shows; undoing the deletion takes it back.
+fn deleted_notice(conversation: &Conversation) -> String {
+    format!("Deleted \u{201c}{}\u{201d}.", conversation.title)
+}
