@@ -1,13 +1,12 @@
 //! Where a model comes from, from the command line or the window to the inference thread: one
-//! type, and the one place that turns it into a folder on disk.
+//! type (`engine::resolve_source` turns it into a folder or file on disk, downloading a hub
+//! model first).
 
 use std::fmt;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::AtomicBool;
 
-use crate::engine::EngineError;
-use crate::hub::{DownloadProgress, ModelDownloader, is_hub_model_id};
+use crate::hub::is_hub_model_id;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelSource {
@@ -53,28 +52,6 @@ impl ModelSource {
             ModelSource::GgufFile(path)
         } else {
             ModelSource::Folder(path)
-        }
-    }
-
-    /// The model folder or GGUF file, downloading a hub model first. `progress` hears about each chunk;
-    /// setting `cancel` ends a download early.
-    pub fn resolve(
-        &self,
-        progress: &mut dyn FnMut(DownloadProgress),
-        cancel: &AtomicBool,
-    ) -> Result<PathBuf, EngineError> {
-        match self {
-            ModelSource::Folder(path) if path.is_dir() => Ok(path.clone()),
-            ModelSource::GgufFile(path) if path.is_file() => Ok(path.clone()),
-            ModelSource::Folder(path) | ModelSource::GgufFile(path) => {
-                Err(EngineError::ModelNotFound { path: path.clone() })
-            }
-            ModelSource::Hub(model_id) => ModelDownloader::from_env()
-                .and_then(|downloader| downloader.ensure_model(model_id, progress, cancel))
-                .map_err(|err| EngineError::from_hub(model_id, err)),
-            ModelSource::HubGguf { model_id, quant } => ModelDownloader::from_env()
-                .and_then(|downloader| downloader.ensure_gguf(model_id, quant, progress, cancel))
-                .map_err(|err| EngineError::from_hub(model_id, err)),
         }
     }
 }
@@ -185,15 +162,5 @@ mod tests {
             "SmolLM2-135M-Instruct.Q4_1"
         );
         assert_eq!(model_name(Path::new("/models/deq-bf16")), "deq-bf16");
-    }
-
-    #[test]
-    fn a_missing_folder_is_named() {
-        let never = AtomicBool::new(false);
-        let missing = PathBuf::from("/no/such/model/folder");
-        let error = ModelSource::Folder(missing.clone())
-            .resolve(&mut |_| {}, &never)
-            .unwrap_err();
-        assert_eq!(error, EngineError::ModelNotFound { path: missing });
     }
 }

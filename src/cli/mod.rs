@@ -77,7 +77,6 @@ pub fn main() -> ExitCode {
 /// The model's folder, a hub model fetched first with a progress bar on stderr.
 fn resolve_model(source: ModelSource) -> Result<PathBuf, String> {
     let never_cancelled = AtomicBool::new(false);
-    source
-        .resolve(&mut stderr_progress(), &never_cancelled)
+    crate::engine::resolve_source(&source, &mut stderr_progress(), &never_cancelled)
         .map_err(|err| err.to_string())
 }

@@ -5,6 +5,7 @@
 mod error;
 mod handle;
 mod protocol;
+mod source;
 mod worker;
 
 pub use error::EngineError;
@@ -12,3 +13,4 @@ pub use handle::{Client, DEFAULT_QUEUE_LIMIT, EngineHandle, EngineOptions, Stopp
 pub use protocol::{
     Command, Event, GenerateRequest, LiveStats, ModelInfo, Prompt, Reply, RequestId,
 };
+pub use source::resolve_source;

@@ -251,7 +251,7 @@ impl Worker {
         let mut progress = |progress| {
             self.send(reply, Event::DownloadProgress(progress));
         };
-        let dir = match source.resolve(&mut progress, &reply.cancel) {
+        let dir = match super::resolve_source(&source, &mut progress, &reply.cancel) {
             Ok(dir) => dir,
             Err(error) => {
                 let request = None;
