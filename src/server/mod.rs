@@ -525,7 +525,8 @@ fn progress_comment(output: &Output) -> Option<Bytes> {
 }
 
 /// Server-sent events: comment lines while the request waits or a long prompt is read, one
-/// chunk per piece of text, the finish reason, the usage if asked, then `[DONE]`. An error after the stream began goes out as an `error` event before `[DONE]`.
+/// chunk per piece of text, the finish reason, the usage if asked, then `[DONE]`. An error
+/// after the stream began goes out as an `error` event before `[DONE]`.
 /// When the client hangs up, hyper drops this stream and with it `outputs`: the relay's
 /// next send fails and the generation stops.
 ///

@@ -324,6 +324,18 @@ pub fn centered_column<R>(ui: &mut egui::Ui, add: impl FnOnce(&mut egui::Ui) -> 
     .inner
 }
 
+/// One item of a list of things (a model, a download, a deleted chat): a rounded frame the
+/// column's width, around `add`.
+pub fn card<R>(ui: &mut egui::Ui, add: impl FnOnce(&mut egui::Ui) -> R) -> R {
+    egui::Frame::group(ui.style())
+        .corner_radius(6.0)
+        .show(ui, |ui| {
+            ui.set_width(ui.available_width());
+            add(ui)
+        })
+        .inner
+}
+
 fn message_frame(ui: &egui::Ui, role: Role) -> egui::Frame {
     let visuals = ui.visuals();
     let fill = match role {

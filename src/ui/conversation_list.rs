@@ -5,6 +5,7 @@ use super::chat_search;
 use super::commands::{Action, UiCommand};
 use super::state::AppState;
 use super::view_state::ViewState;
+use crate::store::TRASH_DAYS;
 
 pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     ui.add_space(4.0);
@@ -17,10 +18,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
     }
     let search = ui.add(
         egui::TextEdit::singleline(&mut view.chat_query)
-            .hint_text(format!(
-                "Search chats ({})",
-                shortcut_text(ui, UiCommand::SearchChats)
-            ))
+            .hint_text(UiCommand::SearchChats.description(ui.ctx()))
             .desired_width(f32::INFINITY),
     );
     search.widget_info(|| egui::WidgetInfo::labeled(egui::Role::TextInput, true, "Search chats"));
@@ -40,7 +38,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
     if trashed > 0
         && ui
             .selectable_label(state.trash_open(), format!("Trash ({trashed})"))
-            .on_hover_text("Deleted chats, restorable for 30 days")
+            .on_hover_text(format!("Deleted chats, restorable for {TRASH_DAYS} days"))
             .clicked()
     {
         actions.push(UiCommand::ToggleTrash.into());
@@ -154,14 +152,6 @@ fn found(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mu
                 }
             }
         });
-}
-
-/// "Ctrl+K", as this platform writes the command's shortcut.
-fn shortcut_text(ui: &egui::Ui, command: UiCommand) -> String {
-    command
-        .shortcut()
-        .map(|shortcut| ui.ctx().format_shortcut(&shortcut))
-        .unwrap_or_default()
 }
 
 /// Titles longer than this many characters end in an ellipsis in the list.

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use egui::RichText;
 
+use super::chat_view::card;
 use super::commands::Action;
 use super::state::AppState;
 use crate::downloads::{Download, DownloadState};
@@ -19,12 +20,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
     }
     ui.label(RichText::new("Downloads").strong());
     for download in list {
-        egui::Frame::group(ui.style())
-            .corner_radius(6.0)
-            .show(ui, |ui| {
-                ui.set_width(ui.available_width());
-                row(ui, download, actions);
-            });
+        card(ui, |ui| row(ui, download, actions));
         ui.add_space(4.0);
     }
 }

@@ -4,7 +4,7 @@
 
 use egui::{RichText, ScrollArea};
 
-use super::chat_view::{centered_column, grouped};
+use super::chat_view::{card, centered_column, grouped};
 use super::commands::{Action, UiCommand};
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
@@ -74,42 +74,38 @@ fn entry_card(
     actions: &mut Vec<Action>,
 ) -> egui::Response {
     let model = &entry.model;
-    egui::Frame::group(ui.style())
-        .corner_radius(6.0)
-        .show(ui, |ui| {
-            ui.set_width(ui.available_width());
-            ui.horizontal(|ui| {
-                ui.label(RichText::new(&model.name).strong().size(15.0));
-                if in_use {
-                    ui.label(RichText::new("in use").weak());
-                }
-            });
-            match &entry.facts {
-                Ok(facts) => {
-                    ui.label(summary(facts, model.bytes, model.store.label()));
-                    fit_line(ui, facts);
-                }
-                Err(reason) => {
-                    ui.label(format!(
-                        "{}  \u{b7}  {}",
-                        size_text(model.bytes),
-                        model.store.label()
-                    ));
-                    ui.colored_label(
-                        ui.visuals().error_fg_color,
-                        format!("This build cannot run it: {reason}"),
-                    );
-                }
+    card(ui, |ui| {
+        ui.horizontal(|ui| {
+            ui.label(RichText::new(&model.name).strong().size(15.0));
+            if in_use {
+                ui.label(RichText::new("in use").weak());
             }
-            let open = ui
-                .add_enabled(entry.facts.is_ok() && !in_use, egui::Button::new("Open"))
-                .on_hover_text(model.path.display().to_string());
-            if open.clicked() {
-                actions.push(Action::UseModelFolder(model.path.clone()));
+        });
+        match &entry.facts {
+            Ok(facts) => {
+                ui.label(summary(facts, model.bytes, model.store.label()));
+                fit_line(ui, facts);
             }
-            open
-        })
-        .inner
+            Err(reason) => {
+                ui.label(format!(
+                    "{}  \u{b7}  {}",
+                    size_text(model.bytes),
+                    model.store.label()
+                ));
+                ui.colored_label(
+                    ui.visuals().error_fg_color,
+                    format!("This build cannot run it: {reason}"),
+                );
+            }
+        }
+        let open = ui
+            .add_enabled(entry.facts.is_ok() && !in_use, egui::Button::new("Open"))
+            .on_hover_text(model.path.display().to_string());
+        if open.clicked() {
+            actions.push(Action::UseModelFolder(model.path.clone()));
+        }
+        open
+    })
 }
 
 /// A search box for the hub, the repositories it found, and one repository's files, each

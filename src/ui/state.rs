@@ -481,12 +481,12 @@ impl AppState {
             UiCommand::ToggleSettings => {
                 self.change_settings(|s| s.show_settings = !s.show_settings)
             }
-            // Opened, it looks again: a model downloaded or copied since shows up.
             UiCommand::ToggleTrash => {
                 self.trash_open = !self.trash_open;
                 self.library_open &= !self.trash_open;
                 true
             }
+            // Opened, it looks again: a model downloaded or copied since shows up.
             UiCommand::ToggleLibrary => {
                 self.library_open = !self.library_open;
                 self.trash_open &= !self.library_open;
@@ -882,11 +882,12 @@ impl AppState {
         self.library_open
     }
 
-    /// The library's search of the hub and its answers.
+    /// The library's downloads from the hub.
     pub fn downloads(&self) -> &Downloads {
         &self.downloads
     }
 
+    /// The library's search of the hub and its answers.
     pub fn hub(&self) -> &HubSearch {
         &self.hub
     }

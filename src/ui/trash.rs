@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use egui::{RichText, ScrollArea};
 
-use super::chat_view::centered_column;
+use super::chat_view::{card, centered_column};
 use super::commands::{Action, UiCommand};
 use super::state::AppState;
 use crate::store::{TRASH_DAYS, Trashed};
@@ -36,43 +36,40 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
             }
             let now = SystemTime::now();
             for trashed in state.trash() {
-                card(ui, trashed, now, actions);
+                trashed_card(ui, trashed, now, actions);
                 ui.add_space(6.0);
             }
         });
     });
 }
 
-fn card(ui: &mut egui::Ui, trashed: &Trashed, now: SystemTime, actions: &mut Vec<Action>) {
+fn trashed_card(ui: &mut egui::Ui, trashed: &Trashed, now: SystemTime, actions: &mut Vec<Action>) {
     let conversation = &trashed.conversation;
-    egui::Frame::group(ui.style())
-        .corner_radius(6.0)
-        .show(ui, |ui| {
-            ui.set_width(ui.available_width());
-            ui.horizontal(|ui| {
-                ui.label(RichText::new(&conversation.title).strong());
-                ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                    if ui.small_button("Delete for good").clicked() {
-                        actions.push(Action::DeleteForever(conversation.id.clone()));
-                    }
-                    if ui.small_button("Restore").clicked() {
-                        actions.push(Action::Restore(conversation.id.clone()));
-                    }
-                });
+    card(ui, |ui| {
+        ui.horizontal(|ui| {
+            ui.label(RichText::new(&conversation.title).strong());
+            ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                if ui.small_button("Delete for good").clicked() {
+                    actions.push(Action::DeleteForever(conversation.id.clone()));
+                }
+                if ui.small_button("Restore").clicked() {
+                    actions.push(Action::Restore(conversation.id.clone()));
+                }
             });
-            let waited = now.duration_since(trashed.deleted).unwrap_or_default();
-            let messages = conversation.messages.len();
-            ui.label(
-                RichText::new(format!(
-                    "{} message{}  \u{b7}  deleted {}  \u{b7}  {}",
-                    messages,
-                    if messages == 1 { "" } else { "s" },
-                    ago(waited),
-                    goes_in(waited)
-                ))
-                .weak(),
-            );
         });
+        let waited = now.duration_since(trashed.deleted).unwrap_or_default();
+        let messages = conversation.messages.len();
+        ui.label(
+            RichText::new(format!(
+                "{} message{}  \u{b7}  deleted {}  \u{b7}  {}",
+                messages,
+                if messages == 1 { "" } else { "s" },
+                ago(waited),
+                goes_in(waited)
+            ))
+            .weak(),
+        );
+    });
 }
 
 const DAY: u64 = 24 * 3600;
