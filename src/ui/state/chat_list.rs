@@ -124,19 +124,23 @@ impl AppState {
         }
         let notice = deleted_notice(&conversation);
         self.notices.retain(|n| n.text != notice);
+        self.insert_by_date(conversation);
+        true
+    }
+
+    /// Puts `conversation` in its place in the list, newest first, the current chat staying
+    /// current; returns where it went.
+    fn insert_by_date(&mut self, conversation: Conversation) -> usize {
         let position = self
             .conversations
             .iter()
             .position(|c| c.created_unix_ms < conversation.created_unix_ms)
             .unwrap_or(self.conversations.len());
-        let active_id = self.current().id.clone();
+        if position <= self.current {
+            self.current += 1;
+        }
         self.conversations.insert(position, conversation);
-        self.current = self
-            .conversations
-            .iter()
-            .position(|c| c.id == active_id)
-            .unwrap_or(0);
-        true
+        position
     }
 
     /// Adds the chat exported to `path` (as JSON, by this or another smolchat) to the list,
@@ -166,12 +170,7 @@ impl AppState {
             return false;
         }
         self.notify(format!("Imported \u{201c}{}\u{201d}.", conversation.title));
-        let position = self
-            .conversations
-            .iter()
-            .position(|c| c.created_unix_ms < conversation.created_unix_ms)
-            .unwrap_or(self.conversations.len());
-        self.conversations.insert(position, conversation);
+        let position = self.insert_by_date(conversation);
         self.select(position)
     }
 
