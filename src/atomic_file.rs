@@ -37,6 +37,19 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Copies a file that could not be read to `{name}.damaged` beside it, before the app
+/// writes over it: what the user had is never lost unread. Says where the copy went, or why
+/// there is none, for the message that reports the damage.
+pub fn keep_damaged_copy(path: &Path) -> String {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".damaged");
+    let damaged = std::path::PathBuf::from(name);
+    match fs::copy(path, &damaged) {
+        Ok(_) => format!("the file as it was is kept as {}", damaged.display()),
+        Err(err) => format!("it could not be kept as {}: {err}", damaged.display()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -190,10 +190,10 @@ impl Downloads {
     /// Stops download `id` and deletes what it received, or takes a finished one off the
     /// list (the model stays on disk).
     pub fn cancel(&mut self, id: u64) -> bool {
-        let Some(download) = self.list.iter().find(|download| download.id == id).cloned() else {
+        let Some(index) = self.list.iter().position(|download| download.id == id) else {
             return false;
         };
-        self.list.retain(|download| download.id != id);
+        let download = self.list.remove(index);
         match self.running.as_mut().filter(|running| running.id == id) {
             // Its part goes once its thread has stopped writing it.
             Some(running) => {
@@ -220,7 +220,7 @@ impl Downloads {
                     reason: "the download's thread ended without an answer".into(),
                 })),
             };
-            let (id, asked, spec) = (running.id, running.asked, running.spec.clone());
+            let id = running.id;
             match report {
                 Report::Progress(progress) => {
                     if let Some(download) = self.get_mut(id) {
@@ -228,7 +228,9 @@ impl Downloads {
                     }
                 }
                 Report::Finished(result) => {
-                    self.running = None;
+                    let Some(Running { asked, spec, .. }) = self.running.take() else {
+                        break;
+                    };
                     if asked == Some(Stop::Cancel) {
                         // Complete before the stop took, the model stays; else its part goes.
                         if result.is_err() {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::atomic_file::write_atomic;
+use crate::atomic_file::{keep_damaged_copy, write_atomic};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Saved {
@@ -33,11 +33,7 @@ pub fn load(path: &Path) -> (Vec<Saved>, Option<String>) {
     match serde_json::from_slice::<File>(&bytes) {
         Ok(file) => (file.downloads, None),
         Err(err) => {
-            let damaged = path.with_extension("json.damaged");
-            let kept = match std::fs::copy(path, &damaged) {
-                Ok(_) => format!("it is kept as {}", damaged.display()),
-                Err(copy) => format!("it could not be kept as {}: {copy}", damaged.display()),
-            };
+            let kept = keep_damaged_copy(path);
             let problem = format!(
                 "Downloads: {} is not a list of downloads ({err}), so none are resumed; {kept}",
                 path.display()

@@ -16,11 +16,15 @@ use super::progress::{DownloadProgress, ProgressTracker, Reconnecting};
 
 const CHUNK: usize = 64 * 1024;
 
+/// The extension of a blob still growing, as `huggingface_hub` names it too.
+pub(crate) const INCOMPLETE: &str = "incomplete";
+
 /// Where a blob grows until it is complete and verified; model loaders
 /// never look at this name.
 pub(crate) fn incomplete_path(blob: &Path) -> PathBuf {
     let mut name = blob.as_os_str().to_owned();
-    name.push(".incomplete");
+    name.push(".");
+    name.push(INCOMPLETE);
     PathBuf::from(name)
 }
 

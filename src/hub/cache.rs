@@ -4,6 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use super::blob::INCOMPLETE;
 use super::error::HubError;
 use crate::atomic_file::write_atomic;
 
@@ -149,7 +150,7 @@ impl HubCache {
         let mut removed = 0;
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.extension().is_some_and(|ext| ext == "incomplete") {
+            if path.extension().is_some_and(|ext| ext == INCOMPLETE) {
                 fs::remove_file(&path).map_err(|e| HubError::io("cannot remove", &path, e))?;
                 removed += 1;
             }

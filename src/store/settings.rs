@@ -141,11 +141,7 @@ impl Settings {
                 )
             }
         };
-        let damaged = path.with_extension("json.damaged");
-        let kept = match std::fs::copy(path, &damaged) {
-            Ok(_) => format!("the file as it was is kept as {}", damaged.display()),
-            Err(err) => format!("it could not be kept as {}: {err}", damaged.display()),
-        };
+        let kept = crate::atomic_file::keep_damaged_copy(path);
         (
             settings,
             Some(format!("{} {problem}; {kept}", path.display())),
