@@ -4,12 +4,43 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use tempfile::TempDir;
+
 use crate::fake_hub::{FakeHub, MODEL_ID, Repo};
 use smolchat::downloads::{Download, DownloadState, Downloads};
 use smolchat::hub::{HubCache, HubOptions, Retries, Timeouts};
 
 const Q8: &str = "tiny-smollm-Q8_0.gguf";
 const Q4: &str = "tiny-smollm-Q4_K_M.gguf";
+
+/// A manager's folders, both temporary: the Hugging Face cache, and the one holding its list
+/// of downloads (`file`).
+struct Folders {
+    cache: TempDir,
+    _data: TempDir,
+    file: PathBuf,
+}
+
+impl Folders {
+    fn new() -> Self {
+        let data = tempfile::tempdir().unwrap();
+        Self {
+            cache: tempfile::tempdir().unwrap(),
+            file: data.path().join("downloads.json"),
+            _data: data,
+        }
+    }
+
+    /// A manager on `hub` with these folders, as the app starts one.
+    fn start(&self, hub: &FakeHub) -> Downloads {
+        Downloads::start(options(hub, self.cache.path()), Some(self.file.clone()))
+    }
+
+    /// What is kept of the downloads for the next start.
+    fn saved(&self) -> String {
+        std::fs::read_to_string(&self.file).unwrap()
+    }
+}
 
 fn options(hub: &FakeHub, cache: &Path) -> Option<HubOptions> {
     Some(HubOptions {
@@ -117,9 +148,8 @@ fn done_path(downloads: &Downloads, id: u64) -> PathBuf {
 #[test]
 fn downloads_run_in_turn_and_a_paused_one_goes_on_from_its_bytes() {
     let hub = FakeHub::start(slow_repo());
-    let (cache, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let file = data.path().join("downloads.json");
-    let mut downloads = Downloads::start(options(&hub, cache.path()), Some(file.clone()));
+    let folders = Folders::new();
+    let mut downloads = folders.start(&hub);
     let q8 = downloads.add(&spec(Q8));
     let q4 = downloads.add(&spec(Q4));
     assert_eq!(state(&downloads, q4), Some(DownloadState::Queued));
@@ -135,7 +165,7 @@ fn downloads_run_in_turn_and_a_paused_one_goes_on_from_its_bytes() {
         matches!(state(d, q8), Some(DownloadState::Paused(Some(_))))
     });
     assert_eq!(
-        partial_files(cache.path()).len(),
+        partial_files(folders.cache.path()).len(),
         1,
         "the paused part is kept"
     );
@@ -149,7 +179,7 @@ fn downloads_run_in_turn_and_a_paused_one_goes_on_from_its_bytes() {
         std::fs::read(&q4_path).unwrap(),
         Repo::gguf_files().files[Q4]
     );
-    let saved = std::fs::read_to_string(&file).unwrap();
+    let saved = folders.saved();
     assert!(
         saved.contains("Q8_0") && !saved.contains("Q4_K_M"),
         "{saved}"
@@ -170,12 +200,8 @@ fn downloads_run_in_turn_and_a_paused_one_goes_on_from_its_bytes() {
         !starts.is_empty() && starts.iter().all(|&start| start > 0),
         "resumed from its bytes: {starts:?}"
     );
-    assert!(partial_files(cache.path()).is_empty());
-    assert!(
-        !std::fs::read_to_string(&file)
-            .unwrap()
-            .contains("tiny-smollm")
-    );
+    assert!(partial_files(folders.cache.path()).is_empty());
+    assert!(!folders.saved().contains("tiny-smollm"));
 
     // A finished download leaves the list; the model stays on disk.
     assert!(downloads.cancel(q4));
@@ -186,9 +212,8 @@ fn downloads_run_in_turn_and_a_paused_one_goes_on_from_its_bytes() {
 #[test]
 fn an_unfinished_download_goes_on_after_a_restart() {
     let hub = FakeHub::start(slow_repo());
-    let (cache, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let file = data.path().join("downloads.json");
-    let mut downloads = Downloads::start(options(&hub, cache.path()), Some(file.clone()));
+    let folders = Folders::new();
+    let mut downloads = folders.start(&hub);
     let q8 = downloads.add(&spec(Q8));
     let paused = downloads.add(&spec(Q4));
     assert!(downloads.pause(paused));
@@ -196,10 +221,10 @@ fn an_unfinished_download_goes_on_after_a_restart() {
     // The app closes mid-download; its thread stops at the next piece.
     drop(downloads);
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(partial_files(cache.path()).len(), 1);
+    assert_eq!(partial_files(folders.cache.path()).len(), 1);
 
     hub.clear_log();
-    let mut downloads = Downloads::start(options(&hub, cache.path()), Some(file));
+    let mut downloads = folders.start(&hub);
     let [running, waiting] = downloads.list() else {
         panic!("{:?}", downloads.list());
     };
@@ -231,9 +256,8 @@ fn a_cancelled_download_leaves_nothing_and_a_failed_one_says_why() {
         cut_gets: Some((Q4.to_string(), 60_000, 1)),
         ..slow_repo()
     });
-    let (cache, data) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let file = data.path().join("downloads.json");
-    let mut downloads = Downloads::start(options(&hub, cache.path()), Some(file.clone()));
+    let folders = Folders::new();
+    let mut downloads = folders.start(&hub);
     let q8 = downloads.add(&spec(Q8));
     let queued = downloads.add(&spec(Q4));
     assert!(
@@ -247,14 +271,10 @@ fn a_cancelled_download_leaves_nothing_and_a_failed_one_says_why() {
     assert!(downloads.list().is_empty(), "off the list at once");
     wait_until(&mut downloads, |d| !d.busy());
     assert!(
-        partial_files(cache.path()).is_empty(),
+        partial_files(folders.cache.path()).is_empty(),
         "its part is deleted"
     );
-    assert!(
-        !std::fs::read_to_string(&file)
-            .unwrap()
-            .contains("tiny-smollm")
-    );
+    assert!(!folders.saved().contains("tiny-smollm"));
 
     let missing = downloads.add(&format!("{MODEL_ID}:Q5_K_M"));
     wait_until(&mut downloads, |d| {

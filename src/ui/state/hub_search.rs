@@ -119,7 +119,7 @@ fn take<T>(waiting: &mut Option<Receiver<T>>, into: &mut Option<T>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::{Duration, Instant};
 
     use super::*;
@@ -127,12 +127,12 @@ mod tests {
 
     /// A hub on a loopback port nothing listens on: the answer is the error, naming the URL,
     /// and the window was never held up.
-    #[test]
-    fn an_unreachable_hub_answers_with_the_reason() {
-        let cache = tempfile::tempdir().unwrap();
-        let mut search = HubSearch::new(Some(HubOptions {
+    /// A hub on a loopback port nothing listens on, tried once, with its cache in `cache`:
+    /// every question to it fails at once, naming the URL.
+    pub fn unreachable_hub(cache: &std::path::Path) -> HubOptions {
+        HubOptions {
             endpoint: "http://127.0.0.1:9".into(),
-            cache: HubCache::new(cache.path()),
+            cache: HubCache::new(cache),
             revision: "main".into(),
             timeouts: Timeouts {
                 connect: Duration::from_secs(2),
@@ -142,7 +142,13 @@ mod tests {
                 attempts: 1,
                 first_wait: Duration::from_millis(1),
             },
-        }));
+        }
+    }
+
+    #[test]
+    fn an_unreachable_hub_answers_with_the_reason() {
+        let cache = tempfile::tempdir().unwrap();
+        let mut search = HubSearch::new(Some(unreachable_hub(cache.path())));
         search.search("smollm".into());
         assert!(search.busy() && search.searching());
         let started = Instant::now();

@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use super::hub_search::tests::unreachable_hub;
 use super::{AppState, ModelStatus};
 use crate::backend::BackendKind;
 use crate::downloads::DownloadState;
 use crate::engine::{Command, EngineError, Event, ModelInfo, RequestId};
 use crate::generation::{FinishReason, PromptProgress};
-use crate::hub::{HubCache, HubOptions, Retries, Timeouts};
 use crate::model_source::ModelSource;
 use crate::store::{ConversationStore, Paths, StoredMessage};
 use crate::text::{ChatMessage, Role};
@@ -1259,19 +1259,7 @@ fn a_file_picked_on_the_hub_is_queued_and_its_failure_explained() {
     let dir = tempfile::tempdir().unwrap();
     let (handle, engine) = ScriptedEngine::new();
     // Nothing listens on port 9 of loopback: the download fails at once.
-    let hub = HubOptions {
-        endpoint: "http://127.0.0.1:9".into(),
-        cache: HubCache::new(dir.path().join("hub")),
-        revision: "main".into(),
-        timeouts: Timeouts {
-            connect: Duration::from_secs(2),
-            read: Duration::from_secs(2),
-        },
-        retries: Retries {
-            attempts: 1,
-            first_wait: Duration::from_millis(1),
-        },
-    };
+    let hub = unreachable_hub(&dir.path().join("hub"));
     let paths = Paths::under(dir.path());
     let mut state = AppState::with_hub(paths.clone(), handle, Some(hub.clone()));
     assert!(state.apply(UiCommand::ToggleLibrary));
