@@ -96,7 +96,6 @@ struct Weights<'a> {
 }
 
 /// A thread's buffers, for both families of tiles, which only grow.
-#[derive(Default)]
 struct Scratch {
     /// The 4- or 5-bit values the thread multiplies next as bytes: a tile of rows, or one
     /// row of a chunk of columns for [`token_lanes`].
@@ -111,7 +110,15 @@ struct Scratch {
 }
 
 thread_local! {
-    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    static SCRATCH: RefCell<Scratch> = const {
+        RefCell::new(Scratch {
+            bytes: Vec::new(),
+            words: Vec::new(),
+            scales: Vec::new(),
+            offsets: Vec::new(),
+            offset_terms: Vec::new(),
+        })
+    };
 }
 
 /// [`product`] with `kernel`, which the CPU must have.
