@@ -10,6 +10,7 @@ pub mod gguf;
 pub mod hub;
 pub mod mapped_file;
 pub mod model;
+pub mod model_files;
 pub mod model_library;
 pub mod model_source;
 pub mod server;

@@ -14,13 +14,12 @@ pub mod removal;
 
 use std::ffi::OsString;
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 use crate::hub::HubCache;
-use crate::model_source::{has_gguf_extension, model_name, starts_as_gguf};
+use crate::model_files::{
+    self, has_gguf_extension, model_name, ollama, starts_as_gguf, weight_bytes,
+};
 use crate::store::Paths;
 
 /// Folder levels below a location a scan looks at: the cache's
@@ -29,10 +28,6 @@ use crate::store::Paths;
 const MAX_DEPTH: usize = 4;
 /// Entries a scan reads at most, over all locations.
 const MAX_ENTRIES: usize = 20_000;
-/// The largest Ollama manifest read; real ones are about a kilobyte.
-const MAX_MANIFEST_BYTES: u64 = 1 << 20;
-/// The layer of an Ollama manifest that holds the GGUF weights.
-const OLLAMA_MODEL_LAYER: &str = "application/vnd.ollama.image.model";
 
 /// Whose folder a model was found in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,32 +249,11 @@ fn walk(
 
 /// A folder that holds a whole model: its config and its weights (one file or shards).
 fn model_folder(store: Store, dir: &Path) -> Option<LocalModel> {
-    if !dir.join("config.json").is_file() {
-        return None;
-    }
-    let single = dir.join("model.safetensors");
-    let bytes = if single.is_file() {
-        fs::metadata(&single).ok()?.len()
-    } else if dir.join("model.safetensors.index.json").is_file() {
-        fs::read_dir(dir)
-            .ok()?
-            .flatten()
-            .filter(|entry| {
-                entry
-                    .file_name()
-                    .to_string_lossy()
-                    .ends_with(".safetensors")
-            })
-            .filter_map(|entry| fs::metadata(entry.path()).ok())
-            .map(|metadata| metadata.len())
-            .sum()
-    } else {
-        return None;
-    };
+    model_files::check(dir).ok()?;
     Some(LocalModel {
         path: dir.to_path_buf(),
         name: model_name(dir),
-        bytes,
+        bytes: weight_bytes(dir),
         store,
     })
 }
@@ -291,23 +265,11 @@ fn gguf_file(path: &Path) -> Option<u64> {
     (metadata.is_file() && starts_as_gguf(path)).then_some(metadata.len())
 }
 
-/// Ollama's models: each manifest (`manifests/<registry>/<namespace>/<model>/<tag>`, JSON)
-/// names the blob (`blobs/sha256-<hex>`) that holds its GGUF weights.
+/// Ollama's models, each under the name its manifest gives it.
 fn ollama(root: &Path, budget: &mut usize, library: &mut Library) {
-    let mut manifests = Vec::new();
-    walk(
-        &root.join("manifests"),
-        0,
-        budget,
-        &mut |_| true,
-        &mut manifests,
-    );
-    for manifest in manifests {
-        let Ok(relative) = manifest.strip_prefix(root.join("manifests")) else {
-            continue;
-        };
-        let name = ollama_name_of(relative);
-        match ollama_weights(root, &manifest) {
+    for manifest in ollama::manifests(root, budget) {
+        let name = ollama::name_of(root, &manifest);
+        match ollama::weights(root, &manifest) {
             Ok(path) => match gguf_file(&path) {
                 Some(bytes) => library.models.push(LocalModel {
                     path,
@@ -323,87 +285,6 @@ fn ollama(root: &Path, budget: &mut usize, library: &mut Library) {
             Err(reason) => library.skipped.push(format!("Ollama's {name}: {reason}")),
         }
     }
-}
-
-/// The name Ollama gives the model whose weights are `blob` (`<store>/blobs/sha256-<hex>`),
-/// from the store's manifests; the first in order when several tags share it.
-pub fn ollama_name(blob: &Path) -> Option<String> {
-    let file = blob.file_name()?.to_str()?;
-    let blobs = blob.parent()?;
-    if !file.starts_with("sha256-") || blobs.file_name()? != "blobs" {
-        return None;
-    }
-    let root = blobs.parent()?;
-    let (mut manifests, mut budget) = (Vec::new(), MAX_ENTRIES);
-    walk(
-        &root.join("manifests"),
-        0,
-        &mut budget,
-        &mut |_| true,
-        &mut manifests,
-    );
-    manifests
-        .iter()
-        .filter(|manifest| ollama_weights(root, manifest).is_ok_and(|weights| weights == blob))
-        .filter_map(|manifest| {
-            Some(ollama_name_of(
-                manifest.strip_prefix(root.join("manifests")).ok()?,
-            ))
-        })
-        .min()
-}
-
-/// The name Ollama shows: `model:tag` for its own library, `namespace/model:tag` for a user's
-/// models, and the registry in front for others (`hf.co/org/repo:tag`).
-fn ollama_name_of(relative: &Path) -> String {
-    let parts: Vec<String> = relative
-        .components()
-        .map(|part| part.as_os_str().to_string_lossy().into_owned())
-        .collect();
-    match parts.as_slice() {
-        [registry, namespace, model, tag] if registry == "registry.ollama.ai" => {
-            if namespace == "library" {
-                format!("{model}:{tag}")
-            } else {
-                format!("{namespace}/{model}:{tag}")
-            }
-        }
-        [registry, namespace, model, tag] => format!("{registry}/{namespace}/{model}:{tag}"),
-        _ => relative.display().to_string(),
-    }
-}
-
-#[derive(Deserialize)]
-struct Manifest {
-    layers: Vec<Layer>,
-}
-
-#[derive(Deserialize)]
-struct Layer {
-    #[serde(rename = "mediaType")]
-    media_type: String,
-    digest: String,
-}
-
-/// The blob a manifest names as the model's weights.
-fn ollama_weights(root: &Path, manifest: &Path) -> Result<PathBuf, String> {
-    let mut text = String::new();
-    fs::File::open(manifest)
-        .and_then(|file| file.take(MAX_MANIFEST_BYTES).read_to_string(&mut text))
-        .map_err(|err| format!("cannot read its manifest {}: {err}", manifest.display()))?;
-    let manifest: Manifest = serde_json::from_str(&text)
-        .map_err(|err| format!("its manifest is not one Ollama writes: {err}"))?;
-    let layer = manifest
-        .layers
-        .iter()
-        .find(|layer| layer.media_type == OLLAMA_MODEL_LAYER)
-        .ok_or("its manifest names no weights")?;
-    let digest = layer
-        .digest
-        .strip_prefix("sha256:")
-        .filter(|hex| !hex.is_empty() && hex.bytes().all(|byte| byte.is_ascii_hexdigit()))
-        .ok_or_else(|| format!("its weights' digest {:?} is not sha256", layer.digest))?;
-    Ok(root.join("blobs").join(format!("sha256-{digest}")))
 }
 
 #[cfg(test)]
@@ -490,7 +371,7 @@ mod tests {
             |hex: &str, bytes: &[u8]| write(&ollama.join(format!("blobs/sha256-{hex}")), bytes);
         let manifest = |relative: &str, hex: &str| {
             let json = format!(
-                r#"{{"schemaVersion":2,"config":{{"mediaType":"application/vnd.docker.container.image.v1+json","digest":"sha256:00"}},"layers":[{{"mediaType":"application/vnd.ollama.image.template","digest":"sha256:11"}},{{"mediaType":"{OLLAMA_MODEL_LAYER}","digest":"sha256:{hex}","size":12}}]}}"#
+                r#"{{"schemaVersion":2,"config":{{"mediaType":"application/vnd.docker.container.image.v1+json","digest":"sha256:00"}},"layers":[{{"mediaType":"application/vnd.ollama.image.template","digest":"sha256:11"}},{{"mediaType":"application/vnd.ollama.image.model","digest":"sha256:{hex}","size":12}}]}}"#
             );
             write(&ollama.join("manifests").join(relative), json.as_bytes());
         };

@@ -3,10 +3,10 @@
 //! model first).
 
 use std::fmt;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::hub::is_hub_model_id;
+use crate::model_files::is_gguf;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ModelSource {
@@ -68,56 +68,6 @@ impl fmt::Display for ModelSource {
     }
 }
 
-/// Whether `path` names a GGUF file: by its extension, as every app that opens them does, or
-/// by its first bytes, for stores that name files by their hash (Ollama's blobs).
-pub fn is_gguf(path: &Path) -> bool {
-    has_gguf_extension(path) || starts_as_gguf(path)
-}
-
-/// Whether `path` is named as a GGUF file (`.gguf`, in any case).
-pub fn has_gguf_extension(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|extension| extension.eq_ignore_ascii_case("gguf"))
-}
-
-/// Whether `path` is a file that starts with GGUF's magic bytes.
-pub fn starts_as_gguf(path: &Path) -> bool {
-    let mut magic = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut file| file.read_exact(&mut magic))
-        .is_ok_and(|()| &magic == b"GGUF")
-}
-
-/// The name a person knows a model by, from its folder or file: the repository id for a
-/// snapshot in the Hugging Face cache (whose folder is named by a commit hash), Ollama's
-/// `name:tag` for one of its blobs, the file name without `.gguf`, or the folder's name.
-/// The window and the local server show it.
-pub fn model_name(path: &Path) -> String {
-    if let Some(name) = crate::model_library::ollama_name(path) {
-        return name;
-    }
-    let hub_repo = path.ancestors().find_map(|ancestor| {
-        let folder = ancestor.file_name()?.to_str()?;
-        let repo = folder.strip_prefix("models--")?;
-        Some(repo.replacen("--", "/", 1))
-    });
-    let own_name = || {
-        let stem = path.file_stem().filter(|_| is_gguf(path));
-        // Jan keeps each model as `<name>/model.gguf`.
-        let generic = stem.is_some_and(|stem| stem.eq_ignore_ascii_case("model"));
-        let name = if generic {
-            path.parent().and_then(Path::file_name)
-        } else {
-            stem.or_else(|| path.file_name())
-        };
-        name.map_or_else(
-            || path.display().to_string(),
-            |name| name.to_string_lossy().into_owned(),
-        )
-    };
-    hub_repo.unwrap_or_else(own_name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -149,18 +99,5 @@ mod tests {
             ModelSource::parse("models/SmolLM2.Q4_1.GGUF"),
             ModelSource::GgufFile(PathBuf::from("models/SmolLM2.Q4_1.GGUF"))
         );
-    }
-
-    #[test]
-    fn models_are_named_as_people_know_them() {
-        let snapshot = Path::new(
-            "/home/me/.cache/huggingface/hub/models--HuggingFaceTB--SmolLM2-135M-Instruct/snapshots/12fd25f77366fa6b3b4b768ec3050bf629380bac",
-        );
-        assert_eq!(model_name(snapshot), DEFAULT_MODEL_ID);
-        assert_eq!(
-            model_name(Path::new("/models/SmolLM2-135M-Instruct.Q4_1.gguf")),
-            "SmolLM2-135M-Instruct.Q4_1"
-        );
-        assert_eq!(model_name(Path::new("/models/deq-bf16")), "deq-bf16");
     }
 }

@@ -9,9 +9,9 @@ use common::tiny_model_copy;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use smolchat::backend::BackendKind;
-use smolchat::model::checkpoint::safetensors::SINGLE_FILE;
 use smolchat::model::checkpoint::{LayerRole, TensorRole};
 use smolchat::model::{Llama, ModelConfig, ModelError};
+use smolchat::model_files::SINGLE_WEIGHTS_FILE;
 
 fn load(dir: &Path) -> Result<Llama, ModelError> {
     Llama::load(dir, &common::device(BackendKind::Flex), DType::F32)
@@ -22,7 +22,7 @@ fn rewrite_weights(
     dir: &Path,
     edit: impl Fn(&str, TensorView) -> Option<(Dtype, Vec<usize>, Vec<u8>)>,
 ) {
-    let path = dir.join(SINGLE_FILE);
+    let path = dir.join(SINGLE_WEIGHTS_FILE);
     let bytes = std::fs::read(&path).expect("read weights");
     let file = SafeTensors::deserialize(&bytes).expect("parse weights");
     let tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = file
@@ -72,15 +72,15 @@ fn missing_folder_names_the_config_file() {
 #[test]
 fn missing_weights_file_is_named() {
     let dir = tiny_model_copy();
-    std::fs::remove_file(dir.path().join(SINGLE_FILE)).expect("remove");
+    std::fs::remove_file(dir.path().join(SINGLE_WEIGHTS_FILE)).expect("remove");
     let err = load(dir.path()).unwrap_err().to_string();
-    assert!(err.contains(SINGLE_FILE), "{err}");
+    assert!(err.contains(SINGLE_WEIGHTS_FILE), "{err}");
 }
 
 #[test]
 fn truncated_weights_are_reported_as_corrupt() {
     let dir = tiny_model_copy();
-    let path = dir.path().join(SINGLE_FILE);
+    let path = dir.path().join(SINGLE_WEIGHTS_FILE);
     let bytes = std::fs::read(&path).expect("read");
     std::fs::write(&path, &bytes[..bytes.len() - 1000]).expect("truncate");
     let err = load(dir.path()).unwrap_err();
@@ -99,7 +99,7 @@ fn corrupt_header_is_reported_as_corrupt() {
         &[0xff; 64][..],
     ] {
         let dir = tiny_model_copy();
-        std::fs::write(dir.path().join(SINGLE_FILE), garbage).expect("write garbage");
+        std::fs::write(dir.path().join(SINGLE_WEIGHTS_FILE), garbage).expect("write garbage");
         let err = load(dir.path()).unwrap_err();
         assert!(matches!(err, ModelError::CorruptWeights { .. }), "{err:?}");
     }

@@ -8,10 +8,10 @@ use clap::Subcommand;
 
 use super::download::{self, DownloadArgs};
 
-use crate::generation::{MemoryPlan, available_memory, weight_bytes};
+use crate::generation::{MemoryPlan, available_memory};
 use crate::hub::ModelDownloader;
+use crate::model_files::{model_name, weight_bytes};
 use crate::model_library::{self, Library, LocalModel, facts, removal, size_text};
-use crate::model_source::model_name;
 use crate::store::Paths;
 
 #[derive(Debug, Subcommand)]

@@ -8,7 +8,8 @@ use crate::backend::BackendKind;
 use crate::engine::{DEFAULT_QUEUE_LIMIT, EngineHandle, EngineOptions, Event};
 use crate::generation::ModelOptions;
 use crate::model::Precision;
-use crate::model_source::{ModelSource, model_name};
+use crate::model_files::model_name;
+use crate::model_source::ModelSource;
 use crate::server::{Server, ServerConfig, ServerLimits};
 
 #[derive(Debug, Args)]

@@ -117,7 +117,7 @@ impl fmt::Debug for Reply {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelInfo {
     pub dir: PathBuf,
-    /// See [`crate::model_source::model_name`]; the local server's model id.
+    /// See [`crate::model_files::model_name`]; the local server's model id.
     pub name: String,
     pub description: String,
     pub context_limit: usize,

@@ -15,7 +15,8 @@ use crate::generation::{
     PromptFit, PromptProgress, Step,
 };
 use crate::model::KvCache;
-use crate::model_source::{ModelSource, model_name};
+use crate::model_files::model_name;
+use crate::model_source::ModelSource;
 use crate::stats::memory;
 use crate::text::reasoning::THINKING_VARIABLE;
 

@@ -2,12 +2,12 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::error::GenerationError;
-use super::memory_plan::{MemoryPlan, available_memory, gguf_model_config, weight_bytes};
+use super::memory_plan::{MemoryPlan, available_memory, gguf_model_config};
 use crate::backend::{BackendKind, ComputeDevice};
 use crate::gguf::{GgufFile, GgufTokenizer};
 use crate::model::checkpoint::gguf::GgufCheckpoint;
 use crate::model::{KvCache, Llama, Precision};
-use crate::model_source::{is_gguf, model_name};
+use crate::model_files::{is_gguf, model_name, weight_bytes};
 use crate::text::{ChatTemplate, SamplingDefaults, StopTokens, TextTokenizer};
 
 /// How to load a model: where it runs and in which precision.

@@ -8,7 +8,7 @@ use std::path::Path;
 use super::error::GenerationError;
 use crate::gguf::{GgufConfig, GgufFile};
 use crate::model::ModelConfig;
-use crate::model_source::is_gguf;
+use crate::model_files::{CONFIG_FILE, is_gguf, weight_bytes};
 use crate::stats::memory;
 
 /// What the model and its cache will take.
@@ -125,7 +125,7 @@ pub fn model_config(path: &Path) -> Result<ModelConfig, GenerationError> {
     if is_gguf(path) {
         gguf_model_config(&GgufFile::open(path)?)
     } else {
-        Ok(ModelConfig::from_file(&path.join("config.json"))?)
+        Ok(ModelConfig::from_file(&path.join(CONFIG_FILE))?)
     }
 }
 
@@ -136,24 +136,6 @@ pub fn gguf_model_config(file: &GgufFile) -> Result<ModelConfig, GenerationError
 
 fn gigabytes(bytes: u64) -> String {
     format!("{:.1} GB", bytes as f64 / 1e9)
-}
-
-fn file_size(path: &Path) -> u64 {
-    std::fs::metadata(path).map_or(0, |meta| meta.len())
-}
-
-/// The bytes of a model's weight files: a `.gguf` file, or a folder's safetensors files.
-pub fn weight_bytes(path: &Path) -> u64 {
-    if is_gguf(path) {
-        return file_size(path);
-    }
-    std::fs::read_dir(path).map_or(0, |entries| {
-        entries
-            .flatten()
-            .filter(|entry| entry.path().extension().is_some_and(|e| e == "safetensors"))
-            .map(|entry| file_size(&entry.path()))
-            .sum()
-    })
 }
 
 /// Memory the system can give without swapping, where the platform says (Linux's

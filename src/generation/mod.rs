@@ -10,9 +10,7 @@ mod stats;
 
 pub use error::GenerationError;
 pub use loaded_model::{LoadedModel, ModelOptions};
-pub use memory_plan::{
-    MemoryPlan, available_memory, gguf_model_config, model_config, weight_bytes,
-};
+pub use memory_plan::{MemoryPlan, available_memory, gguf_model_config, model_config};
 pub use prompt::{Prompt, PromptFit};
 pub use session::{
     FinishReason, GenerationSession, PROMPT_CHUNK, PromptProgress, Step, TokenEvent, TokenLogprobs,

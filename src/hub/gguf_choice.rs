@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::error::HubError;
-use crate::model_source::is_gguf;
+use crate::model_files::is_gguf;
 
 /// The file of `files` (a repository's listing) whose name carries `quant` as a whole
 /// word, e.g. `Q4_K_M` in `SmolLM2-135M-Instruct-Q4_K_M.gguf` (case does not matter).

@@ -3,10 +3,10 @@
 
 mod blob;
 mod cache;
+mod completeness;
 mod error;
 mod gguf_choice;
 mod http;
-mod model_files;
 mod model_id;
 mod progress;
 mod search;
@@ -17,7 +17,6 @@ pub use cache::{
 };
 pub use error::HubError;
 pub use http::{Retries, Timeouts};
-pub use model_files::{OPTIONAL_FILES, REQUIRED_FILES};
 pub use model_id::{DEFAULT_MODEL_ID, is_hub_model_id};
 pub use progress::{DownloadProgress, Reconnecting, render_progress_line, stderr_progress};
 pub use search::{FoundModel, RepositoryFile};

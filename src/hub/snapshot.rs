@@ -7,13 +7,13 @@ use ureq::Agent;
 
 use super::blob::{BlobRequest, download_blob};
 use super::cache::{HubCache, endpoint_from_env};
+use super::completeness::{is_complete, shards_in_index};
 use super::error::HubError;
 use super::gguf_choice;
 use super::http::{self, FileMetadata, Lookup, Retries, Timeouts};
-use super::model_files::{OPTIONAL_FILES, REQUIRED_FILES, is_complete, shards_in_index};
 use super::model_id::validate_model_id;
 use super::progress::{DownloadProgress, ProgressTracker};
-use crate::model::checkpoint::safetensors::{SHARD_INDEX, SINGLE_FILE};
+use crate::model_files::{OPTIONAL_FILES, REQUIRED_FILES, SHARD_INDEX_FILE, SINGLE_WEIGHTS_FILE};
 
 #[derive(Debug, Clone)]
 pub struct HubOptions {
@@ -122,14 +122,14 @@ impl ModelDownloader {
                 None => cache.mark_missing(model_id, &commit, file)?,
             }
         }
-        match self.lookup(model_id, &commit, SINGLE_FILE)? {
+        match self.lookup(model_id, &commit, SINGLE_WEIGHTS_FILE)? {
             Some(meta) => plan.push(Planned {
-                file: SINGLE_FILE.to_string(),
+                file: SINGLE_WEIGHTS_FILE.to_string(),
                 meta,
             }),
             None => {
                 // The shard list is inside the index, so it is fetched now.
-                let index = self.require(model_id, &commit, SHARD_INDEX)?;
+                let index = self.require(model_id, &commit, SHARD_INDEX_FILE)?;
                 let index_path = self.fetch(model_id, &index, 1, 1, &mut |_| {}, cancel)?;
                 for shard in shards_in_index(&index_path)? {
                     plan.push(self.require(model_id, &commit, &shard)?);

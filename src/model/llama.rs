@@ -18,6 +18,7 @@ use super::mlp::Mlp;
 use super::precision::Precision;
 use super::rms_norm::RmsNorm;
 use super::rope::{FrequencyScaling, RopeRows, RotaryEmbedding};
+use crate::model_files::CONFIG_FILE;
 
 /// One transformer block: pre-norm attention and pre-norm SwiGLU, each added to the residual.
 #[derive(Module, Debug)]
@@ -110,7 +111,7 @@ impl Llama {
     /// Loads `config.json` and the safetensors weights of a checkpoint folder onto `device`,
     /// holding weights and activations in `dtype` (F32, BF16 or F16).
     pub fn load(dir: &Path, device: &Device, dtype: DType) -> Result<Self> {
-        let config = ModelConfig::from_file(&dir.join("config.json"))?;
+        let config = ModelConfig::from_file(&dir.join(CONFIG_FILE))?;
         Self::read(
             config,
             &SafetensorsCheckpoint::open(dir)?,
@@ -123,7 +124,7 @@ impl Llama {
     /// Loads at a precision the user picked: compute in its float type, and quantize the
     /// projection weights when it asks for integers.
     pub fn load_in(dir: &Path, device: &Device, precision: Precision) -> Result<Self> {
-        let config = ModelConfig::from_file(&dir.join("config.json"))?;
+        let config = ModelConfig::from_file(&dir.join(CONFIG_FILE))?;
         let checkpoint = SafetensorsCheckpoint::open(dir)?;
         Self::from_checkpoint(config, &checkpoint, device, precision)
     }

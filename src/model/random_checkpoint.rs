@@ -9,9 +9,9 @@ use rand::{Rng, SeedableRng};
 use safetensors::tensor::{Dtype, TensorView};
 
 use super::checkpoint::TensorRole;
-use super::checkpoint::safetensors::SINGLE_FILE;
 use super::config::ModelConfig;
 use super::error::{ModelError, Result};
+use crate::model_files::SINGLE_WEIGHTS_FILE;
 
 /// How the random weights are stored on disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -95,7 +95,7 @@ pub fn write_random_weights(
         })
         .collect::<std::result::Result<Vec<_>, _>>()
         .map_err(|err| ModelError::Backend(err.to_string()))?;
-    let path = dir.join(SINGLE_FILE);
+    let path = dir.join(SINGLE_WEIGHTS_FILE);
     let metadata = Some([("format".to_string(), "pt".to_string())].into());
     safetensors::serialize_to_file(views, metadata, &path).map_err(|err| ModelError::WriteFailed {
         path,

@@ -4,12 +4,10 @@
 
 use std::path::Path;
 
-use crate::generation::{
-    MemoryPlan, available_memory, gguf_model_config, model_config, weight_bytes,
-};
+use crate::generation::{MemoryPlan, available_memory, gguf_model_config, model_config};
 use crate::gguf::GgufFile;
+use crate::model_files::{is_gguf, weight_bytes};
 use crate::model_library::LocalModel;
-use crate::model_source::is_gguf;
 
 /// A model this build can run, as its files describe it.
 #[derive(Debug, Clone, PartialEq)]

@@ -13,12 +13,7 @@ use super::error::{Result, TextError};
 use super::json_files::{read_optional_json, special_token};
 use super::reasoning::{THINK_CLOSE, THINK_OPEN, split_reply};
 use super::template_env::python_like_environment;
-
-pub const TOKENIZER_CONFIG_FILE: &str = "tokenizer_config.json";
-/// Newer transformers versions save the template on its own; it wins over the
-/// copy in `tokenizer_config.json`, matching transformers' loading order.
-pub const CHAT_TEMPLATE_JINJA_FILE: &str = "chat_template.jinja";
-pub const CHAT_TEMPLATE_JSON_FILE: &str = "chat_template.json";
+use crate::model_files::{CHAT_TEMPLATE_FILE, CHAT_TEMPLATE_JSON_FILE, TOKENIZER_CONFIG_FILE};
 
 /// The ChatML layout SmolLM2 and many other instruct models use; the best guess
 /// when a model folder has no template of its own.
@@ -385,7 +380,7 @@ fn find_template(
     config: Option<&Json>,
     config_path: &Path,
 ) -> Result<Option<(String, PathBuf)>> {
-    let jinja_path = dir.join(CHAT_TEMPLATE_JINJA_FILE);
+    let jinja_path = dir.join(CHAT_TEMPLATE_FILE);
     match std::fs::read_to_string(&jinja_path) {
         Ok(template) => return Ok(Some((template, jinja_path))),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}

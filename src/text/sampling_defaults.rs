@@ -7,8 +7,8 @@ use std::path::Path;
 use serde::Deserialize;
 
 use super::sampler::SamplingParams;
-use super::stop::GENERATION_CONFIG_FILE;
 use crate::gguf::metadata::Metadata;
+use crate::model_files::GENERATION_CONFIG_FILE;
 
 /// Each value the model names; `None` leaves the app's own.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]

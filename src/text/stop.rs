@@ -7,13 +7,10 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::chat_template::TOKENIZER_CONFIG_FILE;
 use super::error::{Result, TextError};
 use super::json_files::{read_optional_json, special_token};
 use super::tokenizer::TextTokenizer;
-
-pub const GENERATION_CONFIG_FILE: &str = "generation_config.json";
-pub const MODEL_CONFIG_FILE: &str = "config.json";
+use crate::model_files::{CONFIG_FILE, GENERATION_CONFIG_FILE, TOKENIZER_CONFIG_FILE};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StopTokens {
@@ -27,7 +24,7 @@ impl StopTokens {
     /// malformed ones are errors naming the file.
     pub fn from_dir(dir: &Path, tokenizer: &TextTokenizer) -> Result<Self> {
         let mut ids = Vec::new();
-        for file in [GENERATION_CONFIG_FILE, MODEL_CONFIG_FILE] {
+        for file in [GENERATION_CONFIG_FILE, CONFIG_FILE] {
             let path = dir.join(file);
             if let Some(config) = read_optional_json(&path)? {
                 collect_eos_ids(&config, &path, &mut ids)?;

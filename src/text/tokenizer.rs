@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use tokenizers::Tokenizer;
 
 use super::error::{Result, TextError, preview, preview_ids};
-
-pub const TOKENIZER_FILE: &str = "tokenizer.json";
+use crate::model_files::TOKENIZER_FILE;
 
 pub struct TextTokenizer {
     inner: Tokenizer,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, TryRecvError};
 
 use super::state::ExportFormat;
+use crate::model_files::GGUF_EXTENSIONS;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Pick {
@@ -67,7 +68,7 @@ impl Dialog {
                 let path = match asked {
                     Pick::GgufFile => dialog
                         .set_title("Open a GGUF model file")
-                        .add_filter("GGUF model", &["gguf", "GGUF"])
+                        .add_filter("GGUF model", &GGUF_EXTENSIONS)
                         .pick_file(),
                     Pick::ModelFolder => dialog
                         .set_title("Open a model folder (config.json, weights, tokenizer)")

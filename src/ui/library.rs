@@ -10,6 +10,7 @@ use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
 use crate::generation::MemoryPlan;
 use crate::hub::RepositoryFile;
+use crate::model_files::{is_weights_file, names_a_folder_model};
 use crate::model_library::facts::{Described, ModelFacts};
 use crate::model_library::size_text;
 
@@ -222,12 +223,11 @@ fn repository_files(
                 ui.end_row();
             }
         });
-        let folder_model = files.iter().any(|file| file.name == "config.json")
-            && files.iter().any(|file| file.name.ends_with(".safetensors"));
+        let folder_model = names_a_folder_model(files.iter().map(|file| file.name.as_str()));
         if folder_model {
             let bytes: u64 = files
                 .iter()
-                .filter(|file| file.name.ends_with(".safetensors"))
+                .filter(|file| is_weights_file(&file.name))
                 .filter_map(|file| file.size)
                 .sum();
             ui.horizontal(|ui| {

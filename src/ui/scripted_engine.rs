@@ -143,7 +143,7 @@ impl ScriptedEngine {
 
 pub fn model_info(dir: &Path) -> ModelInfo {
     ModelInfo {
-        name: crate::model_source::model_name(dir),
+        name: crate::model_files::model_name(dir),
         dir: dir.to_path_buf(),
         description: "SmolLM2-135M-Instruct, f32 on CPU (flex)".into(),
         context_limit: 2048,

@@ -15,8 +15,9 @@ use crate::engine::{
 };
 use crate::generation::{FinishReason, MemoryPlan, ModelOptions, PromptProgress};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress, HubOptions};
+use crate::model_files;
 use crate::model_library::{self, facts::Described};
-use crate::model_source::{ModelSource, is_gguf};
+use crate::model_source::ModelSource;
 use crate::store::{
     Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, ReplyVariant,
     SeedMode, Settings, StoredMessage, StoredToken, TRASH_DAYS, Theme, Trashed,
@@ -599,21 +600,8 @@ impl AppState {
     /// Checks the folder before handing it to the engine, so that a typo gets an immediate
     /// answer and does not unload the model in use.
     fn use_model_folder(&mut self, folder: PathBuf) -> bool {
-        let usable = if is_gguf(&folder) {
-            folder.is_file()
-        } else {
-            folder.join("config.json").is_file()
-        };
-        if !usable {
-            let what = if folder.exists() {
-                "is neither a .gguf file nor a folder with config.json"
-            } else {
-                "does not exist"
-            };
-            let problem = format!(
-                "{} {what}. Choose a GGUF model file, or the folder that holds the model's config.json, model.safetensors and tokenizer.json.",
-                folder.display()
-            );
+        if let Err(problem) = model_files::check(&folder) {
+            let problem = problem.to_string();
             match self.model {
                 // The first-run screen shows the reason beside the ways out.
                 ModelStatus::NotConfigured | ModelStatus::Failed(_) => {

@@ -6,13 +6,17 @@ mod chat;
 
 use crate::model::ModelConfig;
 use crate::model::random_checkpoint::{StorageDtype, write_random_weights};
+use crate::model_files::{
+    CONFIG_FILE, GENERATION_CONFIG_FILE, SPECIAL_TOKENS_MAP_FILE, TOKENIZER_CONFIG_FILE,
+    TOKENIZER_FILE,
+};
 
 /// Files copied next to a random checkpoint so that it is a complete model folder.
 const COMPANION_FILES: [&str; 4] = [
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
+    GENERATION_CONFIG_FILE,
+    TOKENIZER_FILE,
+    TOKENIZER_CONFIG_FILE,
+    SPECIAL_TOKENS_MAP_FILE,
 ];
 
 #[derive(Debug, Subcommand)]
@@ -59,8 +63,8 @@ fn random_checkpoint(
     std::fs::create_dir_all(out)
         .map_err(|err| format!("cannot create {}: {err}", out.display()))?;
     let source_dir = config_path.parent().unwrap_or(Path::new("."));
-    for name in std::iter::once("config.json").chain(COMPANION_FILES) {
-        let source = if name == "config.json" {
+    for name in std::iter::once(CONFIG_FILE).chain(COMPANION_FILES) {
+        let source = if name == CONFIG_FILE {
             config_path.to_path_buf()
         } else {
             source_dir.join(name)

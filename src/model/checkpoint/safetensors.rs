@@ -14,14 +14,10 @@ use super::{Checkpoint, TensorRole};
 use crate::mapped_file::release_pages;
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
+use crate::model_files::{SHARD_INDEX_FILE, SINGLE_WEIGHTS_FILE};
 
-/// The weights of a checkpoint folder that holds them in one file.
-pub const SINGLE_FILE: &str = "model.safetensors";
-/// The list of shard files, in a folder whose weights are split over several.
-pub const SHARD_INDEX: &str = "model.safetensors.index.json";
-
-/// The weights of a Hugging Face checkpoint folder: one [`SINGLE_FILE`], or the shards listed
-/// in [`SHARD_INDEX`].
+/// The weights of a Hugging Face checkpoint folder: one [`SINGLE_WEIGHTS_FILE`], or the shards
+/// listed in [`SHARD_INDEX_FILE`].
 ///
 /// Files are memory-mapped and each tensor is converted straight from the mapping into the
 /// compute precision, so loading never holds the checkpoint in memory twice.
@@ -71,11 +67,11 @@ struct ShardIndex {
 
 impl SafetensorsCheckpoint {
     pub fn open(dir: &Path) -> Result<Self> {
-        let index_path = dir.join(SHARD_INDEX);
+        let index_path = dir.join(SHARD_INDEX_FILE);
         if index_path.is_file() {
             Self::open_sharded(dir, &index_path)
         } else {
-            let path = dir.join(SINGLE_FILE);
+            let path = dir.join(SINGLE_WEIGHTS_FILE);
             let shard = Shard::open(&path)?;
             let tensor_shard = by_model_name(
                 shard

@@ -34,6 +34,7 @@ fn window_of_size(size: [f32; 2]) -> (Harness<'static, SmolchatApp>, ScriptedEng
     let folder = dir.path().join("model");
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::write(folder.join("config.json"), "{}").unwrap();
+    std::fs::write(folder.join("model.safetensors"), "").unwrap();
     assert!(state.apply(Action::UseModelFolder(folder.clone())));
     engine.send(Event::ModelReady(model_info(&folder)));
     engine.commands();

@@ -46,6 +46,7 @@ impl Fixture {
         let folder = self.model_dir();
         std::fs::create_dir_all(&folder).unwrap();
         std::fs::write(folder.join("config.json"), "{}").unwrap();
+        std::fs::write(folder.join("model.safetensors"), "").unwrap();
         assert!(self.state.apply(Action::UseModelFolder(folder)));
         self.play([Event::ModelReady(info)]);
         assert!(matches!(
@@ -645,6 +646,14 @@ fn a_mistyped_folder_is_named_and_the_loaded_model_stays() {
             empty.display()
         ),
     );
+    // A download that stopped after the config is told apart from a wrong folder.
+    std::fs::write(empty.join("config.json"), "{}").unwrap();
+    assert!(!f.state.apply(Action::UseModelFolder(empty.clone())));
+    assert_advises(
+        &f.state.errors()[2..],
+        &format!("{} has config.json but no weights", empty.display()),
+    );
+    assert!(f.engine.commands().is_empty(), "the engine was not asked");
 }
 
 #[test]

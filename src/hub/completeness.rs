@@ -1,17 +1,11 @@
-//! Which files make a usable SmolLM2 model folder.
+//! Whether a downloaded snapshot holds every file of its model folder.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::Path;
 
 use super::error::HubError;
-use crate::model::checkpoint::safetensors::{SHARD_INDEX, SINGLE_FILE};
-
-/// Files without which the model cannot be loaded.
-pub const REQUIRED_FILES: [&str; 3] = ["config.json", "tokenizer.json", "tokenizer_config.json"];
-
-/// Files some repositories lack; defaults are used instead.
-pub const OPTIONAL_FILES: [&str; 2] = ["generation_config.json", "special_tokens_map.json"];
+use crate::model_files::{OPTIONAL_FILES, REQUIRED_FILES, SHARD_INDEX_FILE, SINGLE_WEIGHTS_FILE};
 
 /// Shard file names listed in a `model.safetensors.index.json`, each once.
 pub(crate) fn shards_in_index(path: &Path) -> Result<Vec<String>, HubError> {
@@ -61,9 +55,9 @@ pub(crate) fn is_complete(dir: &Path, known_missing: impl Fn(&str) -> bool) -> b
         && OPTIONAL_FILES
             .iter()
             .all(|f| present(f) || known_missing(f));
-    let weights_ok = present(SINGLE_FILE)
-        || (present(SHARD_INDEX)
-            && shards_in_index(&dir.join(SHARD_INDEX))
+    let weights_ok = present(SINGLE_WEIGHTS_FILE)
+        || (present(SHARD_INDEX_FILE)
+            && shards_in_index(&dir.join(SHARD_INDEX_FILE))
                 .is_ok_and(|shards| shards.iter().all(|s| present(s))));
     files_ok && weights_ok
 }
