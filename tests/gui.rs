@@ -21,9 +21,13 @@ fn fixture() -> PathBuf {
 }
 
 fn configure(paths: &Paths, max_new_tokens: usize) {
+    // The settings panel open, for the tests that move its sliders, and the token view on, so
+    // that each reply keeps its tokens for the tests to count.
     let settings = Settings {
         model_folder: Some(fixture()),
         max_new_tokens,
+        show_settings: true,
+        show_token_probabilities: true,
         ..Settings::default()
     };
     settings.save(&paths.settings_file()).unwrap();
@@ -172,6 +176,7 @@ fn on_the_gpu_backend_the_status_bar_names_the_adapter_and_its_memory() {
         model_folder: Some(fixture()),
         max_new_tokens: 4,
         backend: BackendKind::Gpu,
+        show_token_probabilities: true,
         ..Settings::default()
     };
     settings.save(&paths.settings_file()).unwrap();
@@ -471,6 +476,7 @@ fn two_turns_in_the_window(serve: bool) -> (Vec<String>, Option<(String, String)
         model_folder: Some(fixture()),
         max_new_tokens: 48,
         seed_mode: smolchat::store::SeedMode::Fixed,
+        show_settings: true,
         ..Settings::default()
     };
     settings.sampling.seed = 7;

@@ -20,8 +20,9 @@ use crate::backend::BackendKind;
 use crate::generation::{FinishReason, GenerationStats};
 use crate::text::{ChatMessage, OverflowPolicy, Role, SamplingParams};
 
-/// Bumped whenever a change would make older builds misread a file: 2 added appended lines.
-pub const FORMAT_VERSION: u32 = 2;
+/// Bumped whenever a change would make older builds misread a file: 2 added appended lines,
+/// 3 the messages that followed an earlier variant (which an older build would drop).
+pub const FORMAT_VERSION: u32 = 3;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Conversation {
@@ -37,6 +38,12 @@ pub struct Conversation {
     /// template does by default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<bool>,
+    /// The folder the chat list shows it in; `None`: in none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub folder: Option<String>,
+    /// This chat's own sampling, which overrides the settings' defaults; `None`: the defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<SamplingParams>,
     pub messages: Vec<StoredMessage>,
     /// The message typed here and not sent yet: it stays with its chat.
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -50,21 +57,26 @@ pub struct StoredMessage {
     /// How an assistant reply was produced, so it can be understood and replayed later.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<GenerationRecord>,
-    /// The other replies to the same turn (regenerate keeps the earlier ones), in the order
-    /// they were written, without the one shown; see [`StoredMessage::show_variant`].
+    /// The other versions of this message (a reply regenerated, a message edited and sent
+    /// again), in the order they were written, without the one shown; see
+    /// [`Conversation::show_variant`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub other_variants: Vec<ReplyVariant>,
-    /// Where the shown reply stands among all of them (0 = the first written).
+    pub other_variants: Vec<Variant>,
+    /// Where the shown version stands among all of them (0 = the first written).
     #[serde(default)]
     pub variant: usize,
 }
 
-/// One reply to a turn, as kept beside the one shown.
+/// One version of a message, as kept beside the one shown: with the conversation that went on
+/// from it, so that editing a message in mid-chat loses nothing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReplyVariant {
+pub struct Variant {
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generation: Option<GenerationRecord>,
+    /// The messages that followed this version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub following: Vec<StoredMessage>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -163,39 +175,63 @@ impl StoredMessage {
             })
     }
 
-    /// How many replies this turn has, the shown one included.
+    /// How many versions this message has, the shown one included.
     pub fn variant_count(&self) -> usize {
         self.other_variants.len() + 1
     }
 
-    /// Every reply to this turn in the order written, the shown one in its place.
-    pub fn into_variants(self) -> Vec<ReplyVariant> {
+    /// Every version of this message in the order written, the shown one in its place with
+    /// `following`, the messages after it.
+    fn into_variants(self, following: Vec<StoredMessage>) -> Vec<Variant> {
         let mut all = self.other_variants;
-        let shown = ReplyVariant {
+        let shown = Variant {
             content: self.content,
             generation: self.generation,
+            following,
         };
         all.insert(self.variant.min(all.len()), shown);
         all
     }
-
-    /// Shows reply `index` (in the order written) instead of the current one; false when
-    /// there is no such reply.
-    pub fn show_variant(&mut self, index: usize) -> bool {
-        if index >= self.variant_count() {
-            return false;
-        }
-        let mut all = std::mem::replace(self, StoredMessage::new(self.role, "")).into_variants();
-        let shown = all.remove(index);
-        self.content = shown.content;
-        self.generation = shown.generation;
-        self.other_variants = all;
-        self.variant = index;
-        true
-    }
 }
 
 impl Conversation {
+    /// Takes message `index` and everything after it out of the conversation, as the versions
+    /// of that message (the shown one holding what followed it): what a new version, written
+    /// next, keeps beside it. Empty when there is no such message.
+    pub fn branch_off(&mut self, index: usize) -> Vec<Variant> {
+        if index >= self.messages.len() {
+            return Vec::new();
+        }
+        let following = self.messages.split_off(index + 1);
+        self.messages
+            .pop()
+            .map_or_else(Vec::new, |message| message.into_variants(following))
+    }
+
+    /// Shows version `variant` (in the order written) of message `index`, with the messages
+    /// that followed it; false when there is no such version.
+    pub fn show_variant(&mut self, index: usize, variant: usize) -> bool {
+        let exists = self
+            .messages
+            .get(index)
+            .is_some_and(|message| variant < message.variant_count());
+        if !exists {
+            return false;
+        }
+        let role = self.messages[index].role;
+        let mut all = self.branch_off(index);
+        let shown = all.remove(variant);
+        self.messages.push(StoredMessage {
+            role,
+            content: shown.content,
+            generation: shown.generation,
+            other_variants: all,
+            variant,
+        });
+        self.messages.extend(shown.following);
+        true
+    }
+
     pub fn new() -> Self {
         let now = unix_ms();
         Self {
@@ -205,6 +241,8 @@ impl Conversation {
             created_unix_ms: now,
             system_prompt: None,
             thinking: None,
+            folder: None,
+            sampling: None,
             messages: Vec::new(),
             draft: String::new(),
         }
@@ -527,6 +565,71 @@ fn is_conversation_file(path: &Path) -> bool {
 mod tests {
     use super::*;
 
+    fn texts(conversation: &Conversation) -> Vec<&str> {
+        conversation
+            .messages
+            .iter()
+            .map(|message| message.content.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn an_earlier_version_of_a_message_keeps_the_conversation_that_followed_it() {
+        let mut conversation = Conversation::new();
+        for (role, text) in [
+            (Role::User, "Name a fruit"),
+            (Role::Assistant, "Apple"),
+            (Role::User, "Another"),
+            (Role::Assistant, "Pear"),
+        ] {
+            conversation.messages.push(StoredMessage::new(role, text));
+        }
+        // The first question edited: the old one and all after it become its first version.
+        let earlier = conversation.branch_off(0);
+        assert!(conversation.messages.is_empty());
+        conversation.messages.push(StoredMessage {
+            variant: earlier.len(),
+            other_variants: earlier,
+            ..StoredMessage::new(Role::User, "Name a vegetable")
+        });
+        conversation
+            .messages
+            .push(StoredMessage::new(Role::Assistant, "Leek"));
+        assert_eq!(conversation.messages[0].variant_count(), 2);
+
+        assert!(conversation.show_variant(0, 0));
+        assert_eq!(
+            texts(&conversation),
+            ["Name a fruit", "Apple", "Another", "Pear"]
+        );
+        assert!(!conversation.show_variant(0, 2), "there is no third");
+        assert!(!conversation.show_variant(9, 0), "there is no such message");
+        // A reply regenerated in mid-chat branches there too.
+        let earlier = conversation.branch_off(1);
+        conversation.messages.push(StoredMessage {
+            variant: earlier.len(),
+            other_variants: earlier,
+            ..StoredMessage::new(Role::Assistant, "Plum")
+        });
+        assert_eq!(texts(&conversation), ["Name a fruit", "Plum"]);
+        assert!(conversation.show_variant(1, 0));
+        assert_eq!(
+            texts(&conversation),
+            ["Name a fruit", "Apple", "Another", "Pear"]
+        );
+        assert!(conversation.show_variant(0, 1));
+        assert_eq!(texts(&conversation), ["Name a vegetable", "Leek"]);
+
+        // Every branch survives a save and a load.
+        let dir = tempfile::tempdir().unwrap();
+        let store = ConversationStore::new(dir.path());
+        store.save(&conversation).unwrap();
+        let (mut loaded, _) = ConversationStore::load_file(&store.path(&conversation.id)).unwrap();
+        assert_eq!(loaded, conversation);
+        assert!(loaded.show_variant(0, 0) && loaded.show_variant(1, 1));
+        assert_eq!(texts(&loaded), ["Name a fruit", "Plum"]);
+    }
+
     #[test]
     fn saves_loads_and_deletes() {
         let dir = tempfile::tempdir().unwrap();
@@ -708,7 +811,7 @@ mod tests {
     }
 
     #[test]
-    fn a_format_1_file_loads_and_is_rewritten_as_format_2() {
+    fn a_format_1_file_loads_and_is_rewritten_in_the_current_format() {
         let dir = tempfile::tempdir().unwrap();
         let store = ConversationStore::new(dir.path());
         let mut old = streaming_conversation();
@@ -721,7 +824,7 @@ mod tests {
         store.save(&loaded).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 1);
-        assert!(text.contains("\"format_version\":2"));
+        assert!(text.contains(&format!("\"format_version\":{FORMAT_VERSION}")));
     }
 
     /// A 512-token reply streamed at 50 tokens a second, saved every second: format 1

@@ -7,10 +7,10 @@ pub mod settings;
 use std::path::PathBuf;
 
 pub use conversation::{
-    Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, ReplyVariant,
-    StoredMessage, StoredToken, TRASH_DAYS, Trashed,
+    Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, StoredMessage,
+    StoredToken, TRASH_DAYS, Trashed, Variant,
 };
-pub use settings::{SeedMode, ServerSettings, Settings, Theme};
+pub use settings::{PromptPreset, SeedMode, ServerSettings, Settings, Theme};
 
 /// Environment variables that move the data and config folders, so that tests, screenshots
 /// and portable installs never touch the user's real home.

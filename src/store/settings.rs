@@ -40,6 +40,8 @@ pub struct Settings {
     pub max_new_tokens: usize,
     /// What a new chat's system prompt starts as.
     pub system_prompt: String,
+    /// System prompts saved by name, for any chat to pick, in the order saved.
+    pub prompt_presets: Vec<PromptPreset>,
     pub overflow: OverflowPolicy,
     pub backend: BackendKind,
     pub precision: Precision,
@@ -54,6 +56,13 @@ pub struct Settings {
     pub window_size: Option<[f32; 2]>,
     /// The unsent message when the window was last closed.
     pub draft: String,
+}
+
+/// A system prompt saved under a name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptPreset {
+    pub name: String,
+    pub text: String,
 }
 
 /// The window's "Serve on localhost" switch and where it serves; the address and key are
@@ -88,6 +97,7 @@ impl Default for Settings {
             seed_mode: SeedMode::Random,
             max_new_tokens: 512,
             system_prompt: String::new(),
+            prompt_presets: Vec::new(),
             overflow: OverflowPolicy::default(),
             backend: BackendKind::default(),
             precision: Precision::default(),

@@ -181,7 +181,9 @@ impl SmolchatApp {
         for command in UiCommand::pressed(&ctx) {
             self.execute(command);
         }
-        if let Some(index) = UiCommand::chat_number_pressed(&ctx) {
+        if let Some(place) = UiCommand::chat_number_pressed(&ctx)
+            && let Some(&index) = self.state.chat_order().get(place)
+        {
             self.execute(Action::Select(index));
         }
         // Woken by engine events otherwise; this only covers the periodic save.
@@ -496,6 +498,7 @@ pub fn run(paths: Paths) -> Result<(), String> {
         options,
         Box::new(move |cc| {
             cc.egui_ctx.set_fonts(super::fonts::with_system_fallbacks());
+            super::theme::apply(&cc.egui_ctx);
             let ctx = cc.egui_ctx.clone();
             let interval = match renders_in_software(cc.gl.as_deref()) {
                 true => {

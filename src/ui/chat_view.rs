@@ -1,12 +1,13 @@
 //! The conversation: messages as Markdown, the streaming reply growing at the bottom, and
 //! per-message actions (copy, regenerate, edit and resend).
 
-use egui::{Color32, RichText, ScrollArea};
+use egui::{RichText, ScrollArea};
 use egui_commonmark::CommonMarkViewer;
 
 use super::app::MAX_CHAT_WIDTH;
 use super::commands::{Action, UiCommand};
 use super::state::{AppState, ModelStatus};
+use super::theme;
 use super::token_view;
 use super::view_state::ViewState;
 use crate::generation::{FinishReason, PromptProgress};
@@ -43,106 +44,188 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                         // As many were left out as come before the first one seen.
                         left_out_marker(ui, index);
                     }
-                    let is_streaming = streaming == Some(index);
-                    message_frame(ui, message.role).show(ui, |ui| {
-                        ui.set_width(ui.available_width());
-                        ui.label(RichText::new(role_name(message.role)).strong());
-                        if let Some((editing, draft)) = &mut view.editing
-                            && *editing == index
-                        {
-                            let label = ui.label("Edit message");
-                            let id = ui.make_persistent_id(("edit", index));
-                            // Taken before the box sees it, which would add a line.
-                            let resend_key = ui.memory(|memory| memory.has_focus(id))
-                                && ui.input_mut(|input| {
-                                    input.consume_key(egui::Modifiers::COMMAND, egui::Key::Enter)
-                                });
-                            let field = ui
-                                .add(
-                                    egui::TextEdit::multiline(draft)
-                                        .id(id)
-                                        .desired_width(f32::INFINITY),
-                                )
-                                .labelled_by(label.id);
-                            if std::mem::take(&mut view.focus_edit) {
-                                field.request_focus();
-                            }
-                            ui.horizontal(|ui| {
-                                let resend = ui
-                                    .button("Resend")
-                                    .on_hover_text("Send the edited message again (Ctrl+Enter)");
-                                if resend.clicked() || resend_key {
-                                    actions.push(Action::EditAndResend(index, draft.clone()));
-                                }
-                                cancel_edit |= ui.button("Cancel").clicked();
-                            });
-                            return;
-                        }
-                        match message.tokens() {
-                            tokens if show_tokens && !tokens.is_empty() => {
-                                token_view::show(ui, tokens)
-                            }
-                            _ if message.role == Role::Assistant => {
-                                reply(ui, index, message, is_streaming, view);
-                            }
-                            _ => {
-                                ui.label(&message.content);
-                            }
-                        }
-                        if is_streaming {
-                            // No spinner: it redraws the window every frame, and those frames
-                            // took a core from generation. Each new token redraws the text.
-                            let doing = if state.stopping() {
-                                "stopping once the step under way ends\u{2026}".to_string()
-                            } else if let Some(ahead) = state.waiting_behind() {
-                                match ahead {
-                                    1 => "waiting: 1 request ahead\u{2026}".to_string(),
-                                    n => format!("waiting: {n} requests ahead\u{2026}"),
-                                }
-                            } else if let Some(reading) = state.reading_prompt() {
-                                reading_label(ui, reading)
-                            } else if state.preparing_gpu() {
-                                "preparing the GPU: the first reply compiles its kernels\u{2026}"
-                                    .to_string()
-                            } else {
-                                "writing\u{2026}".to_string()
-                            };
-                            ui.label(RichText::new(doing).weak());
-                            return;
-                        }
-                        ui.horizontal_wrapped(|ui| {
-                            if ui
-                                .small_button("Copy")
-                                .on_hover_text("Copy this message")
-                                .clicked()
-                            {
-                                ui.ctx().copy_text(shown_text(message));
-                            }
-                            if message.role == Role::User
-                                && !generating
-                                && ui
-                                    .small_button("Edit")
-                                    .on_hover_text("Edit this message and send it again")
-                                    .clicked()
-                            {
-                                view.editing = Some((index, message.content.clone()));
-                                view.focus_edit = true;
-                            }
-                            if message.role == Role::Assistant && index == last && !generating {
-                                last_reply_actions(ui, message, actions);
-                            }
-                            if let Some(record) = &message.generation {
-                                generation_summary(ui, record);
-                            }
-                        });
-                    });
-                    ui.add_space(8.0);
+                    let turn = Turn {
+                        index,
+                        message,
+                        last: index == last,
+                        streaming: streaming == Some(index),
+                        generating,
+                    };
+                    if view
+                        .editing
+                        .as_ref()
+                        .is_some_and(|(editing, _)| *editing == index)
+                    {
+                        cancel_edit |= edit_box(ui, index, view, actions);
+                    } else if message.role == Role::User {
+                        user_turn(ui, &turn, view, actions);
+                    } else {
+                        reply_turn(ui, state, &turn, show_tokens, view, actions);
+                    }
+                    ui.add_space(14.0);
                 }
             });
         });
     if cancel_edit {
         view.editing = None;
     }
+}
+
+/// One message of the conversation, as the functions that draw it need it.
+struct Turn<'a> {
+    index: usize,
+    message: &'a StoredMessage,
+    /// The conversation's last message.
+    last: bool,
+    /// The reply being written now.
+    streaming: bool,
+    /// Whether any reply is being written in this chat.
+    generating: bool,
+}
+
+/// The box a user message is edited in; true when the edit was cancelled.
+fn edit_box(
+    ui: &mut egui::Ui,
+    index: usize,
+    view: &mut ViewState,
+    actions: &mut Vec<Action>,
+) -> bool {
+    let Some((_, draft)) = &mut view.editing else {
+        return false;
+    };
+    let label = ui.label("Edit message");
+    let id = ui.make_persistent_id(("edit", index));
+    // Taken before the box sees it, which would add a line.
+    let resend_key = ui.memory(|memory| memory.has_focus(id))
+        && ui.input_mut(|input| input.consume_key(egui::Modifiers::COMMAND, egui::Key::Enter));
+    let field = ui
+        .add(
+            egui::TextEdit::multiline(draft)
+                .id(id)
+                .desired_width(f32::INFINITY),
+        )
+        .labelled_by(label.id);
+    if std::mem::take(&mut view.focus_edit) {
+        field.request_focus();
+    }
+    let mut cancelled = false;
+    ui.horizontal(|ui| {
+        let resend = ui
+            .button("Resend")
+            .on_hover_text("Send the edited message again (Ctrl+Enter); the message as it was stays as its earlier version");
+        if resend.clicked() || resend_key {
+            actions.push(Action::EditAndResend(index, draft.clone()));
+        }
+        cancelled = ui.button("Cancel").clicked();
+    });
+    cancelled
+}
+
+/// The user's turn: a bubble on the right, its actions under it.
+fn user_turn(ui: &mut egui::Ui, turn: &Turn, view: &mut ViewState, actions: &mut Vec<Action>) {
+    let message = turn.message;
+    ui.with_layout(egui::Layout::top_down(egui::Align::Max), |ui| {
+        let widest = ui.available_width() * 0.8;
+        egui::Frame::new()
+            .fill(theme::user_bubble(ui.visuals()))
+            .corner_radius(theme::BUBBLE_RADIUS)
+            .inner_margin(egui::Margin::symmetric(12, 8))
+            .show(ui, |ui| {
+                ui.set_max_width(widest);
+                ui.add(egui::Label::new(&message.content).wrap());
+            });
+        if turn.generating {
+            return;
+        }
+        let row = egui::vec2(ui.available_width(), ui.spacing().interact_size.y);
+        ui.allocate_ui_with_layout(
+            row,
+            egui::Layout::right_to_left(egui::Align::Center),
+            |ui| {
+                // Right to left: the first added is the rightmost.
+                if action_button(
+                    ui,
+                    "Fork",
+                    "Start a new chat from the conversation up to here",
+                ) {
+                    actions.push(Action::Fork(turn.index));
+                }
+                if action_button(ui, "Edit", "Edit this message and send it again") {
+                    view.editing = Some((turn.index, message.content.clone()));
+                    view.focus_edit = true;
+                }
+                if action_button(ui, "Copy", "Copy this message") {
+                    ui.ctx().copy_text(message.content.clone());
+                }
+                variant_switcher(ui, turn, actions);
+            },
+        );
+    });
+}
+
+/// A reply: no frame, the text the column's width, its actions and details under it.
+fn reply_turn(
+    ui: &mut egui::Ui,
+    state: &AppState,
+    turn: &Turn,
+    show_tokens: bool,
+    view: &mut ViewState,
+    actions: &mut Vec<Action>,
+) {
+    let message = turn.message;
+    match message.tokens() {
+        tokens if show_tokens && !tokens.is_empty() => token_view::show(ui, tokens),
+        _ => reply(ui, turn.index, message, turn.streaming, view),
+    }
+    if turn.streaming {
+        // No spinner: it redraws the window every frame, and those frames took a core from
+        // generation. Each new token redraws the text.
+        let doing = if state.stopping() {
+            "stopping once the step under way ends\u{2026}".to_string()
+        } else if let Some(ahead) = state.waiting_behind() {
+            match ahead {
+                1 => "waiting: 1 request ahead\u{2026}".to_string(),
+                n => format!("waiting: {n} requests ahead\u{2026}"),
+            }
+        } else if let Some(reading) = state.reading_prompt() {
+            reading_label(ui, reading)
+        } else if state.preparing_gpu() {
+            "preparing the GPU: the first reply compiles its kernels\u{2026}".to_string()
+        } else {
+            "writing\u{2026}".to_string()
+        };
+        ui.label(RichText::new(doing).weak());
+        return;
+    }
+    if turn.generating {
+        return;
+    }
+    ui.horizontal_wrapped(|ui| {
+        if action_button(ui, "Copy", "Copy this reply") {
+            ui.ctx().copy_text(shown_text(message));
+        }
+        variant_switcher(ui, turn, actions);
+        if turn.last {
+            last_reply_actions(ui, message, actions);
+        }
+        if action_button(
+            ui,
+            "Fork",
+            "Start a new chat from the conversation up to here",
+        ) {
+            actions.push(Action::Fork(turn.index));
+        }
+        if let Some(record) = &message.generation {
+            generation_details(ui, record);
+        }
+    });
+}
+
+/// A small, quiet button under a message; whether it was clicked.
+fn action_button(ui: &mut egui::Ui, label: &str, hint: &str) -> bool {
+    ui.add(egui::Button::new(RichText::new(label).small()).frame(false))
+        .on_hover_text(hint)
+        .clicked()
 }
 
 /// The chat's system prompt, folded to one line at the top; edits apply from the next reply.
@@ -180,6 +263,48 @@ fn system_prompt(
             if response.lost_focus() && draft.as_str() != current {
                 actions.push(Action::SetSystemPrompt(draft.clone()));
             }
+            ui.horizontal_wrapped(|ui| {
+                let presets = &state.settings().prompt_presets;
+                if !presets.is_empty() {
+                    egui::ComboBox::from_id_salt("presets")
+                        .selected_text("Presets")
+                        .show_ui(ui, |ui| {
+                            for (index, preset) in presets.iter().enumerate() {
+                                ui.horizontal(|ui| {
+                                    let pick = ui
+                                        .selectable_label(preset.text == current, &preset.name)
+                                        .on_hover_text(&preset.text);
+                                    if pick.clicked() {
+                                        draft.clone_from(&preset.text);
+                                        actions.push(Action::SetSystemPrompt(preset.text.clone()));
+                                    }
+                                    if ui
+                                        .small_button("\u{2715}")
+                                        .on_hover_text("Delete this preset")
+                                        .clicked()
+                                    {
+                                        actions.push(Action::DeletePreset(index));
+                                    }
+                                });
+                            }
+                        });
+                }
+                let name = ui.add(
+                    egui::TextEdit::singleline(&mut view.preset_name)
+                        .hint_text("preset name")
+                        .desired_width(120.0),
+                );
+                let save = ui
+                    .add_enabled(
+                        !current.trim().is_empty(),
+                        egui::Button::new("Save as preset"),
+                    )
+                    .on_hover_text("Keep this system prompt under a name, for any chat to pick");
+                let entered = name.lost_focus() && ui.input(|i| i.key_pressed(egui::Key::Enter));
+                if save.clicked() || (entered && !view.preset_name.trim().is_empty()) {
+                    actions.push(Action::SavePreset(std::mem::take(&mut view.preset_name)));
+                }
+            });
         });
 }
 
@@ -274,32 +399,46 @@ fn thinking_switch(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action
 }
 
 /// Regenerate, Continue and "‹ 2/3 ›" between the replies to the last turn.
-fn last_reply_actions(ui: &mut egui::Ui, message: &StoredMessage, actions: &mut Vec<Action>) {
+/// "‹ 2/3 ›" on a message with other versions (a reply regenerated, a message edited): each
+/// shows that version with the conversation that followed it.
+fn variant_switcher(ui: &mut egui::Ui, turn: &Turn, actions: &mut Vec<Action>) {
+    let (index, message) = (turn.index, turn.message);
     let count = message.variant_count();
-    if count > 1 {
-        let shown = message.variant;
-        if ui
-            .add_enabled(shown > 0, egui::Button::new("\u{2039}").small())
-            .on_hover_text(UiCommand::PreviousReply.description(ui.ctx()))
-            .clicked()
-        {
-            actions.push(UiCommand::PreviousReply.into());
-        }
-        ui.label(format!("{}/{count}", shown + 1));
-        if ui
-            .add_enabled(shown + 1 < count, egui::Button::new("\u{203a}").small())
-            .on_hover_text(UiCommand::NextReply.description(ui.ctx()))
-            .clicked()
-        {
-            actions.push(UiCommand::NextReply.into());
-        }
+    if count < 2 {
+        return;
     }
+    let shown = message.variant;
+    // The last reply's versions also answer to Alt+Left and Alt+Right.
+    let ctx = ui.ctx().clone();
+    let hint = |command: UiCommand, words: &str| {
+        if turn.last && message.role == Role::Assistant {
+            command.description(&ctx)
+        } else {
+            words.to_string()
+        }
+    };
+    let previous = hint(UiCommand::PreviousReply, "Previous version");
+    if ui
+        .add_enabled(shown > 0, egui::Button::new("\u{2039}").small())
+        .on_hover_text(previous)
+        .clicked()
+    {
+        actions.push(Action::ShowVariant(index, shown - 1));
+    }
+    ui.label(format!("{}/{count}", shown + 1));
+    let next = hint(UiCommand::NextReply, "Next version");
+    if ui
+        .add_enabled(shown + 1 < count, egui::Button::new("\u{203a}").small())
+        .on_hover_text(next)
+        .clicked()
+    {
+        actions.push(Action::ShowVariant(index, shown + 1));
+    }
+}
+
+fn last_reply_actions(ui: &mut egui::Ui, message: &StoredMessage, actions: &mut Vec<Action>) {
     let mut offer = |command: UiCommand, label: &str| {
-        if ui
-            .small_button(label)
-            .on_hover_text(command.description(ui.ctx()))
-            .clicked()
-        {
+        if action_button(ui, label, &command.description(ui.ctx())) {
             actions.push(command.into());
         }
     };
@@ -336,23 +475,6 @@ pub fn card<R>(ui: &mut egui::Ui, add: impl FnOnce(&mut egui::Ui) -> R) -> R {
         .inner
 }
 
-fn message_frame(ui: &egui::Ui, role: Role) -> egui::Frame {
-    let visuals = ui.visuals();
-    let fill = match role {
-        Role::User => visuals.faint_bg_color,
-        _ => Color32::TRANSPARENT,
-    };
-    egui::Frame::group(ui.style()).fill(fill).corner_radius(6.0)
-}
-
-fn role_name(role: Role) -> &'static str {
-    match role {
-        Role::System => "System",
-        Role::User => "You",
-        Role::Assistant => "Assistant",
-    }
-}
-
 /// The first message the model saw when it wrote the latest reply, when that reply's prompt
 /// left older ones out to fit the context.
 fn first_seen(messages: &[StoredMessage]) -> Option<usize> {
@@ -377,31 +499,38 @@ fn left_out_marker(ui: &mut egui::Ui, left_out: usize) {
     ui.add_space(8.0);
 }
 
-/// The reply's own figures, kept after the status bar moves on.
-fn generation_summary(ui: &mut egui::Ui, record: &GenerationRecord) {
+/// The reply's own figures, kept after the status bar moves on, behind a small info mark: a
+/// line of them under every reply was noise. Only an unfinished reply says why, in words.
+fn generation_details(ui: &mut egui::Ui, record: &GenerationRecord) {
     let reason = match record.finish_reason {
-        Some(FinishReason::StopToken) => "complete",
-        Some(FinishReason::MaxTokens) => "max tokens reached",
-        Some(FinishReason::ContextFull) => "context full",
-        Some(FinishReason::Stopped) => "stopped",
-        None => "interrupted",
+        Some(FinishReason::StopToken) => None,
+        Some(FinishReason::MaxTokens) => Some("max tokens reached"),
+        Some(FinishReason::ContextFull) => Some("context full"),
+        Some(FinishReason::Stopped) => Some("stopped"),
+        None => Some("interrupted"),
     };
-    let mut text = format!("{reason} \u{b7} seed {}", record.sampling.seed);
-    if let Some(stats) = &record.stats {
-        text.push_str(" \u{b7} ");
-        text.push_str(&stats_line(stats));
+    if let Some(reason) = reason {
+        ui.label(RichText::new(reason).small().weak());
     }
-    ui.label(RichText::new(text).small().weak())
-        .on_hover_text(format!(
-            "{} on {}; temperature {}, top-p {}, top-k {}, min-p {}, repetition penalty {}",
-            record.model,
-            record.backend,
-            record.sampling.temperature,
-            record.sampling.top_p,
-            record.sampling.top_k,
-            record.sampling.min_p,
-            record.sampling.repetition_penalty
-        ));
+    let mut details = format!(
+        "{}\n{} on {}\ntemperature {}, top-p {}, top-k {}, min-p {}, repetition penalty {}, seed {}",
+        reason.unwrap_or("complete"),
+        record.model,
+        record.backend,
+        record.sampling.temperature,
+        record.sampling.top_p,
+        record.sampling.top_k,
+        record.sampling.min_p,
+        record.sampling.repetition_penalty,
+        record.sampling.seed,
+    );
+    if let Some(stats) = &record.stats {
+        details.push('\n');
+        details.push_str(&stats_line(stats));
+    }
+    let info = ui.add(egui::Button::new(RichText::new("\u{2139}").small().weak()).frame(false));
+    info.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Button, true, "Reply details"));
+    info.on_hover_text(details);
 }
 
 pub fn stats_line(stats: &MessageStats) -> String {

@@ -11,6 +11,7 @@ use strum::IntoEnumIterator;
 
 use super::state::ExportFormat;
 use crate::store::Settings;
+use crate::text::SamplingParams;
 
 /// What a file dialog was asked for: what to do instead where none appears.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -274,12 +275,27 @@ pub enum Action {
     /// Deletes a conversation (by id) from the trash for good.
     DeleteForever(String),
     EmptyTrash,
-    /// Replaces user message `.0` of the current conversation and replies anew.
+    /// Replaces user message `.0` of the current conversation and replies anew; the message
+    /// as it was stays as its earlier version.
     EditAndResend(usize, String),
+    /// Shows version `.1` of message `.0` of the current conversation (see
+    /// [`crate::store::Conversation::show_variant`]).
+    ShowVariant(usize, usize),
+    /// Starts a new chat with the current one's messages up to `.0`.
+    Fork(usize),
+    /// Puts chat `.0` in folder `.1` (a new name makes the folder), or in none.
+    MoveToFolder(usize, Option<String>),
+    /// Takes every chat out of this folder.
+    RemoveFolder(String),
     /// The current chat's system prompt, used from its next reply on.
     SetSystemPrompt(String),
     /// Whether a reasoning model thinks before answering in the current chat.
     SetThinking(bool),
+    /// The current chat's own sampling; `None` goes back to the settings' defaults.
+    SetChatSampling(Option<SamplingParams>),
+    /// Saves the current chat's system prompt as a preset of this name.
+    SavePreset(String),
+    DeletePreset(usize),
     UseModelFolder(PathBuf),
     DownloadDefaultModel,
     /// Looks on the hub for repositories matching the words.

@@ -1,5 +1,5 @@
-//! The conversation list: pick, start, rename (its button, a double-click or right-click) and
-//! delete (with undo, and to the trash) conversations.
+//! The conversation list: pick, start, rename (its button, a double-click or right-click),
+//! file in folders (right-click) and delete (with undo, and to the trash) conversations.
 
 use super::chat_search;
 use super::commands::{Action, UiCommand};
@@ -48,65 +48,142 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
     egui::ScrollArea::vertical()
         .id_salt("conversations")
         .show(ui, |ui| {
-            for (index, conversation) in state.conversations().iter().enumerate() {
-                if let Some((renaming, draft)) = &mut view.renaming
-                    && *renaming == index
-                {
-                    let response =
-                        ui.add(egui::TextEdit::singleline(draft).hint_text("Conversation title"));
-                    response.widget_info(|| {
-                        egui::WidgetInfo::labeled(egui::Role::TextInput, true, "Conversation title")
+            let order = state.chat_order();
+            let conversations = state.conversations();
+            let in_folder = |index: &usize| conversations[*index].folder.is_some();
+            let filed = order.iter().take_while(|index| in_folder(index)).count();
+            for folder in state.folders() {
+                let header = egui::CollapsingHeader::new(format!("\u{1f4c1} {folder}"))
+                    .id_salt(("folder", folder))
+                    .default_open(true)
+                    .show(ui, |ui| {
+                        let chats = order[..filed].iter().filter(|&&index| {
+                            conversations[index].folder.as_deref() == Some(folder)
+                        });
+                        for &index in chats {
+                            renamed |= row(ui, state, view, actions, index);
+                        }
                     });
-                    let done = response.lost_focus();
-                    if !response.has_focus() && !done {
-                        response.request_focus();
-                    }
-                    if done {
-                        actions.push(Action::Rename(index, draft.clone()));
-                        renamed = true;
-                    }
-                    continue;
-                }
-                ui.horizontal(|ui| {
-                    let selected = index == state.current_index();
-                    // A long title is cut (whole on hover) instead of widening the panel.
-                    let title = ui
-                        .selectable_label(selected, short_title(&conversation.title))
-                        .on_hover_text(&conversation.title);
-                    if title.clicked() {
-                        actions.push(Action::Select(index));
-                    }
-                    // From the keyboard: Tab to a chat, Space opens it, Delete deletes it
-                    // ("Undo delete" above brings it back).
-                    if title.has_focus()
-                        && ui.input_mut(|input| {
-                            input.consume_key(egui::Modifiers::NONE, egui::Key::Delete)
-                        })
+                header.header_response.context_menu(|ui| {
+                    if ui
+                        .button("Remove the folder")
+                        .on_hover_text("Its chats stay, in no folder")
+                        .clicked()
                     {
-                        actions.push(Action::Delete(index));
-                    }
-                    if title.double_clicked() {
-                        view.renaming = Some((index, conversation.title.clone()));
-                    }
-                    title.context_menu(|ui| {
-                        if ui.button("Rename").clicked() {
-                            view.renaming = Some((index, conversation.title.clone()));
-                        }
-                        if ui.button("Delete").clicked() {
-                            actions.push(Action::Delete(index));
-                        }
-                    });
-                    if icon_button(ui, "\u{270f}", "Rename conversation").clicked() {
-                        view.renaming = Some((index, conversation.title.clone()));
-                    }
-                    if icon_button(ui, "\u{d7}", "Delete conversation").clicked() {
-                        actions.push(Action::Delete(index));
+                        actions.push(Action::RemoveFolder(folder.to_string()));
                     }
                 });
+            }
+            for &index in &order[filed..] {
+                renamed |= row(ui, state, view, actions, index);
             }
         });
     if renamed {
         view.renaming = None;
+    }
+}
+
+/// One chat of the list, or the field renaming it; true once the rename is done.
+fn row(
+    ui: &mut egui::Ui,
+    state: &AppState,
+    view: &mut ViewState,
+    actions: &mut Vec<Action>,
+    index: usize,
+) -> bool {
+    let conversation = &state.conversations()[index];
+    if let Some((renaming, draft)) = &mut view.renaming
+        && *renaming == index
+    {
+        let response = ui.add(egui::TextEdit::singleline(draft).hint_text("Conversation title"));
+        response.widget_info(|| {
+            egui::WidgetInfo::labeled(egui::Role::TextInput, true, "Conversation title")
+        });
+        let done = response.lost_focus();
+        if !response.has_focus() && !done {
+            response.request_focus();
+        }
+        if done {
+            actions.push(Action::Rename(index, draft.clone()));
+        }
+        return done;
+    }
+    ui.horizontal(|ui| {
+        let selected = index == state.current_index();
+        // A long title is cut (whole on hover) instead of widening the panel.
+        let title = ui
+            .selectable_label(selected, short_title(&conversation.title))
+            .on_hover_text(&conversation.title);
+        if title.clicked() {
+            actions.push(Action::Select(index));
+        }
+        // From the keyboard: Tab to a chat, Space opens it, Delete deletes it
+        // ("Undo delete" above brings it back).
+        if title.has_focus()
+            && ui.input_mut(|input| input.consume_key(egui::Modifiers::NONE, egui::Key::Delete))
+        {
+            actions.push(Action::Delete(index));
+        }
+        if title.double_clicked() {
+            view.renaming = Some((index, conversation.title.clone()));
+        }
+        title.context_menu(|ui| {
+            if ui.button("Rename").clicked() {
+                view.renaming = Some((index, conversation.title.clone()));
+            }
+            ui.menu_button("Move to folder", |ui| {
+                folder_menu(ui, state, view, actions, index)
+            });
+            if ui.button("Delete").clicked() {
+                actions.push(Action::Delete(index));
+            }
+        });
+        if icon_button(ui, "\u{270f}", "Rename conversation").clicked() {
+            view.renaming = Some((index, conversation.title.clone()));
+        }
+        if icon_button(ui, "\u{d7}", "Delete conversation").clicked() {
+            actions.push(Action::Delete(index));
+        }
+    });
+    false
+}
+
+/// The folders chat `index` can go to, out of its own, and a field that names a new one.
+fn folder_menu(
+    ui: &mut egui::Ui,
+    state: &AppState,
+    view: &mut ViewState,
+    actions: &mut Vec<Action>,
+    index: usize,
+) {
+    let current = state.conversations()[index].folder.as_deref();
+    for folder in state.folders() {
+        if ui
+            .add_enabled(current != Some(folder), egui::Button::new(folder))
+            .clicked()
+        {
+            actions.push(Action::MoveToFolder(index, Some(folder.to_string())));
+            ui.close();
+        }
+    }
+    if current.is_some() && ui.button("Out of its folder").clicked() {
+        actions.push(Action::MoveToFolder(index, None));
+        ui.close();
+    }
+    ui.separator();
+    let field = ui.add(
+        egui::TextEdit::singleline(&mut view.new_folder)
+            .hint_text("New folder (Enter)")
+            .desired_width(140.0),
+    );
+    field.widget_info(|| egui::WidgetInfo::labeled(egui::Role::TextInput, true, "New folder"));
+    let entered = field.lost_focus() && ui.input(|input| input.key_pressed(egui::Key::Enter));
+    if entered && !view.new_folder.trim().is_empty() {
+        actions.push(Action::MoveToFolder(
+            index,
+            Some(std::mem::take(&mut view.new_folder)),
+        ));
+        ui.close();
     }
 }
 

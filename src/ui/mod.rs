@@ -18,6 +18,7 @@ mod settings_panel;
 pub mod state;
 mod stats_plot;
 mod status_bar;
+mod theme;
 mod token_view;
 mod trash;
 mod view_state;

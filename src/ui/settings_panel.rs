@@ -7,7 +7,6 @@ use super::first_run::model_path_field;
 use super::labels;
 use super::local_server::ServerStatus;
 use super::state::{AppState, ModelStatus};
-use super::stats_plot;
 use super::view_state::ViewState;
 use crate::backend::BackendKind;
 use crate::model::Precision;
@@ -60,7 +59,9 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
             ui.heading("Settings");
             let mut settings = state.settings().clone();
             let mut changed = false;
-            section(ui, "Sampling", |ui| changed |= sampling(ui, &mut settings));
+            section(ui, "Sampling", |ui| {
+                changed |= sampling(ui, state, &mut settings, actions)
+            });
             section(ui, "Reply and context", |ui| {
                 changed |= context_and_prompt(ui, &mut settings)
             });
@@ -73,7 +74,6 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
             if changed {
                 actions.push(Action::UpdateSettings(settings));
             }
-            section(ui, "Live figures", |ui| stats_plot::show(ui, state));
         });
 }
 
@@ -84,31 +84,35 @@ fn section(ui: &mut egui::Ui, title: &str, add: impl FnOnce(&mut egui::Ui)) {
         .show(ui, add);
 }
 
-fn sampling(ui: &mut egui::Ui, s: &mut Settings) -> bool {
+/// The sliders edit the defaults, or the current chat's own sampling once it has one.
+fn sampling(
+    ui: &mut egui::Ui,
+    state: &AppState,
+    s: &mut Settings,
+    actions: &mut Vec<Action>,
+) -> bool {
+    let chat = state.current().sampling.as_ref();
+    let mut own = chat.is_some();
+    if ui
+        .checkbox(&mut own, "This chat's own")
+        .on_hover_text("Sampling for this chat only; off, it follows the defaults")
+        .changed()
+    {
+        actions.push(Action::SetChatSampling(own.then(|| s.sampling.clone())));
+    }
+    let before = chat.unwrap_or(&s.sampling).clone();
+    let mut p = before.clone();
+    ui.add(egui::Slider::new(&mut p.temperature, 0.0..=2.0).text(labels::TEMPERATURE))
+        .on_hover_text("0 always picks the likeliest token; higher is more varied");
+    ui.add(egui::Slider::new(&mut p.top_p, 0.01..=1.0).text(labels::TOP_P))
+        .on_hover_text("Keep the likeliest tokens holding this much probability; 1 = off");
+    ui.add(egui::Slider::new(&mut p.top_k, 0..=200).text("Top-k"))
+        .on_hover_text("Keep only this many likeliest tokens; 0 = off");
+    ui.add(egui::Slider::new(&mut p.min_p, 0.0..=0.5).text("Min-p"))
+        .on_hover_text("Drop tokens less likely than this times the likeliest; 0 = off");
+    ui.add(egui::Slider::new(&mut p.repetition_penalty, 0.5..=2.0).text("Repetition penalty"))
+        .on_hover_text("Discourage repeating tokens; 1 = off");
     let mut changed = false;
-    changed |= ui
-        .add(egui::Slider::new(&mut s.sampling.temperature, 0.0..=2.0).text(labels::TEMPERATURE))
-        .on_hover_text("0 always picks the likeliest token; higher is more varied")
-        .changed();
-    changed |= ui
-        .add(egui::Slider::new(&mut s.sampling.top_p, 0.01..=1.0).text(labels::TOP_P))
-        .on_hover_text("Keep the likeliest tokens holding this much probability; 1 = off")
-        .changed();
-    changed |= ui
-        .add(egui::Slider::new(&mut s.sampling.top_k, 0..=200).text("Top-k"))
-        .on_hover_text("Keep only this many likeliest tokens; 0 = off")
-        .changed();
-    changed |= ui
-        .add(egui::Slider::new(&mut s.sampling.min_p, 0.0..=0.5).text("Min-p"))
-        .on_hover_text("Drop tokens less likely than this times the likeliest; 0 = off")
-        .changed();
-    changed |= ui
-        .add(
-            egui::Slider::new(&mut s.sampling.repetition_penalty, 0.5..=2.0)
-                .text("Repetition penalty"),
-        )
-        .on_hover_text("Discourage repeating tokens; 1 = off")
-        .changed();
     ui.horizontal(|ui| {
         changed |= ui
             .radio_value(&mut s.seed_mode, SeedMode::Random, "Random seed")
@@ -120,11 +124,17 @@ fn sampling(ui: &mut egui::Ui, s: &mut Settings) -> bool {
     if s.seed_mode == SeedMode::Fixed {
         ui.horizontal(|ui| {
             let label = ui.label("Seed");
-            changed |= ui
-                .add(egui::DragValue::new(&mut s.sampling.seed))
-                .labelled_by(label.id)
-                .changed();
+            ui.add(egui::DragValue::new(&mut p.seed))
+                .labelled_by(label.id);
         });
+    }
+    if p != before {
+        if chat.is_some() {
+            actions.push(Action::SetChatSampling(Some(p)));
+        } else {
+            s.sampling = p;
+            changed = true;
+        }
     }
     changed
 }

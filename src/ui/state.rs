@@ -19,8 +19,8 @@ use crate::model_files;
 use crate::model_library::{self, facts::Described};
 use crate::model_source::ModelSource;
 use crate::store::{
-    Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, ReplyVariant,
-    SeedMode, Settings, StoredMessage, StoredToken, TRASH_DAYS, Theme, Trashed,
+    Appended, Conversation, ConversationStore, GenerationRecord, MessageStats, Paths, PromptPreset,
+    SeedMode, Settings, StoredMessage, StoredToken, TRASH_DAYS, Theme, Trashed, Variant,
 };
 use crate::text::reasoning::THINKING_VARIABLE;
 use crate::text::{ChatMessage, Role, SamplingDefaults, SamplingParams};
@@ -61,7 +61,7 @@ pub struct StatsSample {
 /// Where a generation's text goes.
 enum Reply {
     /// A new reply to the last turn, after the earlier replies to it (regenerate).
-    New(Vec<ReplyVariant>),
+    New(Vec<Variant>),
     /// The end of the last reply (Continue).
     Continue,
 }
@@ -377,6 +377,10 @@ impl AppState {
             Action::DeleteForever(id) => self.delete_forever(Some(&id)),
             Action::EmptyTrash => self.delete_forever(None),
             Action::EditAndResend(index, text) => self.edit_and_resend(index, &text),
+            Action::ShowVariant(index, variant) => self.show_variant(index, variant),
+            Action::Fork(index) => self.fork(index),
+            Action::MoveToFolder(index, folder) => self.move_to_folder(index, folder.as_deref()),
+            Action::RemoveFolder(folder) => self.remove_folder(&folder),
             Action::SetSystemPrompt(prompt) => {
                 self.conversations[self.current].system_prompt = Some(prompt);
                 self.save_current()
@@ -384,6 +388,15 @@ impl AppState {
             Action::SetThinking(thinking) => {
                 self.conversations[self.current].thinking = Some(thinking);
                 self.save_current()
+            }
+            Action::SetChatSampling(sampling) => {
+                self.conversations[self.current].sampling = sampling;
+                self.save_current()
+            }
+            Action::SavePreset(name) => self.save_preset(&name),
+            Action::DeletePreset(index) => {
+                let exists = index < self.settings.prompt_presets.len();
+                exists && self.change_settings(|s| drop(s.prompt_presets.remove(index)))
             }
             Action::UseModelFolder(folder) => self.use_model_folder(folder),
             Action::DownloadDefaultModel => self.download_default_model(),
@@ -451,7 +464,8 @@ impl AppState {
                     UiCommand::PreviousReply => shown.checked_sub(1),
                     _ => Some(shown + 1),
                 };
-                wanted.is_some_and(|variant| self.show_variant(variant))
+                let last = self.current().messages.len() - 1;
+                wanted.is_some_and(|variant| self.show_variant(last, variant))
             }
             UiCommand::StopGeneration => {
                 self.engine.stop();
@@ -506,13 +520,16 @@ impl AppState {
                 self.change_settings(|s| s.server.enabled = !s.server.enabled)
             }
             UiCommand::PreviousChat | UiCommand::NextChat => {
-                let count = self.conversations.len();
+                let order = self.chat_order();
+                let count = order.len();
                 let step = if command == UiCommand::NextChat {
                     1
                 } else {
                     count - 1
                 };
-                self.select((self.current + step) % count)
+                let place = order.iter().position(|&index| index == self.current);
+                let next = order[(place.unwrap_or(0) + step) % count];
+                self.select(next)
             }
             // The title is edited in the list, which is shown for it; the window opens the field.
             UiCommand::RenameChat => {
@@ -687,10 +704,9 @@ impl AppState {
         if self.last_reply().is_none() || !self.can_generate() {
             return false;
         }
-        let Some(last) = self.conversations[self.current].messages.pop() else {
-            return false;
-        };
-        self.start_generation(Reply::New(last.into_variants()));
+        let conversation = &mut self.conversations[self.current];
+        let earlier = conversation.branch_off(conversation.messages.len() - 1);
+        self.start_generation(Reply::New(earlier));
         true
     }
 
@@ -707,20 +723,37 @@ impl AppState {
         true
     }
 
-    /// Shows another reply of the last turn.
-    fn show_variant(&mut self, variant: usize) -> bool {
-        if self.last_reply().is_none() || self.is_generating() {
+    /// Shows another version of message `index`, with the conversation that followed it.
+    fn show_variant(&mut self, index: usize, variant: usize) -> bool {
+        if self.is_generating() {
+            self.notify("A reply is still being written; stop it first (Esc).");
             return false;
         }
-        let conversation = &mut self.conversations[self.current];
-        let shown = conversation
-            .messages
-            .last_mut()
-            .is_some_and(|reply| reply.show_variant(variant));
-        shown && self.save_current()
+        self.conversations[self.current].show_variant(index, variant) && self.save_current()
     }
 
-    /// Replaces user message `index` with `text`, forgets everything after it and replies anew.
+    /// Saves the current chat's system prompt under `name`, replacing a preset of that name.
+    fn save_preset(&mut self, name: &str) -> bool {
+        let name = name.trim();
+        let text = self.system_prompt().trim().to_string();
+        if name.is_empty() || text.is_empty() {
+            self.notify("Give the preset a name, and the chat a system prompt to save.");
+            return false;
+        }
+        let preset = PromptPreset {
+            name: name.to_string(),
+            text,
+        };
+        self.change_settings(|s| {
+            match s.prompt_presets.iter_mut().find(|p| p.name == preset.name) {
+                Some(same_name) => *same_name = preset,
+                None => s.prompt_presets.push(preset),
+            }
+        })
+    }
+
+    /// Replaces user message `index` with `text` and replies anew; the message as it was, and
+    /// everything after it, stay as its earlier version.
     fn edit_and_resend(&mut self, index: usize, text: &str) -> bool {
         let text = text.trim();
         let conversation = &self.conversations[self.current];
@@ -731,9 +764,13 @@ impl AppState {
         if !is_user || text.is_empty() || !self.can_generate() {
             return false;
         }
-        let messages = &mut self.conversations[self.current].messages;
-        messages.truncate(index);
-        messages.push(StoredMessage::new(Role::User, text));
+        let conversation = &mut self.conversations[self.current];
+        let earlier = conversation.branch_off(index);
+        conversation.messages.push(StoredMessage {
+            variant: earlier.len(),
+            other_variants: earlier,
+            ..StoredMessage::new(Role::User, text)
+        });
         self.start_generation(Reply::New(Vec::new()));
         true
     }
@@ -754,7 +791,10 @@ impl AppState {
         let ModelStatus::Ready(info) = &self.model else {
             return;
         };
-        let mut sampling = self.settings.sampling.clone();
+        // The chat's own sampling, else the defaults.
+        let mut sampling = (self.current().sampling.as_ref())
+            .unwrap_or(&self.settings.sampling)
+            .clone();
         if self.settings.seed_mode == SeedMode::Random {
             sampling.seed = rand::random();
         }
@@ -1017,18 +1057,29 @@ impl AppState {
                 }
             }
             Event::Token { request, token } => {
+                let keep_tokens = self.settings.show_token_probabilities;
                 if let Some(message) = self.active_message(request) {
+                    // Each token's alternatives are kept only for the token view, and only
+                    // while they spell the whole reply: they made a saved chat 28 times the
+                    // size of its text.
+                    let spelled = message.generation.as_ref().is_some_and(|record| {
+                        record.tokens.is_empty() == message.content.is_empty()
+                    });
                     message.content.push_str(&token.text);
                     if let Some(record) = &mut message.generation {
-                        record.tokens.push(StoredToken {
-                            text: token.text,
-                            probability: token.probability,
-                            alternatives: token
-                                .alternatives
-                                .into_iter()
-                                .map(|(_, text, probability)| (text, probability))
-                                .collect(),
-                        });
+                        if keep_tokens && spelled {
+                            record.tokens.push(StoredToken {
+                                text: token.text,
+                                probability: token.probability,
+                                alternatives: token
+                                    .alternatives
+                                    .into_iter()
+                                    .map(|(_, text, probability)| (text, probability))
+                                    .collect(),
+                            });
+                        } else {
+                            record.tokens.clear();
+                        }
                     }
                 }
             }
@@ -1052,7 +1103,7 @@ impl AppState {
                             &stats.generation,
                             stats.resident_bytes,
                         ));
-                        if !text.is_empty() {
+                        if !text.is_empty() && !record.tokens.is_empty() {
                             record.tokens.push(StoredToken {
                                 text,
                                 probability: 1.0,

@@ -1,11 +1,12 @@
-//! One line at the bottom: model and backend, the live figures of the running (or last)
-//! reply, and passing notices.
+//! One line at the bottom: model and backend, the charts, the live figures of the running (or
+//! last) reply, and passing notices.
 
 use egui::RichText;
 
 use super::commands::Action;
 use super::local_server::ServerStatus;
 use super::state::{AppState, ModelStatus};
+use super::stats_plot;
 use crate::stats::memory;
 use crate::store::MessageStats;
 
@@ -35,6 +36,14 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
                 ui.label("No model loaded");
             }
         }
+        // The charts open over the chat, so they can be watched while a reply is written.
+        ui.separator();
+        ui.menu_button("Charts", |ui| {
+            ui.set_min_width(320.0);
+            stats_plot::show(ui, state);
+        })
+        .response
+        .on_hover_text("Decode speed and memory over the last minute");
         if let Some(live) = state.live() {
             ui.separator();
             let stats = MessageStats::from_generation(&live.generation, live.resident_bytes);

@@ -38,6 +38,10 @@ pub struct ViewState {
     pub markdown: CommonMarkCache,
     /// The system prompt box's text, and the conversation it belongs to.
     pub system_prompt: Option<(String, String)>,
+    /// The name typed for a new system-prompt preset.
+    pub preset_name: String,
+    /// The name typed for a new folder in a chat's menu.
+    pub new_folder: String,
     /// The window's inner size this frame, kept when it closes.
     pub window_size: Option<[f32; 2]>,
     /// Set by Quit; the window closes at the end of the frame.

@@ -174,6 +174,81 @@ impl AppState {
         self.select(position)
     }
 
+    /// The chats in the order the list shows them: each folder's (folders by name), then
+    /// those in none; newest first within each. Ctrl+Tab and Ctrl+1…9 follow it.
+    pub fn chat_order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.conversations.len()).collect();
+        // Stable: within a folder the list's own order (newest first) stays.
+        order.sort_by_key(|&index| {
+            let folder = self.conversations[index].folder.as_deref();
+            (folder.is_none(), folder)
+        });
+        order
+    }
+
+    /// The folders chats are in, by name, each once.
+    pub fn folders(&self) -> Vec<&str> {
+        let mut folders: Vec<&str> = self
+            .conversations
+            .iter()
+            .filter_map(|c| c.folder.as_deref())
+            .collect();
+        folders.sort_unstable();
+        folders.dedup();
+        folders
+    }
+
+    /// Puts chat `index` in `folder` (made by naming it), or in none.
+    pub(super) fn move_to_folder(&mut self, index: usize, folder: Option<&str>) -> bool {
+        let folder = folder.map(str::trim).filter(|name| !name.is_empty());
+        let Some(conversation) = self.conversations.get_mut(index) else {
+            return false;
+        };
+        conversation.folder = folder.map(str::to_string);
+        let conversation = conversation.clone();
+        self.save(&conversation)
+    }
+
+    /// Takes every chat out of `folder`, which then is no more; the chats stay.
+    pub(super) fn remove_folder(&mut self, folder: &str) -> bool {
+        let inside: Vec<usize> = (0..self.conversations.len())
+            .filter(|&index| self.conversations[index].folder.as_deref() == Some(folder))
+            .collect();
+        let mut all_saved = !inside.is_empty();
+        for index in inside {
+            all_saved &= self.move_to_folder(index, None);
+        }
+        all_saved
+    }
+
+    /// Starts a chat of its own with the current one's messages up to `index` (as shown,
+    /// with their other versions), its system prompt and thinking switch, and opens it.
+    pub(super) fn fork(&mut self, index: usize) -> bool {
+        let source = self.current();
+        if index >= source.messages.len() {
+            return false;
+        }
+        if self.is_generating() {
+            self.notify("A reply is still being written; stop it first (Esc).");
+            return false;
+        }
+        let forked = Conversation {
+            title: format!("{} (fork)", source.title),
+            system_prompt: source.system_prompt.clone(),
+            thinking: source.thinking,
+            sampling: source.sampling.clone(),
+            folder: source.folder.clone(),
+            messages: source.messages[..=index].to_vec(),
+            ..Conversation::new()
+        };
+        if !self.save(&forked) {
+            return false;
+        }
+        self.conversations.insert(0, forked);
+        self.current += 1;
+        self.select(0)
+    }
+
     /// Deletes conversation `id` from the trash for good, or every one in it.
     pub(super) fn delete_forever(&mut self, id: Option<&str>) -> bool {
         let ids: Vec<String> = self

@@ -13,8 +13,8 @@ use crate::downloads::DownloadState;
 use crate::engine::{Command, EngineError, Event, ModelInfo, RequestId};
 use crate::generation::{FinishReason, PromptProgress};
 use crate::model_source::ModelSource;
-use crate::store::{ConversationStore, Paths, StoredMessage};
-use crate::text::{ChatMessage, Role};
+use crate::store::{ConversationStore, Paths, SeedMode, Settings, StoredMessage};
+use crate::text::{ChatMessage, Role, SamplingParams};
 use crate::ui::commands::{Action, DialogFor, UiCommand};
 use crate::ui::local_server::ServerStatus;
 use crate::ui::scripted_engine::{Requested, ScriptedEngine, model_info, stats, token};
@@ -107,6 +107,7 @@ fn a_sent_message_streams_into_the_reply_which_is_saved_when_finished() {
     let mut settings = f.state.settings().clone();
     settings.system_prompt = "Be brief.".into();
     settings.max_new_tokens = 7;
+    settings.show_token_probabilities = true;
     assert!(f.state.apply(Action::UpdateSettings(settings)));
 
     let request = f.send("  Hello  ");
@@ -158,6 +159,68 @@ fn a_sent_message_streams_into_the_reply_which_is_saved_when_finished() {
     assert_eq!(texts, ["Hi", " there", "!"]);
     assert_eq!(record.stats.as_ref().unwrap().generated_tokens, 3);
     assert_eq!(&f.saved(), f.state.current());
+}
+
+#[test]
+fn token_alternatives_are_saved_only_for_the_token_view() {
+    let mut f = Fixture::ready();
+    // A reply as a small model writes one: about 4 characters a token.
+    let words = "To keep a starter alive over a long weekend, feed it, let it rise for an hour, \
+                 then put it in the fridge. ";
+    let reply: Vec<&str> = words.split_inclusive(' ').cycle().take(150).collect();
+    for _ in 0..3 {
+        let request = f.send("How do I keep a sourdough starter alive over a long weekend?");
+        f.reply(request.id, &reply, FinishReason::StopToken);
+    }
+    let record = f.last_message().generation.clone().unwrap();
+    assert!(record.tokens.is_empty(), "the token view is off by default");
+    let text: usize = f
+        .state
+        .current()
+        .messages
+        .iter()
+        .map(|message| message.content.len())
+        .sum();
+    let path = f.state.conversation_path(&f.state.current().id);
+    let saved = std::fs::metadata(&path).unwrap().len() as usize;
+    assert!(saved <= 3 * text, "{saved} bytes saved for {text} of text");
+
+    // Turned on mid-reply, the view waits for the next reply: the tokens it keeps spell all
+    // of the reply they belong to.
+    let request = f.send("And for a week?");
+    f.play([Event::Token {
+        request: request.id,
+        token: token("Feed"),
+    }]);
+    assert!(f.state.apply(UiCommand::ToggleTokenView));
+    f.reply(request.id, &[" it", " twice."], FinishReason::StopToken);
+    assert!(
+        f.last_message()
+            .generation
+            .as_ref()
+            .unwrap()
+            .tokens
+            .is_empty()
+    );
+    let request = f.send("Thanks!");
+    f.reply(
+        request.id,
+        &["You", "'re", " welcome."],
+        FinishReason::StopToken,
+    );
+    let texts: Vec<String> = f
+        .saved()
+        .messages
+        .last()
+        .unwrap()
+        .generation
+        .as_ref()
+        .unwrap()
+        .tokens
+        .iter()
+        .map(|token| token.text.clone())
+        .collect();
+    assert_eq!(texts, ["You", "'re", " welcome."]);
 }
 
 #[test]
@@ -219,7 +282,7 @@ fn regenerate_replays_the_conversation_without_the_last_reply() {
 }
 
 #[test]
-fn edit_and_resend_forgets_what_followed_the_edited_message() {
+fn edit_and_resend_keeps_the_old_branch_as_a_version_of_the_message() {
     let mut f = Fixture::ready();
     let first = f.send("Hello");
     f.reply(first.id, &["Hi"], FinishReason::StopToken);
@@ -237,6 +300,76 @@ fn edit_and_resend_forgets_what_followed_the_edited_message() {
     let request = f.engine.generate_request();
     assert_eq!(request.messages, [ChatMessage::user("Good morning")]);
     assert_eq!(f.state.current().messages.len(), 2);
+    assert!(
+        !f.state.apply(Action::ShowVariant(0, 0)),
+        "not while the reply is written"
+    );
+    f.reply(request.id, &["Morning!"], FinishReason::StopToken);
+
+    // The first version comes back with everything that followed it, and goes again.
+    let shown = |f: &Fixture| -> Vec<String> {
+        let messages = &f.state.current().messages;
+        messages.iter().map(|m| m.content.clone()).collect()
+    };
+    assert_eq!(f.state.current().messages[0].variant_count(), 2);
+    assert!(f.state.apply(Action::ShowVariant(0, 0)));
+    assert_eq!(shown(&f), ["Hello", "Hi", "Tell me more", "More"]);
+    assert_eq!(&f.saved(), f.state.current());
+    assert!(f.state.apply(Action::ShowVariant(0, 1)));
+    assert_eq!(shown(&f), ["Good morning", "Morning!"]);
+    assert!(
+        !f.state.apply(Action::ShowVariant(0, 2)),
+        "there is no third"
+    );
+
+    // A reply regenerated in mid-chat keeps the turns after it the same way.
+    assert!(f.state.apply(Action::ShowVariant(0, 0)));
+    assert!(
+        f.state
+            .apply(Action::EditAndResend(2, "Tell me less".into()))
+    );
+    let third = f.engine.generate_request();
+    f.reply(third.id, &["Less"], FinishReason::StopToken);
+    assert_eq!(shown(&f), ["Hello", "Hi", "Tell me less", "Less"]);
+    assert!(f.state.apply(Action::ShowVariant(0, 1)));
+    assert!(f.state.apply(Action::ShowVariant(0, 0)));
+    assert_eq!(shown(&f), ["Hello", "Hi", "Tell me less", "Less"]);
+    assert!(f.state.apply(Action::ShowVariant(2, 0)));
+    assert_eq!(shown(&f), ["Hello", "Hi", "Tell me more", "More"]);
+}
+
+#[test]
+fn a_fork_is_a_new_chat_with_the_conversation_up_to_a_message() {
+    let mut f = Fixture::ready();
+    assert!(f.state.apply(Action::SetSystemPrompt("Be brief.".into())));
+    let first = f.send("Hello");
+    f.reply(first.id, &["Hi"], FinishReason::StopToken);
+    let second = f.send("Tell me more");
+    f.reply(second.id, &["More"], FinishReason::StopToken);
+    let source = f.state.current().clone();
+
+    assert!(!f.state.apply(Action::Fork(4)), "there is no fifth message");
+    assert!(f.state.apply(Action::Fork(1)));
+    let fork = f.state.current().clone();
+    assert_ne!(fork.id, source.id);
+    assert_eq!(fork.title, "Hello (fork)");
+    assert_eq!(fork.messages, source.messages[..2]);
+    assert_eq!(fork.system_prompt.as_deref(), Some("Be brief."));
+    assert_eq!(f.saved(), fork);
+    // The chat it came from is as it was.
+    assert_eq!(f.state.conversations().len(), 2);
+    assert!(f.state.conversations().contains(&source));
+
+    let third = f.send("Something else");
+    assert_eq!(
+        third.messages,
+        [
+            ChatMessage::system("Be brief."),
+            ChatMessage::user("Hello"),
+            ChatMessage::assistant("Hi"),
+            ChatMessage::user("Something else")
+        ]
+    );
 }
 
 #[test]
@@ -869,6 +1002,7 @@ fn regenerate_keeps_the_earlier_reply_as_a_variant() {
 #[test]
 fn continue_extends_a_stopped_reply() {
     let mut f = Fixture::ready();
+    assert!(f.state.apply(UiCommand::ToggleTokenView));
     let first = f.send("Tell a story");
     assert!(
         !f.state.apply(UiCommand::ContinueLast),
@@ -1327,4 +1461,154 @@ fn a_waiting_reply_says_how_many_are_ahead() {
         dropped_messages: 0,
     }]);
     assert_eq!(f.state.waiting_behind(), None);
+}
+
+#[test]
+fn a_system_prompt_saved_as_a_preset_can_be_picked_for_any_chat() {
+    let mut f = Fixture::ready();
+    assert!(
+        !f.state.apply(Action::SavePreset("Terse".into())),
+        "no prompt yet"
+    );
+    assert!(
+        f.state
+            .apply(Action::SetSystemPrompt("Answer in one line.".into()))
+    );
+    assert!(!f.state.apply(Action::SavePreset("  ".into())), "no name");
+    assert!(f.state.apply(Action::SavePreset(" Terse ".into())));
+    assert!(
+        f.state
+            .apply(Action::SetSystemPrompt("Answer as a pirate.".into()))
+    );
+    assert!(f.state.apply(Action::SavePreset("Pirate".into())));
+    assert!(
+        f.state
+            .apply(Action::SetSystemPrompt("Answer in two lines.".into()))
+    );
+    assert!(
+        f.state.apply(Action::SavePreset("Terse".into())),
+        "same name: replaced"
+    );
+    let presets = |f: &Fixture| -> Vec<(String, String)> {
+        let presets = &f.state.settings().prompt_presets;
+        presets
+            .iter()
+            .map(|p| (p.name.clone(), p.text.clone()))
+            .collect()
+    };
+    let expected = [
+        ("Terse".to_string(), "Answer in two lines.".to_string()),
+        ("Pirate".to_string(), "Answer as a pirate.".to_string()),
+    ];
+    assert_eq!(presets(&f), expected);
+    // Kept across a restart, in the settings file.
+    let (saved, problem) = Settings::load(&Paths::under(f.dir.path()).settings_file());
+    assert_eq!(problem, None);
+    assert_eq!(saved.prompt_presets, f.state.settings().prompt_presets);
+
+    assert!(f.state.apply(UiCommand::NewConversation));
+    assert!(f.state.apply(Action::DeletePreset(0)));
+    assert!(!f.state.apply(Action::DeletePreset(1)));
+    assert_eq!(presets(&f), expected[1..]);
+}
+
+#[test]
+fn a_chat_with_its_own_sampling_replies_with_it_and_others_keep_the_defaults() {
+    let mut f = Fixture::ready();
+    let mut settings = f.state.settings().clone();
+    settings.seed_mode = SeedMode::Fixed;
+    settings.sampling.temperature = 0.7;
+    assert!(f.state.apply(Action::UpdateSettings(settings.clone())));
+    let own = SamplingParams {
+        temperature: 0.1,
+        top_k: 5,
+        ..settings.sampling.clone()
+    };
+    assert!(f.state.apply(Action::SetChatSampling(Some(own.clone()))));
+    let first = f.send("Hello");
+    assert_eq!(first.sampling, own);
+    f.reply(first.id, &["Hi"], FinishReason::StopToken);
+    assert_eq!(f.saved().sampling, Some(own.clone()));
+
+    assert!(f.state.apply(UiCommand::NewConversation));
+    let other = f.send("Hello");
+    assert_eq!(other.sampling, settings.sampling);
+    f.reply(other.id, &["Hi"], FinishReason::StopToken);
+
+    // Back to the defaults.
+    assert!(f.state.apply(Action::Select(1)));
+    assert!(f.state.apply(Action::SetChatSampling(None)));
+    let again = f.send("Again");
+    assert_eq!(again.sampling, settings.sampling);
+}
+
+#[test]
+fn chats_in_folders_come_first_and_keys_follow_the_list() {
+    let mut f = Fixture::ready();
+    for text in ["Oldest", "Middle", "Newest"] {
+        assert!(f.state.apply(UiCommand::NewConversation));
+        let request = f.send(text);
+        f.reply(request.id, &["ok"], FinishReason::StopToken);
+    }
+    let titles = |f: &Fixture| -> Vec<String> {
+        let order = f.state.chat_order();
+        order
+            .iter()
+            .map(|&i| f.state.conversations()[i].title.clone())
+            .collect()
+    };
+    assert_eq!(titles(&f), ["Newest", "Middle", "Oldest"]);
+    let at = |f: &Fixture, title: &str| {
+        f.state
+            .conversations()
+            .iter()
+            .position(|c| c.title == title)
+            .unwrap()
+    };
+
+    assert!(f.state.apply(Action::MoveToFolder(
+        at(&f, "Oldest"),
+        Some(" Work ".into())
+    )));
+    assert!(
+        f.state
+            .apply(Action::MoveToFolder(at(&f, "Middle"), Some("Home".into())))
+    );
+    assert!(!f.state.apply(Action::MoveToFolder(9, Some("Home".into()))));
+    assert_eq!(f.state.folders(), ["Home", "Work"]);
+    assert_eq!(titles(&f), ["Middle", "Oldest", "Newest"]);
+    // Kept in the chat's file.
+    let path = f
+        .state
+        .conversation_path(&f.state.conversations()[at(&f, "Oldest")].id);
+    let (saved, _) = ConversationStore::load_file(&path).unwrap();
+    assert_eq!(saved.folder.as_deref(), Some("Work"));
+
+    // Ctrl+Tab walks the list as shown.
+    assert!(f.state.apply(Action::Select(at(&f, "Middle"))));
+    assert!(f.state.apply(UiCommand::NextChat));
+    assert_eq!(f.state.current().title, "Oldest");
+    assert!(f.state.apply(UiCommand::NextChat));
+    assert_eq!(f.state.current().title, "Newest");
+    assert!(f.state.apply(UiCommand::NextChat));
+    assert_eq!(f.state.current().title, "Middle");
+    assert!(f.state.apply(UiCommand::PreviousChat));
+    assert_eq!(f.state.current().title, "Newest");
+
+    // A blank name is no folder; removing a folder keeps its chats.
+    assert!(
+        f.state
+            .apply(Action::MoveToFolder(at(&f, "Newest"), Some("  ".into())))
+    );
+    assert!(
+        f.state
+            .apply(Action::MoveToFolder(at(&f, "Newest"), Some("Work".into())))
+    );
+    assert!(f.state.apply(Action::RemoveFolder("Work".into())));
+    assert!(
+        !f.state.apply(Action::RemoveFolder("Work".into())),
+        "no such folder now"
+    );
+    assert_eq!(f.state.folders(), ["Home"]);
+    assert_eq!(titles(&f), ["Middle", "Newest", "Oldest"]);
 }

@@ -1,0 +1,127 @@
+//! The look, as `docs/design.md` sets it out: one type scale, one spacing and the colours of
+//! both themes, given to egui's dark and light styles once at start, so that "System" switches
+//! between two designed looks. Views take their colours from here, never as literals.
+
+use egui::epaint::Shadow;
+use egui::{Color32, CornerRadius, FontFamily, FontId, Stroke, TextStyle, Visuals};
+
+/// The type scale, in points: body text at 15 reads like a chat app's, not a form's.
+const HEADING: f32 = 20.0;
+const BODY: f32 = 15.0;
+const BUTTON: f32 = 14.0;
+const SMALL: f32 = 12.0;
+const MONOSPACE: f32 = 13.5;
+
+/// The accent: selections, the focused field, links.
+const ACCENT_DARK: Color32 = Color32::from_rgb(0x6e, 0xa8, 0xfe);
+const ACCENT_LIGHT: Color32 = Color32::from_rgb(0x1f, 0x5f, 0xd1);
+
+/// The user's turns, as bubbles on the right; replies have no fill.
+const USER_BUBBLE_DARK: Color32 = Color32::from_rgb(0x2b, 0x36, 0x4a);
+const USER_BUBBLE_LIGHT: Color32 = Color32::from_rgb(0xe3, 0xec, 0xfa);
+
+/// Rounded corners: bubbles and cards more than controls.
+pub const BUBBLE_RADIUS: u8 = 12;
+pub const CARD_RADIUS: u8 = 8;
+const CONTROL_RADIUS: u8 = 6;
+
+pub fn apply(ctx: &egui::Context) {
+    ctx.style_mut_of(egui::Theme::Dark, |style| shape(style, true));
+    ctx.style_mut_of(egui::Theme::Light, |style| shape(style, false));
+}
+
+fn shape(style: &mut egui::Style, dark: bool) {
+    style.text_styles = [
+        (
+            TextStyle::Heading,
+            FontId::new(HEADING, FontFamily::Proportional),
+        ),
+        (TextStyle::Body, FontId::new(BODY, FontFamily::Proportional)),
+        (
+            TextStyle::Button,
+            FontId::new(BUTTON, FontFamily::Proportional),
+        ),
+        (
+            TextStyle::Small,
+            FontId::new(SMALL, FontFamily::Proportional),
+        ),
+        (
+            TextStyle::Monospace,
+            FontId::new(MONOSPACE, FontFamily::Monospace),
+        ),
+    ]
+    .into();
+    let spacing = &mut style.spacing;
+    spacing.item_spacing = egui::vec2(8.0, 6.0);
+    spacing.button_padding = egui::vec2(8.0, 3.0);
+    spacing.interact_size.y = 24.0;
+    spacing.menu_margin = egui::Margin::same(8);
+    style.visuals = if dark {
+        dark_visuals()
+    } else {
+        light_visuals()
+    };
+}
+
+fn dark_visuals() -> Visuals {
+    let mut visuals = Visuals::dark();
+    visuals.widgets.noninteractive.fg_stroke.color = Color32::from_gray(0xe0);
+    visuals.hyperlink_color = ACCENT_DARK;
+    visuals.selection.bg_fill = ACCENT_DARK.gamma_multiply(0.45);
+    visuals.selection.stroke = Stroke::new(1.0, ACCENT_DARK);
+    visuals.panel_fill = Color32::from_gray(0x1c);
+    visuals.window_fill = Color32::from_gray(0x22);
+    visuals.faint_bg_color = Color32::from_gray(0x26);
+    visuals.extreme_bg_color = Color32::from_gray(0x14);
+    calm(&mut visuals, Color32::from_gray(0x4a));
+    visuals
+}
+
+/// egui's light theme leaves text fields without a border or fill and checkboxes faint: here
+/// every field and control has an outline and fields are white on a grey panel.
+fn light_visuals() -> Visuals {
+    let mut visuals = Visuals::light();
+    visuals.widgets.noninteractive.fg_stroke.color = Color32::from_gray(0x1e);
+    visuals.hyperlink_color = ACCENT_LIGHT;
+    visuals.selection.bg_fill = ACCENT_LIGHT.gamma_multiply(0.25);
+    visuals.selection.stroke = Stroke::new(1.0, ACCENT_LIGHT);
+    visuals.panel_fill = Color32::from_gray(0xf4);
+    visuals.window_fill = Color32::WHITE;
+    visuals.faint_bg_color = Color32::from_gray(0xea);
+    visuals.extreme_bg_color = Color32::WHITE;
+    calm(&mut visuals, Color32::from_gray(0xa8));
+    visuals
+}
+
+/// Thin outlines on every control at rest, rounded corners, no heavy shadows.
+fn calm(visuals: &mut Visuals, outline: Color32) {
+    let widgets = &mut visuals.widgets;
+    widgets.inactive.bg_stroke = Stroke::new(1.0, outline);
+    widgets.noninteractive.bg_stroke = Stroke::new(1.0, outline.gamma_multiply(0.6));
+    for state in [
+        &mut widgets.noninteractive,
+        &mut widgets.inactive,
+        &mut widgets.hovered,
+        &mut widgets.active,
+        &mut widgets.open,
+    ] {
+        state.corner_radius = CornerRadius::same(CONTROL_RADIUS);
+    }
+    visuals.window_corner_radius = CornerRadius::same(CARD_RADIUS);
+    visuals.menu_corner_radius = CornerRadius::same(CARD_RADIUS);
+    visuals.popup_shadow = Shadow {
+        offset: [0, 2],
+        blur: 8,
+        spread: 0,
+        color: Color32::from_black_alpha(40),
+    };
+}
+
+/// The fill of the user's turns.
+pub fn user_bubble(visuals: &Visuals) -> Color32 {
+    if visuals.dark_mode {
+        USER_BUBBLE_DARK
+    } else {
+        USER_BUBBLE_LIGHT
+    }
+}
