@@ -103,7 +103,8 @@ impl Default for Settings {
             precision: Precision::default(),
             model_folder: None,
             show_token_probabilities: false,
-            show_settings: true,
+            // Closed at first: open, it took 37% of an 800-pixel window from the chat.
+            show_settings: false,
             show_conversations: true,
             theme: Theme::System,
             server: ServerSettings::default(),

@@ -50,13 +50,16 @@ fn window_of_size(size: [f32; 2]) -> (Harness<'static, SmolchatApp>, ScriptedEng
 #[test]
 fn a_shortcut_runs_its_command_in_the_window() {
     let (mut harness, _engine, _dir) = window();
-    assert!(harness.state().state().settings().show_settings);
-    assert!(harness.query_by_label(SETTINGS_SECTION).is_some());
+    assert!(
+        !harness.state().state().settings().show_settings,
+        "the chat has the window at first"
+    );
+    assert!(harness.query_by_label(SETTINGS_SECTION).is_none());
     harness.key_press_modifiers(Modifiers::COMMAND, Key::Comma);
     harness.step();
     harness.step();
-    assert!(!harness.state().state().settings().show_settings);
-    assert!(harness.query_by_label(SETTINGS_SECTION).is_none());
+    assert!(harness.state().state().settings().show_settings);
+    assert!(harness.query_by_label(SETTINGS_SECTION).is_some());
 }
 
 fn type_message(harness: &mut Harness<'static, SmolchatApp>, text: &str) {
@@ -117,6 +120,13 @@ fn esc_stops_the_reply_and_the_message_box_keeps_the_keyboard() {
 #[test]
 fn a_narrow_window_gives_the_chat_room_and_chats_swaps_the_panels() {
     let (mut harness, _engine, _dir) = window_of_size([800.0, 600.0]);
+    assert!(
+        harness.query_by_label(LIST_BUTTON).is_some(),
+        "the list has room"
+    );
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Comma);
+    harness.step();
+    harness.step();
     assert!(harness.query_by_label(SETTINGS_SECTION).is_some());
     assert!(
         harness.query_by_label(LIST_BUTTON).is_none(),
@@ -241,6 +251,10 @@ fn enter_in_the_model_path_field_loads_it() {
     let (mut harness, engine, dir) = window();
     let file = dir.path().join("other.gguf");
     std::fs::write(&file, b"GGUF").unwrap();
+    // The field is in the settings, closed at first.
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Comma);
+    harness.step();
+    harness.step();
     let field = harness.get_by_role_and_label(A11y::TextInput, labels::CURRENT_MODEL);
     field.focus();
     field.set_text_value_accesskit(&file.display().to_string());
