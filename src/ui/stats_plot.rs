@@ -14,8 +14,8 @@ pub fn show(ui: &mut egui::Ui, state: &AppState) {
         return;
     }
     // Short units: the y axis's label runs along a plot 90 px high ("decode tok/s" was cut).
-    plot(ui, state, "decode_speed", "tok/s", |s| s.tokens_per_second);
-    plot(ui, state, "memory", "MiB", |s| s.resident_mib);
+    plot(ui, state, "Decode speed", "tok/s", |s| s.tokens_per_second);
+    plot(ui, state, "Memory", "MiB", |s| s.resident_mib);
 }
 
 /// Seconds of history the time axis spans: what there is, from 10 s up to the whole window,
@@ -25,7 +25,21 @@ fn span(state: &AppState, now: f64) -> f64 {
     (now - oldest).clamp(10.0, HISTORY_WINDOW.as_secs_f64())
 }
 
-fn plot(ui: &mut egui::Ui, state: &AppState, id: &str, unit: &str, value: fn(&StatsSample) -> f64) {
+/// A plot 90 points high has room for one label on its value axis, so the figures that give
+/// it its scale are written above it: the latest and the highest.
+fn plot(
+    ui: &mut egui::Ui,
+    state: &AppState,
+    title: &str,
+    unit: &str,
+    value: fn(&StatsSample) -> f64,
+) {
+    let latest = state.history().back().map_or(0.0, value);
+    let highest = state.history().iter().map(value).fold(0.0, f64::max);
+    ui.label(format!(
+        "{title}: {latest:.1} {unit} now, {highest:.1} {unit} at most"
+    ));
+    let id = title;
     let now = state.now_seconds();
     let points: PlotPoints<'static> = state
         .history()
