@@ -131,6 +131,39 @@ pub fn weight_bytes(path: &Path) -> u64 {
     })
 }
 
+/// Walks `dir` to `max_depth` folder levels while `budget` (entries read) lasts: `enter` says
+/// of each folder (`dir` first) whether to look inside, and every other entry goes to
+/// `files`, links included. A linked folder is never entered (`file_type` does not follow
+/// links), so a link loop costs nothing; the library's scan and Ollama's manifests share it.
+pub fn walk(
+    dir: &Path,
+    max_depth: usize,
+    budget: &mut usize,
+    enter: &mut dyn FnMut(&Path) -> bool,
+    files: &mut Vec<PathBuf>,
+) {
+    if !enter(dir) {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if !kind.is_dir() {
+            files.push(entry.path());
+        } else if max_depth > 0 {
+            walk(&entry.path(), max_depth - 1, budget, enter, files);
+        }
+    }
+}
+
 /// The name a person knows a model by, from its folder or file: the repository id for a
 /// snapshot in the Hugging Face cache (whose folder is named by a commit hash), Ollama's
 /// `name:tag` for one of its blobs, the file name without `.gguf`, or the folder's name.

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::hub::HubCache;
 use crate::model_files::{
-    self, has_gguf_extension, model_name, ollama, starts_as_gguf, weight_bytes,
+    self, has_gguf_extension, model_name, ollama, starts_as_gguf, walk, weight_bytes,
 };
 use crate::store::Paths;
 
@@ -196,7 +196,7 @@ fn visit(store: Store, root: &Path, budget: &mut usize, library: &mut Library) {
         }
         None => true,
     };
-    walk(root, 0, budget, &mut enter, &mut files);
+    walk(root, MAX_DEPTH, budget, &mut enter, &mut files);
     for path in files.into_iter().filter(|path| has_gguf_extension(path)) {
         match gguf_file(&path) {
             Some(bytes) => library.models.push(LocalModel {
@@ -211,38 +211,6 @@ fn visit(store: Store, root: &Path, budget: &mut usize, library: &mut Library) {
                 path.display()
             )),
             None => {}
-        }
-    }
-}
-
-/// Walks `dir` to the scan's depth while `budget` lasts: `enter` says of each folder (`dir`
-/// first) whether to look inside, and every other entry goes to `files`, links included. A
-/// linked folder is never entered: `file_type` does not follow links.
-fn walk(
-    dir: &Path,
-    depth: usize,
-    budget: &mut usize,
-    enter: &mut dyn FnMut(&Path) -> bool,
-    files: &mut Vec<PathBuf>,
-) {
-    if !enter(dir) {
-        return;
-    }
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if *budget == 0 {
-            return;
-        }
-        *budget -= 1;
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if !kind.is_dir() {
-            files.push(entry.path());
-        } else if depth < MAX_DEPTH {
-            walk(&entry.path(), depth + 1, budget, enter, files);
         }
     }
 }

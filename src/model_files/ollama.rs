@@ -15,32 +15,17 @@ const MODEL_LAYER: &str = "application/vnd.ollama.image.model";
 /// Folder levels of `manifests/`: registry, namespace, model, and the tags inside.
 const MANIFEST_DEPTH: usize = 3;
 
-/// The manifests of the store at `root`, while `budget` (entries read) lasts. Linked folders
-/// are never entered: a link loop costs nothing.
+/// The manifests of the store at `root`, while `budget` (entries read) lasts.
 pub fn manifests(root: &Path, budget: &mut usize) -> Vec<PathBuf> {
     let mut found = Vec::new();
-    collect(&root.join("manifests"), 0, budget, &mut found);
+    super::walk(
+        &root.join("manifests"),
+        MANIFEST_DEPTH,
+        budget,
+        &mut |_| true,
+        &mut found,
+    );
     found
-}
-
-fn collect(dir: &Path, depth: usize, budget: &mut usize, found: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if *budget == 0 {
-            return;
-        }
-        *budget -= 1;
-        let Ok(kind) = entry.file_type() else {
-            continue;
-        };
-        if !kind.is_dir() {
-            found.push(entry.path());
-        } else if depth < MANIFEST_DEPTH {
-            collect(&entry.path(), depth + 1, budget, found);
-        }
-    }
 }
 
 /// The name Ollama shows for the manifest at `manifest` of the store at `root`: `model:tag`
