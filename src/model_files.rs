@@ -131,6 +131,10 @@ pub fn weight_bytes(path: &Path) -> u64 {
     })
 }
 
+/// The entries a look through models folders reads at most: the library's scan, over all its
+/// locations, and the search of Ollama's manifests for a blob's name.
+pub const WALK_BUDGET: usize = 20_000;
+
 /// Walks `dir` to `max_depth` folder levels while `budget` (entries read) lasts: `enter` says
 /// of each folder (`dir` first) whether to look inside, and every other entry goes to
 /// `files`, links included. A linked folder is never entered (`file_type` does not follow

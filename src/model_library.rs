@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::hub::HubCache;
 use crate::model_files::{
-    self, has_gguf_extension, model_name, ollama, starts_as_gguf, walk, weight_bytes,
+    self, WALK_BUDGET, has_gguf_extension, model_name, ollama, starts_as_gguf, walk, weight_bytes,
 };
 use crate::store::Paths;
 
@@ -26,8 +26,6 @@ use crate::store::Paths;
 /// `models--org--name/snapshots/<commit>/file.gguf` is four, as is Ollama's
 /// `manifests/<registry>/<namespace>/<model>/<tag>`.
 const MAX_DEPTH: usize = 4;
-/// Entries a scan reads at most, over all locations.
-const MAX_ENTRIES: usize = 20_000;
 
 /// Whose folder a model was found in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,7 +164,7 @@ pub fn other_apps(home: Option<&Path>, var: &dyn Fn(&str) -> Option<OsString>) -
 /// Every model under `locations`, each once, sorted by name.
 pub fn scan(locations: &[Location]) -> Library {
     let mut library = Library::default();
-    let mut budget = MAX_ENTRIES;
+    let mut budget = WALK_BUDGET;
     for location in locations {
         match location.store {
             Store::Ollama => ollama(&location.path, &mut budget, &mut library),
@@ -175,7 +173,7 @@ pub fn scan(locations: &[Location]) -> Library {
     }
     if budget == 0 {
         library.skipped.push(format!(
-            "stopped looking after {MAX_ENTRIES} files and folders; open other models by path"
+            "stopped looking after {WALK_BUDGET} files and folders; open other models by path"
         ));
     }
     // Once per file (Ollama's tags can share a blob), under its first name.

@@ -61,7 +61,7 @@ pub fn name(blob: &Path) -> Option<String> {
         return None;
     }
     let root = blobs.parent()?;
-    let mut budget = 20_000;
+    let mut budget = super::WALK_BUDGET;
     manifests(root, &mut budget)
         .iter()
         .filter(|manifest| weights(root, manifest).is_ok_and(|weights| weights == blob))
