@@ -6,9 +6,8 @@ use strum::IntoEnumIterator;
 
 use std::path::PathBuf;
 
-use super::commands::{Action, DialogFor, Menu, UiCommand, WIDGET_KEYS};
+use super::commands::{Action, DialogFor, ExportFormat, Menu, UiCommand, WIDGET_KEYS};
 use super::file_dialog::{Answer, Dialog, Pick};
-use super::state::ExportFormat;
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
 use super::{
@@ -59,10 +58,6 @@ fn is_software_renderer(renderer: &str) -> bool {
 /// Below this width the chat would be squeezed between the two side panels, so the
 /// conversation list gives way while the settings are open.
 const NARROW_WIDTH: f32 = 1000.0;
-
-/// The chat column's widest: lines longer than about 90 characters are hard to follow, and on
-/// a wide screen the column stays in the middle.
-pub const MAX_CHAT_WIDTH: f32 = 760.0;
 
 pub struct SmolchatApp {
     state: AppState,

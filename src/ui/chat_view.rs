@@ -4,11 +4,11 @@
 use egui::{RichText, ScrollArea};
 use egui_commonmark::CommonMarkViewer;
 
-use super::app::MAX_CHAT_WIDTH;
 use super::commands::{Action, UiCommand};
 use super::state::{AppState, ModelStatus};
 use super::theme;
 use super::token_view;
+use super::turn_heights::Shape;
 use super::view_state::ViewState;
 use crate::generation::{FinishReason, PromptProgress};
 use crate::store::{GenerationRecord, MessageStats, StoredMessage};
@@ -32,12 +32,21 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
         });
         return;
     }
+    // Only the messages on screen are drawn; the others take the room they took when last
+    // drawn (see `TurnHeights`), and are drawn once at least, when first shown.
     ScrollArea::vertical()
         .id_salt("chat")
         .stick_to_bottom(true)
         .auto_shrink([false, false])
-        .show(ui, |ui| {
+        .show_viewport(ui, |ui, viewport| {
+            let origin = ui.min_rect().top();
             centered_column(ui, |ui| {
+                view.turn_heights.begin(
+                    &conversation.id,
+                    ui.available_width(),
+                    show_tokens,
+                    conversation.messages.len(),
+                );
                 let first_seen = first_seen(&conversation.messages);
                 for (index, message) in conversation.messages.iter().enumerate() {
                     if first_seen == Some(index) {
@@ -51,16 +60,32 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                         streaming: streaming == Some(index),
                         generating,
                     };
-                    if view
+                    let shape = Shape {
+                        text_len: message.content.len(),
+                        variant: message.variant,
+                        last: turn.last,
+                    };
+                    let editing = view
                         .editing
                         .as_ref()
-                        .is_some_and(|(editing, _)| *editing == index)
+                        .is_some_and(|(editing, _)| *editing == index);
+                    let top = ui.cursor().top() - origin;
+                    let known = view.turn_heights.get(index, shape);
+                    if let Some(height) = known.filter(|_| !editing && !turn.streaming)
+                        && (top + height < viewport.top() || top > viewport.bottom())
                     {
-                        cancel_edit |= edit_box(ui, index, view, actions);
-                    } else if message.role == Role::User {
-                        user_turn(ui, &turn, view, actions);
+                        ui.allocate_space(egui::vec2(ui.available_width(), height));
                     } else {
-                        reply_turn(ui, state, &turn, show_tokens, view, actions);
+                        let before = ui.cursor().top();
+                        if editing {
+                            cancel_edit |= edit_box(ui, index, view, actions);
+                        } else if message.role == Role::User {
+                            user_turn(ui, &turn, view, actions);
+                        } else {
+                            reply_turn(ui, state, &turn, show_tokens, view, actions);
+                        }
+                        let height = ui.cursor().top() - before;
+                        view.turn_heights.set(index, shape, height);
                     }
                     ui.add_space(14.0);
                 }
@@ -448,10 +473,10 @@ fn last_reply_actions(ui: &mut egui::Ui, message: &StoredMessage, actions: &mut 
     }
 }
 
-/// Lays out `add` in a column of at most [`MAX_CHAT_WIDTH`], in the middle of `ui`.
+/// Lays out `add` in a column of at most [`theme::MAX_CHAT_WIDTH`], in the middle of `ui`.
 pub fn centered_column<R>(ui: &mut egui::Ui, add: impl FnOnce(&mut egui::Ui) -> R) -> R {
     let available = ui.available_width();
-    let width = available.min(MAX_CHAT_WIDTH);
+    let width = available.min(theme::MAX_CHAT_WIDTH);
     ui.horizontal(|ui| {
         ui.add_space(((available - width) / 2.0).max(0.0));
         ui.vertical(|ui| {

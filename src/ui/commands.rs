@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use egui::{Key, KeyboardShortcut, Modifiers};
 use strum::IntoEnumIterator;
 
-use super::state::ExportFormat;
 use crate::store::Settings;
 use crate::text::SamplingParams;
 
@@ -337,6 +336,13 @@ impl From<UiCommand> for Action {
     fn from(command: UiCommand) -> Self {
         Action::Command(command)
     }
+}
+
+/// The file formats a chat is exported in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportFormat {
+    Markdown,
+    Json,
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, TryRecvError};
 
-use super::state::ExportFormat;
+use super::commands::ExportFormat;
 use crate::model_files::GGUF_EXTENSIONS;
 
 #[derive(Debug, Clone, PartialEq)]

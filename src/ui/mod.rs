@@ -21,12 +21,13 @@ mod status_bar;
 mod theme;
 mod token_view;
 mod trash;
+mod turn_heights;
 mod view_state;
 
 pub use app::{SmolchatApp, run};
-pub use commands::{Action, UiCommand};
+pub use commands::{Action, ExportFormat, UiCommand};
 pub use local_server::ServerStatus;
-pub use state::{AppState, ExportFormat, ModelStatus};
+pub use state::{AppState, ModelStatus};
 pub use view_state::ViewState;
 
 /// Accessible names for widgets that tests and screen readers look up.

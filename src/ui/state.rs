@@ -3,50 +3,26 @@
 //! `smolchat dev chat` drive it the same way. The engine is passed in, so tests can script it.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use self::reply::ActiveGeneration;
-use super::commands::{Action, DialogFor, UiCommand};
+use super::commands::{Action, DialogFor, ExportFormat, UiCommand};
 use super::local_server::{LocalServer, ServerStatus};
-use crate::backend::BackendKind;
 use crate::downloads::Downloads;
-use crate::engine::{EngineError, EngineHandle, Event, LiveStats, ModelInfo, RequestId};
-use crate::generation::{FinishReason, MemoryPlan, ModelOptions, PromptProgress};
-use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress, HubOptions};
-use crate::model_files;
-use crate::model_library::{self, facts::Described};
-use crate::model_source::ModelSource;
+use crate::engine::{EngineHandle, LiveStats};
+use crate::generation::PromptProgress;
+use crate::hub::HubOptions;
+use crate::model_library::facts::Described;
 use crate::store::{
-    Appended, Conversation, ConversationStore, MessageStats, Paths, PromptPreset, Settings,
-    StoredMessage, StoredToken, TRASH_DAYS, Theme, Trashed,
+    Conversation, ConversationStore, Paths, PromptPreset, Settings, TRASH_DAYS, Theme, Trashed,
 };
-use crate::text::{SamplingDefaults, SamplingParams};
+use notices::Notice;
 
 /// How long the live plot looks back.
 pub const HISTORY_WINDOW: Duration = Duration::from_secs(60);
 
 /// How often a streaming reply is written to disk: a crash loses at most this much.
 pub const DEFAULT_SAVE_INTERVAL: Duration = Duration::from_secs(1);
-
-#[derive(Debug, Clone, PartialEq)]
-pub enum ModelStatus {
-    /// No folder chosen yet: the first-run screen offers a download or a folder.
-    NotConfigured,
-    Downloading(Option<DownloadProgress>),
-    /// Reading the model; what it will take in memory, once its config is read.
-    Loading(PathBuf, Option<MemoryPlan>),
-    Ready(ModelInfo),
-    /// Loading or downloading failed; the message says why and what to do, and the first-run
-    /// screen shows it with the ways out again.
-    Failed(String),
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExportFormat {
-    Markdown,
-    Json,
-}
 
 /// One point of the live plot.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -55,20 +31,6 @@ pub struct StatsSample {
     pub tokens_per_second: f64,
     pub resident_mib: f64,
 }
-
-/// A passing word about what just happened. It leaves after [`NOTICE_LIFETIME`] or when
-/// dismissed (errors, which say what to do, stay until dismissed); one about a conversation
-/// shows only while that conversation is open.
-#[derive(Debug)]
-struct Notice {
-    text: String,
-    /// The conversation it concerns, by id.
-    conversation: Option<String>,
-    until: Instant,
-}
-
-/// How long a notice stays by default: long enough to read two lines.
-pub const NOTICE_LIFETIME: Duration = Duration::from_secs(8);
 
 pub struct AppState {
     paths: Paths,
@@ -173,7 +135,7 @@ impl AppState {
             hub: HubSearch::new(hub),
             downloads,
         };
-        state.scanning = scan_local_models(&state.paths);
+        state.scanning = model::scan_local_models(&state.paths);
         if let Some(folder) = state.settings.model_folder.clone() {
             state.load_model_folder(folder);
         }
@@ -210,10 +172,6 @@ impl AppState {
         &self.conversations[self.current]
     }
 
-    pub fn model(&self) -> &ModelStatus {
-        &self.model
-    }
-
     /// Figures of the running generation, or of the last one.
     pub fn live(&self) -> Option<&LiveStats> {
         self.live.as_ref()
@@ -222,33 +180,6 @@ impl AppState {
     /// Decode speed and memory over the last [`HISTORY_WINDOW`], oldest first.
     pub fn history(&self) -> &VecDeque<StatsSample> {
         &self.history
-    }
-
-    pub fn errors(&self) -> &[String] {
-        &self.errors
-    }
-
-    /// The notices for what is on screen now, oldest first.
-    pub fn notices(&self) -> Vec<&str> {
-        self.shown_notices()
-            .map(|notice| notice.text.as_str())
-            .collect()
-    }
-
-    fn shown_notices(&self) -> impl Iterator<Item = &Notice> {
-        let now = Instant::now();
-        let current = &self.current().id;
-        self.notices.iter().filter(move |notice| {
-            notice.until > now && notice.conversation.as_ref().is_none_or(|id| id == current)
-        })
-    }
-
-    /// How long until the next notice leaves, so the window can ask to be woken for it.
-    pub fn next_notice_change(&self) -> Option<Duration> {
-        let now = Instant::now();
-        self.shown_notices()
-            .map(|notice| notice.until.saturating_duration_since(now))
-            .min()
     }
 
     pub fn can_undo_delete(&self) -> bool {
@@ -304,33 +235,12 @@ impl AppState {
         self.current_generation().and_then(|active| active.waiting)
     }
 
-    /// The first reply on the GPU backend has no token yet: its kernels are compiling, which
-    /// takes tens of seconds on a software renderer. The window says so instead of "writing".
-    pub fn preparing_gpu(&self) -> bool {
-        let on_gpu = matches!(&self.model, ModelStatus::Ready(info) if info.options.backend == BackendKind::Gpu);
-        let no_token_yet = self
-            .active_reply()
-            .is_some_and(|message| message.content.is_empty());
-        on_gpu && self.replies_on_model == 0 && no_token_yet
-    }
-
     /// The current chat's system prompt: its own, or the default for chats that have none.
     pub fn system_prompt(&self) -> &str {
         self.current()
             .system_prompt
             .as_deref()
             .unwrap_or(&self.settings.system_prompt)
-    }
-
-    pub fn model_ready(&self) -> bool {
-        matches!(self.model, ModelStatus::Ready(_))
-    }
-
-    fn model_options(&self) -> ModelOptions {
-        ModelOptions {
-            backend: self.settings.backend,
-            precision: self.settings.precision,
-        }
     }
 
     /// Runs one user action. False when it was refused or failed; the notices or errors say
@@ -386,14 +296,8 @@ impl AppState {
             Action::ResumeDownload(id) => self.downloads.resume(id),
             Action::CancelDownload(id) => self.downloads.cancel(id),
             Action::UpdateSettings(settings) => self.update_settings(settings),
-            Action::DismissError(index) => remove(&mut self.errors, index),
-            Action::DismissNotice(index) => {
-                let Some(text) = self.notices().get(index).map(|text| text.to_string()) else {
-                    return false;
-                };
-                self.notices.retain(|notice| notice.text != text);
-                true
-            }
+            Action::DismissError(index) => self.dismiss_error(index),
+            Action::DismissNotice(index) => self.dismiss_notice(index),
             Action::ExportTo(format, path) => self.export_to(format, path),
             Action::ImportFrom(path) => self.import_from(&path),
             Action::NoFileDialog(asked_for) => {
@@ -476,7 +380,7 @@ impl AppState {
                 self.library_open = !self.library_open;
                 self.trash_open &= !self.library_open;
                 if self.library_open && self.scanning.is_none() {
-                    self.scanning = scan_local_models(&self.paths);
+                    self.scanning = model::scan_local_models(&self.paths);
                 }
                 true
             }
@@ -511,39 +415,6 @@ impl AppState {
         }
     }
 
-    /// Starts from the model's recommended sampling unless the user has chosen their own
-    /// (anything but the app's defaults), which is kept, with a word about the difference.
-    fn follow_model_sampling(&mut self, defaults: &SamplingDefaults) {
-        let mine = self.settings.sampling.clone();
-        let suggested = defaults.apply_to(&mine);
-        if suggested == mine {
-            return;
-        }
-        let describe = |p: &SamplingParams| {
-            format!(
-                "temperature {}, top-p {}, top-k {}, min-p {}, repetition penalty {}",
-                p.temperature, p.top_p, p.top_k, p.min_p, p.repetition_penalty
-            )
-        };
-        let untouched = SamplingParams {
-            seed: mine.seed,
-            ..SamplingParams::default()
-        } == mine;
-        if untouched {
-            let sampling = suggested.clone();
-            self.change_settings(|s| s.sampling = sampling);
-            self.notify(format!(
-                "Sampling set to what this model recommends: {}.",
-                describe(&suggested)
-            ));
-        } else {
-            self.notify(format!(
-                "This model recommends {}; your own sampling settings are kept.",
-                describe(&suggested)
-            ));
-        }
-    }
-
     /// Applies one change to the settings, through [`Self::update_settings`].
     fn change_settings(&mut self, change: impl FnOnce(&mut Settings)) -> bool {
         let mut settings = self.settings.clone();
@@ -563,73 +434,6 @@ impl AppState {
         }
         self.sync_server();
         saved
-    }
-
-    fn sync_server(&mut self) {
-        let model = match &self.model {
-            ModelStatus::Ready(info) => Some(info.name.as_str()),
-            _ => None,
-        };
-        self.server.sync(&self.settings.server, model, &self.engine);
-    }
-
-    fn save_settings(&mut self) -> bool {
-        let result = self.settings.save(&self.paths.settings_file());
-        if let Err(err) = &result {
-            self.errors.push(format!(
-                "cannot save settings to {}: {err}. Check that the folder is writable.",
-                self.paths.settings_file().display()
-            ));
-        }
-        result.is_ok()
-    }
-
-    /// Checks the folder before handing it to the engine, so that a typo gets an immediate
-    /// answer and does not unload the model in use.
-    fn use_model_folder(&mut self, folder: PathBuf) -> bool {
-        if let Err(problem) = model_files::check(&folder) {
-            let problem = problem.to_string();
-            match self.model {
-                // The first-run screen shows the reason beside the ways out.
-                ModelStatus::NotConfigured | ModelStatus::Failed(_) => {
-                    self.model = ModelStatus::Failed(problem);
-                }
-                ModelStatus::Downloading(_) | ModelStatus::Loading(..) | ModelStatus::Ready(_) => {
-                    self.errors.push(problem);
-                }
-            }
-            return false;
-        }
-        self.settings.model_folder = Some(folder.clone());
-        self.save_settings();
-        self.load_model_folder(folder);
-        // Back to the chat, where the model's loading shows.
-        self.library_open = false;
-        true
-    }
-
-    fn load_model_folder(&mut self, folder: PathBuf) {
-        self.model = ModelStatus::Loading(folder.clone(), None);
-        self.engine
-            .load_model(ModelSource::local(folder), self.model_options());
-    }
-
-    /// Reloads the configured model, e.g. after the backend changed.
-    fn reload_model(&mut self) {
-        if let Some(folder) = self.settings.model_folder.clone() {
-            self.load_model_folder(folder);
-        }
-    }
-
-    fn download_default_model(&mut self) -> bool {
-        self.download(ModelSource::Hub(DEFAULT_MODEL_ID.to_string()))
-    }
-
-    /// Downloads a model from the hub and opens it; its progress shows where the chat was.
-    fn download(&mut self, source: ModelSource) -> bool {
-        self.model = ModelStatus::Downloading(None);
-        self.library_open = false;
-        self.engine.load_model(source, self.model_options())
     }
 
     /// The unsent message of conversation `id`, kept in memory (saved with the conversation).
@@ -663,471 +467,10 @@ impl AppState {
         })
     }
 
-    /// Shows a notice, once: the same news twice only keeps it up longer.
-    fn notify(&mut self, notice: impl Into<String>) {
-        self.post_notice(notice.into(), None);
-    }
-
-    /// A notice about conversation `id`, shown while it is open.
-    fn notify_about(&mut self, id: String, notice: impl Into<String>) {
-        self.post_notice(notice.into(), Some(id));
-    }
-
-    fn post_notice(&mut self, text: String, conversation: Option<String>) {
-        let now = Instant::now();
-        self.notices
-            .retain(|notice| notice.until > now && notice.text != text);
-        self.notices.push(Notice {
-            text,
-            conversation,
-            until: now + self.notice_lifetime,
-        });
-    }
-
-    /// The models found on this machine, each with what its files say (empty until the scan
-    /// has finished).
-    pub fn local_models(&self) -> &[Described] {
-        &self.local_models
-    }
-
-    /// Whether the model library is shown in place of the chat.
-    pub fn library_open(&self) -> bool {
-        self.library_open
-    }
-
-    /// The library's downloads from the hub.
-    pub fn downloads(&self) -> &Downloads {
-        &self.downloads
-    }
-
-    /// The library's search of the hub and its answers.
-    pub fn hub(&self) -> &HubSearch {
-        &self.hub
-    }
-
-    /// Whether the scan for local models is still under way: nothing wakes the window when
-    /// it ends, so the window looks again shortly.
-    pub fn scanning_models(&self) -> bool {
-        self.scanning.is_some()
-    }
-
-    /// Takes in everything the engine reported since the last call. Never blocks.
-    pub fn poll(&mut self) {
-        self.hub.poll();
-        let completed = self.downloads.poll();
-        for download in &completed {
-            self.notify(format!(
-                "{} is downloaded: open it from the library (Ctrl+M).",
-                download.spec
-            ));
-        }
-        if !completed.is_empty() && self.scanning.is_none() {
-            self.scanning = scan_local_models(&self.paths);
-        }
-        self.errors.extend(self.downloads.take_problem());
-        if let Some(scanning) = &self.scanning {
-            match scanning.try_recv() {
-                Ok(found) => {
-                    self.local_models = found;
-                    self.scanning = None;
-                }
-                Err(crossbeam_channel::TryRecvError::Disconnected) => self.scanning = None,
-                Err(crossbeam_channel::TryRecvError::Empty) => {}
-            }
-        }
-        let events: Vec<Event> = self.engine.events().try_iter().collect();
-        for event in events {
-            self.handle(event);
-        }
-        let due = self
-            .generation
-            .as_ref()
-            .is_some_and(|active| active.last_save.elapsed() >= self.save_interval);
-        if due {
-            self.save_streaming();
-        }
-    }
-
-    /// How long until the next periodic save, so the window can ask to be woken for it.
-    pub fn next_save_in(&self) -> Option<Duration> {
-        self.generation.as_ref().map(|active| {
-            self.save_interval
-                .saturating_sub(active.last_save.elapsed())
-        })
-    }
-
-    /// The generation under way, if it is `request`'s.
-    fn active_generation(&mut self, request: RequestId) -> Option<&mut ActiveGeneration> {
-        self.generation
-            .as_mut()
-            .filter(|active| active.request == request)
-    }
-
-    fn handle(&mut self, event: Event) {
-        match event {
-            Event::DownloadProgress(progress) => {
-                self.model = ModelStatus::Downloading(Some(progress));
-            }
-            Event::Loading { dir, memory } => self.model = ModelStatus::Loading(dir, memory),
-            Event::ModelReady(info) => {
-                if self.settings.model_folder.as_deref() != Some(info.dir.as_path()) {
-                    self.settings.model_folder = Some(info.dir.clone());
-                    self.save_settings();
-                }
-                if info.fallback_template {
-                    self.notify(
-                        "This model folder has no chat template; the ChatML template is used.",
-                    );
-                }
-                if let Some(reason) = &info.backend_fallback {
-                    self.notify(format!("GPU: {reason}."));
-                }
-                if info.software_gpu {
-                    self.notify(
-                        "The GPU here is a software renderer: replies run slower than on the CPU backends, and the first one waits about a minute while its kernels compile.",
-                    );
-                }
-                self.replies_on_model = 0;
-                self.follow_model_sampling(&info.sampling_defaults);
-                self.model = ModelStatus::Ready(info);
-                // Figures of another model or backend would be compared with this one's.
-                self.live = None;
-                self.history.clear();
-                self.sync_server();
-            }
-            Event::Waiting { request, ahead } => {
-                if let Some(active) = self.active_generation(request) {
-                    active.waiting = Some(ahead);
-                }
-            }
-            Event::PromptProgress {
-                request,
-                done,
-                total,
-            } => {
-                if let Some(active) = self.active_generation(request) {
-                    active.reading = Some(PromptProgress { done, total });
-                    active.waiting = None;
-                }
-            }
-            Event::PromptProcessed {
-                request,
-                stats,
-                dropped_messages,
-            } => {
-                if let Some(active) = self.active_generation(request) {
-                    active.reading = None;
-                    active.waiting = None;
-                }
-                if self.is_active(request) {
-                    self.live = Some(LiveStats {
-                        generation: stats,
-                        resident_bytes: None,
-                        device_bytes: None,
-                    });
-                    if dropped_messages > 0
-                        && let Some(active) = &self.generation
-                    {
-                        let id = active.conversation_id.clone();
-                        if let Some(record) = self
-                            .active_message(request)
-                            .and_then(|message| message.generation.as_mut())
-                        {
-                            record.left_out = dropped_messages;
-                        }
-                        self.notify_about(id, format!(
-                            "{dropped_messages} oldest messages did not fit the context and were left out of the prompt."
-                        ));
-                    }
-                }
-            }
-            Event::Token { request, token } => {
-                let keep_tokens = self.settings.show_token_probabilities;
-                if let Some(message) = self.active_message(request) {
-                    // Each token's alternatives are kept only for the token view, and only
-                    // while they spell the whole reply: they made a saved chat 28 times the
-                    // size of its text.
-                    let spelled = message.generation.as_ref().is_some_and(|record| {
-                        record.tokens.is_empty() == message.content.is_empty()
-                    });
-                    message.content.push_str(&token.text);
-                    if let Some(record) = &mut message.generation {
-                        if keep_tokens && spelled {
-                            record.tokens.push(StoredToken {
-                                text: token.text,
-                                probability: token.probability,
-                                alternatives: token
-                                    .alternatives
-                                    .into_iter()
-                                    .map(|(_, text, probability)| (text, probability))
-                                    .collect(),
-                            });
-                        } else {
-                            record.tokens.clear();
-                        }
-                    }
-                }
-            }
-            Event::Stats { request, stats } => {
-                if self.is_active(request) {
-                    self.record_sample(&stats);
-                    self.live = Some(stats);
-                }
-            }
-            Event::Finished {
-                request,
-                reason,
-                text,
-                stats,
-            } => {
-                if let Some(message) = self.active_message(request) {
-                    message.content.push_str(&text);
-                    if let Some(record) = &mut message.generation {
-                        record.finish_reason = Some(reason);
-                        record.stats = Some(MessageStats::from_generation(
-                            &stats.generation,
-                            stats.resident_bytes,
-                        ));
-                        if !text.is_empty() && !record.tokens.is_empty() {
-                            record.tokens.push(StoredToken {
-                                text,
-                                probability: 1.0,
-                                alternatives: Vec::new(),
-                            });
-                        }
-                    }
-                    if reason == FinishReason::ContextFull
-                        && let Some(active) = &self.generation
-                    {
-                        let id = active.conversation_id.clone();
-                        self.notify_about(
-                            id,
-                            "The context window is full. Start a new chat, or set the overflow policy to drop old turns.",
-                        );
-                    }
-                    self.live = Some(stats);
-                    // The finished reply replaces the appended lines with one snapshot.
-                    if let Some(active) = self.generation.take() {
-                        self.save_by_id(&active.conversation_id);
-                    }
-                    self.replies_on_model += 1;
-                }
-            }
-            Event::Busy { refused } => {
-                if self.is_active(refused) {
-                    self.abandon_generation();
-                    self.notify("The engine was busy; send again.");
-                }
-            }
-            Event::Error { request, error } => {
-                let advice = error_advice(&error);
-                match request {
-                    // Without a model the first-run screen shows why, once, and the next
-                    // model replaces it: a banner would repeat it and outlive the problem.
-                    None if !self.model_ready() => self.model = ModelStatus::Failed(advice),
-                    Some(request) if self.is_active(request) => {
-                        self.abandon_generation();
-                        self.errors.push(advice);
-                    }
-                    _ => self.errors.push(advice),
-                }
-            }
-        }
-    }
-
-    fn is_active(&self, request: RequestId) -> bool {
-        self.generation
-            .as_ref()
-            .is_some_and(|active| active.request == request)
-    }
-
-    fn active_message(&mut self, request: RequestId) -> Option<&mut StoredMessage> {
-        let active = self.generation.as_ref().filter(|a| a.request == request)?;
-        let index = active.message_index;
-        self.conversations
-            .iter_mut()
-            .find(|c| c.id == active.conversation_id)?
-            .messages
-            .get_mut(index)
-    }
-
-    /// Ends the current generation after an error: an empty placeholder reply is removed,
-    /// a partial one is kept (and saved) as it is.
-    fn abandon_generation(&mut self) {
-        let Some(active) = self.generation.take() else {
-            return;
-        };
-        if let Some(conversation) = self
-            .conversations
-            .iter_mut()
-            .find(|c| c.id == active.conversation_id)
-        {
-            let empty = conversation
-                .messages
-                .get(active.message_index)
-                .is_some_and(|m| m.content.is_empty());
-            if empty && active.message_index + 1 == conversation.messages.len() {
-                conversation.messages.pop();
-            }
-        }
-        self.save_by_id(&active.conversation_id);
-    }
-
-    fn record_sample(&mut self, stats: &LiveStats) {
-        let Some(tokens_per_second) = stats.generation.decode_tokens_per_second() else {
-            return;
-        };
-        let seconds = self.started.elapsed().as_secs_f64();
-        self.history.push_back(StatsSample {
-            seconds,
-            tokens_per_second,
-            resident_mib: stats.resident_bytes.unwrap_or(0) as f64 / (1024.0 * 1024.0),
-        });
-        while self
-            .history
-            .front()
-            .is_some_and(|s| seconds - s.seconds > HISTORY_WINDOW.as_secs_f64())
-        {
-            self.history.pop_front();
-        }
-    }
-
     /// Seconds since start, the x axis of the live plot.
     pub fn now_seconds(&self) -> f64 {
         self.started.elapsed().as_secs_f64()
     }
-
-    /// Appends what the streaming reply gained since its last save to its file.
-    fn save_streaming(&mut self) {
-        let Some(active) = &mut self.generation else {
-            return;
-        };
-        active.last_save = Instant::now();
-        let (id, message_index) = (active.conversation_id.clone(), active.message_index);
-        if active.snapshot_owed {
-            if self.save_by_id(&id)
-                && let Some(active) = &mut self.generation
-            {
-                active.snapshot_owed = false;
-            }
-            return;
-        }
-        let (saved_text, saved_tokens) = (active.saved_text, active.saved_tokens);
-        let Some(message) = self.active_reply() else {
-            return;
-        };
-        let appended = Appended {
-            message: message_index,
-            text: message
-                .content
-                .get(saved_text..)
-                .unwrap_or_default()
-                .to_string(),
-            tokens: message
-                .tokens()
-                .get(saved_tokens..)
-                .unwrap_or_default()
-                .to_vec(),
-        };
-        if appended.text.is_empty() && appended.tokens.is_empty() {
-            return;
-        }
-        let now_saved = (message.content.len(), message.tokens().len());
-        match self.store.append(&id, &appended) {
-            Ok(_) => {
-                if let Some(active) = &mut self.generation {
-                    (active.saved_text, active.saved_tokens) = now_saved;
-                }
-            }
-            // The file went away or could not grow: a whole snapshot puts it back (and says
-            // why if that fails too); appending waits until one has succeeded.
-            Err(_) => {
-                let saved = self.save_by_id(&id);
-                if let Some(active) = &mut self.generation {
-                    active.snapshot_owed = !saved;
-                }
-            }
-        }
-    }
-
-    /// The conversation with `id`, wherever it is in the list.
-    fn conversation(&self, id: &str) -> Option<&Conversation> {
-        self.conversations.iter().find(|c| c.id == id)
-    }
-
-    /// The reply being written, as it stands.
-    fn active_reply(&self) -> Option<&StoredMessage> {
-        let active = self.generation.as_ref()?;
-        self.conversation(&active.conversation_id)?
-            .messages
-            .get(active.message_index)
-    }
-
-    /// Saves conversation `id` whole (a snapshot).
-    fn save_by_id(&mut self, id: &str) -> bool {
-        match self.conversation(id).cloned() {
-            Some(conversation) => self.save(&conversation),
-            None => false,
-        }
-    }
-
-    fn save_current(&mut self) -> bool {
-        let conversation = self.current().clone();
-        self.save(&conversation)
-    }
-
-    fn save(&mut self, conversation: &Conversation) -> bool {
-        let result = self.store.save(conversation);
-        // A snapshot holds all of a streaming reply so far: later appends start from it.
-        if result.is_ok()
-            && let Some(active) = &mut self.generation
-            && active.conversation_id == conversation.id
-            && let Some(message) = conversation.messages.get(active.message_index)
-        {
-            active.saved_text = message.content.len();
-            active.saved_tokens = message.tokens().len();
-        }
-        if let Err(err) = &result {
-            let error = format!(
-                "cannot save the conversation to {}: {err}. Free some disk space or check the folder's permissions.",
-                self.store.path(&conversation.id).display()
-            );
-            // Retried at every save while the disk is full: said once.
-            if !self.errors.contains(&error) {
-                self.errors.push(error);
-            }
-        }
-        result.is_ok()
-    }
-
-    pub fn conversation_path(&self, id: &str) -> PathBuf {
-        self.store.path(id)
-    }
-}
-
-/// Starts looking for the models on this machine, and reading what each is, on a thread of
-/// its own; `None` if the thread cannot start (the first-run screen then offers the download
-/// and the path field).
-fn scan_local_models(paths: &Paths) -> Option<crossbeam_channel::Receiver<Vec<Described>>> {
-    let locations = model_library::locations(paths);
-    let (found, scanning) = crossbeam_channel::bounded(1);
-    std::thread::Builder::new()
-        .name("smolchat-model-scan".into())
-        .spawn(move || {
-            let models = model_library::scan(&locations).models;
-            let _ = found.send(model_library::facts::describe_all(models));
-        })
-        .ok()?;
-    Some(scanning)
-}
-
-/// Dismisses entry `index` of a list of messages; false when there is none.
-fn remove(list: &mut Vec<String>, index: usize) -> bool {
-    let exists = index < list.len();
-    if exists {
-        list.remove(index);
-    }
-    exists
 }
 
 /// The first words of the first message, as a conversation title.
@@ -1138,41 +481,6 @@ fn title_from(text: &str) -> String {
         title.push('\u{2026}');
     }
     title
-}
-
-/// Engine errors say what went wrong; this adds what the user can do about it.
-fn error_advice(error: &EngineError) -> String {
-    // The hub's own message says where the cache is and which variable to set: the
-    // command line's advice. The window says it in its own words, once.
-    if let EngineError::Download {
-        model,
-        unreachable: Some(cause),
-        ..
-    } = error
-    {
-        return format!(
-            "Cannot reach the model hub to download {model} ({cause}). Check the network \
-             connection and try again, or open a model you already have."
-        );
-    }
-    let hint = match error {
-        EngineError::ModelNotFound { .. } | EngineError::ModelLoad { .. } => {
-            "Choose another model folder in the settings, or download the default model."
-        }
-        EngineError::Download { .. } => {
-            "Check the network connection and try the download again, or choose a local folder."
-        }
-        EngineError::DownloadStopped { .. } => "Start the download again when you are ready.",
-        EngineError::NoModel => "Download the default model or choose a model folder first.",
-        EngineError::ContextFull { .. } | EngineError::PromptTooLong { .. } => {
-            "Start a new chat, or set the overflow policy to drop old turns."
-        }
-        EngineError::InvalidSampling { .. } => "Fix it in the settings panel and send again.",
-        EngineError::Prompt { .. } | EngineError::Generation { .. } | EngineError::Internal => {
-            "Try again; if it keeps happening, restart smolchat."
-        }
-    };
-    format!("{error}. {hint}")
 }
 
 /// What to do when the desktop shows no file dialog.
@@ -1195,9 +503,16 @@ fn no_file_dialog_advice(asked_for: DialogFor, paths: &Paths) -> String {
 }
 
 mod chat_list;
+mod events;
+mod exports;
 mod hub_search;
+mod model;
+mod notices;
 mod reply;
+mod saving;
 #[cfg(test)]
 mod tests;
 
 pub use hub_search::HubSearch;
+pub use model::ModelStatus;
+pub use notices::NOTICE_LIFETIME;

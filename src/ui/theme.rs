@@ -20,6 +20,10 @@ const ACCENT_LIGHT: Color32 = Color32::from_rgb(0x1f, 0x5f, 0xd1);
 const USER_BUBBLE_DARK: Color32 = Color32::from_rgb(0x2b, 0x36, 0x4a);
 const USER_BUBBLE_LIGHT: Color32 = Color32::from_rgb(0xe3, 0xec, 0xfa);
 
+/// The chat column's widest: lines longer than about 90 characters are hard to follow, and on
+/// a wide screen the column stays in the middle.
+pub const MAX_CHAT_WIDTH: f32 = 760.0;
+
 /// Rounded corners: bubbles and cards more than controls.
 pub const BUBBLE_RADIUS: u8 = 12;
 pub const CARD_RADIUS: u8 = 8;

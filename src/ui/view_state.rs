@@ -4,6 +4,7 @@
 use egui_commonmark::CommonMarkCache;
 
 use super::file_dialog::{Dialog, Pick};
+use super::turn_heights::TurnHeights;
 
 #[derive(Default)]
 pub struct ViewState {
@@ -36,6 +37,8 @@ pub struct ViewState {
     /// The first-run screen's and the settings panel's model folder field.
     pub model_path: String,
     pub markdown: CommonMarkCache,
+    /// The open chat's messages' heights, for drawing only those on screen.
+    pub turn_heights: TurnHeights,
     /// The system prompt box's text, and the conversation it belongs to.
     pub system_prompt: Option<(String, String)>,
     /// The name typed for a new system-prompt preset.

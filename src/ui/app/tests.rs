@@ -9,11 +9,11 @@ use tempfile::TempDir;
 use super::SmolchatApp;
 use crate::engine::{Command, Event};
 use crate::model_source::ModelSource;
-use crate::store::Paths;
-use crate::text::ChatMessage;
-use crate::ui::app::MAX_CHAT_WIDTH;
+use crate::store::{Conversation, ConversationStore, Paths, StoredMessage};
+use crate::text::{ChatMessage, Role};
 use crate::ui::commands::Action;
 use crate::ui::scripted_engine::{ScriptedEngine, model_info};
+use crate::ui::theme::MAX_CHAT_WIDTH;
 use crate::ui::{AppState, UiCommand, labels};
 
 /// The window with a model loaded, the script that serves it, and its data folder.
@@ -28,7 +28,14 @@ const SETTINGS_SECTION: &str = "Sampling";
 const LIST_BUTTON: &str = "Delete conversation";
 
 fn window_of_size(size: [f32; 2]) -> (Harness<'static, SmolchatApp>, ScriptedEngine, TempDir) {
-    let dir = tempfile::tempdir().unwrap();
+    window_in(tempfile::tempdir().unwrap(), size)
+}
+
+/// The window on data folder `dir`, which may hold chats already.
+fn window_in(
+    dir: TempDir,
+    size: [f32; 2],
+) -> (Harness<'static, SmolchatApp>, ScriptedEngine, TempDir) {
     let (handle, engine) = ScriptedEngine::new();
     let mut state = AppState::new(Paths::under(dir.path()), handle);
     let folder = dir.path().join("model");
@@ -465,5 +472,62 @@ fn ctrl_k_finds_a_chat_by_its_words_and_a_click_opens_it() {
         harness.query_all_by_label(LIST_BUTTON).count(),
         2,
         "the search ended: both chats listed"
+    );
+}
+
+/// A long chat draws only the messages on screen (a 500-message chat took tens of
+/// milliseconds a frame): the others keep their room, and scrolling to them draws them.
+#[test]
+fn a_long_chat_draws_only_the_messages_on_screen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut chat = Conversation::new();
+    for i in 0..100 {
+        chat.messages.push(StoredMessage::new(
+            Role::User,
+            format!("Question number {i}"),
+        ));
+        chat.messages.push(StoredMessage::new(
+            Role::Assistant,
+            format!("Answer number {i}:\n\n- a list\n- of **points**\n\n```\ncode {i}\n```"),
+        ));
+    }
+    ConversationStore::new(Paths::under(dir.path()).conversations_dir())
+        .save(&chat)
+        .unwrap();
+    let (mut harness, _engine, _dir) = window_in(dir, [1100.0, 720.0]);
+    assert_eq!(harness.state().state().current().messages.len(), 200);
+    harness.step();
+    harness.step();
+    assert!(
+        harness.query_by_label("Question number 99").is_some(),
+        "the chat opens at its end"
+    );
+    assert!(
+        harness.query_by_label("Question number 0").is_none(),
+        "the first message is far off screen, not drawn"
+    );
+    let drawn = (0..100)
+        .filter(|i| {
+            harness
+                .query_by_label(&format!("Question number {i}"))
+                .is_some()
+        })
+        .count();
+    assert!(drawn < 10, "{drawn} of 100 questions drawn");
+    let bottom = harness.get_by_label("Question number 99").rect().center();
+    harness.hover_at(bottom);
+    harness.event(egui::Event::MouseWheel {
+        unit: egui::MouseWheelUnit::Page,
+        delta: egui::vec2(0.0, 1000.0),
+        phase: egui::TouchPhase::Move,
+        source: egui::MouseWheelSource::Unknown,
+        modifiers: Modifiers::NONE,
+    });
+    for _ in 0..60 {
+        harness.step();
+    }
+    assert!(
+        harness.query_by_label("Question number 0").is_some(),
+        "scrolled to the top, the first message is drawn"
     );
 }
