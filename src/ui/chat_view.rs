@@ -74,7 +74,12 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                     if let Some(height) = known.filter(|_| !editing && !turn.streaming)
                         && (top + height < viewport.top() || top > viewport.bottom())
                     {
-                        ui.allocate_space(egui::vec2(ui.available_width(), height));
+                        // The space after it is added as after the drawn message.
+                        let spacing = ui.spacing().item_spacing.y;
+                        ui.allocate_space(egui::vec2(
+                            ui.available_width(),
+                            (height - spacing).max(0.0),
+                        ));
                     } else {
                         let before = ui.cursor().top();
                         if editing {
