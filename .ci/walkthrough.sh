@@ -3,7 +3,7 @@
 # SmolLM2-135M-Instruct GGUF file (fetched by .ci/setup). It starts with no settings (the
 # first-run screen), types a path that does not exist, loads the model by its path, has three
 # chats (one message with Shift+Enter, one reply stopped then continued, one regenerated and
-# switched back to its first reply), searches the hub (a stand-in on loopback) from the model
+# switched back to its first reply), finds a chat by a word with Ctrl+K, searches the hub (a stand-in on loopback) from the model
 # library and starts a download from it, opens a model in LM Studio's folder from it with the
 # keyboard, quits with Ctrl+Q, and checks the saved conversations and the unfinished download.
 # It then reopens the window to take screenshots at 800x600 and 1920x1080, dark and light.
@@ -114,6 +114,12 @@ start ctrl+r
 wait_reply
 key alt+Left
 shot walkthrough-800x600-dark
+# Ctrl+K: the chats that hold a word, with the words around it; Esc ends the search.
+key ctrl+k
+say "capital"
+sleep 1
+shot search-800x600-dark
+key Escape
 # The model library from the keyboard: a model put in LM Studio's folder now shows when the
 # library opens (it looks again), its Open button has the keyboard, and Enter opens it.
 lm_studio="$HOME/.lmstudio/models/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
