@@ -3,9 +3,10 @@
 # SmolLM2-135M-Instruct GGUF file (fetched by .ci/setup). It starts with no settings (the
 # first-run screen), types a path that does not exist, loads the model by its path, has three
 # chats (one message with Shift+Enter, one reply stopped then continued, one regenerated and
-# switched back to its first reply), finds a chat by a word with Ctrl+K, searches the hub (a stand-in on loopback) from the model
-# library and starts a download from it, opens a model in LM Studio's folder from it with the
-# keyboard, quits with Ctrl+Q, and checks the saved conversations and the unfinished download.
+# switched back to its first reply), finds a chat by a word with Ctrl+K, searches the hub (a
+# stand-in on loopback) from the model library and starts a download from it, opens a model
+# in LM Studio's folder from it with the keyboard, quits with Ctrl+Q, and checks the saved
+# conversations and the unfinished download.
 # It then reopens the window to take screenshots at 800x600 and 1920x1080, dark and light.
 # Usage: .ci/walkthrough.sh [path/to/smolchat] [output folder]
 set -euo pipefail
