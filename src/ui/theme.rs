@@ -12,14 +12,6 @@ const BUTTON: f32 = 14.0;
 const SMALL: f32 = 12.0;
 const MONOSPACE: f32 = 13.5;
 
-/// The accent: selections, the focused field, links.
-const ACCENT_DARK: Color32 = Color32::from_rgb(0x6e, 0xa8, 0xfe);
-const ACCENT_LIGHT: Color32 = Color32::from_rgb(0x1f, 0x5f, 0xd1);
-
-/// The user's turns, as bubbles on the right; replies have no fill.
-const USER_BUBBLE_DARK: Color32 = Color32::from_rgb(0x2b, 0x36, 0x4a);
-const USER_BUBBLE_LIGHT: Color32 = Color32::from_rgb(0xe3, 0xec, 0xfa);
-
 /// The chat column's widest: lines longer than about 90 characters are hard to follow, and on
 /// a wide screen the column stays in the middle.
 pub const MAX_CHAT_WIDTH: f32 = 760.0;
@@ -60,40 +52,68 @@ fn shape(style: &mut egui::Style, dark: bool) {
     spacing.button_padding = egui::vec2(8.0, 3.0);
     spacing.interact_size.y = 24.0;
     spacing.menu_margin = egui::Margin::same(8);
-    style.visuals = if dark {
-        dark_visuals()
-    } else {
-        light_visuals()
-    };
+    style.visuals = visuals(if dark { &DARK } else { &LIGHT });
 }
 
-fn dark_visuals() -> Visuals {
-    let mut visuals = Visuals::dark();
-    visuals.widgets.noninteractive.fg_stroke.color = Color32::from_gray(0xe0);
-    visuals.hyperlink_color = ACCENT_DARK;
-    visuals.selection.bg_fill = ACCENT_DARK.gamma_multiply(0.45);
-    visuals.selection.stroke = Stroke::new(1.0, ACCENT_DARK);
-    visuals.panel_fill = Color32::from_gray(0x1c);
-    visuals.window_fill = Color32::from_gray(0x22);
-    visuals.faint_bg_color = Color32::from_gray(0x26);
-    visuals.extreme_bg_color = Color32::from_gray(0x14);
-    calm(&mut visuals, Color32::from_gray(0x4a));
-    visuals
+/// One theme's colours, as `docs/design.md` lists them.
+struct Palette {
+    /// egui's own theme, which the rest of the look starts from.
+    base: fn() -> Visuals,
+    text: Color32,
+    /// Selections, the focused field, links.
+    accent: Color32,
+    /// How strongly a selection is filled with the accent.
+    selection: f32,
+    panel: Color32,
+    window: Color32,
+    faint: Color32,
+    /// Text fields' fill.
+    field: Color32,
+    /// Controls' outlines at rest.
+    outline: Color32,
+    /// The user's turns, as bubbles on the right; replies have no fill.
+    user_bubble: Color32,
 }
+
+const DARK: Palette = Palette {
+    base: Visuals::dark,
+    text: Color32::from_gray(0xe0),
+    accent: Color32::from_rgb(0x6e, 0xa8, 0xfe),
+    selection: 0.45,
+    panel: Color32::from_gray(0x1c),
+    window: Color32::from_gray(0x22),
+    faint: Color32::from_gray(0x26),
+    field: Color32::from_gray(0x14),
+    outline: Color32::from_gray(0x4a),
+    user_bubble: Color32::from_rgb(0x2b, 0x36, 0x4a),
+};
 
 /// egui's light theme leaves text fields without a border or fill and checkboxes faint: here
 /// every field and control has an outline and fields are white on a grey panel.
-fn light_visuals() -> Visuals {
-    let mut visuals = Visuals::light();
-    visuals.widgets.noninteractive.fg_stroke.color = Color32::from_gray(0x1e);
-    visuals.hyperlink_color = ACCENT_LIGHT;
-    visuals.selection.bg_fill = ACCENT_LIGHT.gamma_multiply(0.25);
-    visuals.selection.stroke = Stroke::new(1.0, ACCENT_LIGHT);
-    visuals.panel_fill = Color32::from_gray(0xf4);
-    visuals.window_fill = Color32::WHITE;
-    visuals.faint_bg_color = Color32::from_gray(0xea);
-    visuals.extreme_bg_color = Color32::WHITE;
-    calm(&mut visuals, Color32::from_gray(0xa8));
+const LIGHT: Palette = Palette {
+    base: Visuals::light,
+    text: Color32::from_gray(0x1e),
+    accent: Color32::from_rgb(0x1f, 0x5f, 0xd1),
+    selection: 0.25,
+    panel: Color32::from_gray(0xf4),
+    window: Color32::WHITE,
+    faint: Color32::from_gray(0xea),
+    field: Color32::WHITE,
+    outline: Color32::from_gray(0xa8),
+    user_bubble: Color32::from_rgb(0xe3, 0xec, 0xfa),
+};
+
+fn visuals(palette: &Palette) -> Visuals {
+    let mut visuals = (palette.base)();
+    visuals.widgets.noninteractive.fg_stroke.color = palette.text;
+    visuals.hyperlink_color = palette.accent;
+    visuals.selection.bg_fill = palette.accent.gamma_multiply(palette.selection);
+    visuals.selection.stroke = Stroke::new(1.0, palette.accent);
+    visuals.panel_fill = palette.panel;
+    visuals.window_fill = palette.window;
+    visuals.faint_bg_color = palette.faint;
+    visuals.extreme_bg_color = palette.field;
+    calm(&mut visuals, palette.outline);
     visuals
 }
 
@@ -124,8 +144,8 @@ fn calm(visuals: &mut Visuals, outline: Color32) {
 /// The fill of the user's turns.
 pub fn user_bubble(visuals: &Visuals) -> Color32 {
     if visuals.dark_mode {
-        USER_BUBBLE_DARK
+        DARK.user_bubble
     } else {
-        USER_BUBBLE_LIGHT
+        LIGHT.user_bubble
     }
 }
