@@ -64,6 +64,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                         text_len: message.content.len(),
                         variant: message.variant,
                         last: turn.last,
+                        generating,
                     };
                     let editing = view
                         .editing

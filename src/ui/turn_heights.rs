@@ -3,13 +3,15 @@
 //! 500-message chat cost tens of milliseconds a frame while scrolling or typing.
 
 /// What a message's height depends on besides the column's width: its text (by length, as
-/// it only grows while streamed), the version shown, and whether it is the last message
-/// (which carries more actions).
+/// it only grows while streamed), the version shown, whether it is the last message (which
+/// carries more actions), and whether a reply is being written in the chat (which hides
+/// every message's actions).
 #[derive(Clone, Copy, PartialEq)]
 pub struct Shape {
     pub text_len: usize,
     pub variant: usize,
     pub last: bool,
+    pub generating: bool,
 }
 
 #[derive(Default)]
@@ -23,9 +25,15 @@ pub struct TurnHeights {
 impl TurnHeights {
     /// Starts a frame of chat `id` at column `width`: heights measured otherwise are dropped.
     pub fn begin(&mut self, id: &str, width: f32, show_tokens: bool, messages: usize) {
-        let now = (id.to_string(), width.round() as u32, show_tokens);
-        if self.measured_for.as_ref() != Some(&now) {
-            self.measured_for = Some(now);
+        let width = width.round() as u32;
+        let same = self
+            .measured_for
+            .as_ref()
+            .is_some_and(|(measured, w, tokens)| {
+                measured == id && *w == width && *tokens == show_tokens
+            });
+        if !same {
+            self.measured_for = Some((id.to_string(), width, show_tokens));
             self.heights.clear();
         }
         self.heights.resize(messages, None);
@@ -54,6 +62,7 @@ mod tests {
         text_len: 10,
         variant: 0,
         last: false,
+        generating: false,
     };
 
     #[test]
@@ -68,6 +77,15 @@ mod tests {
             ..SHAPE
         };
         assert_eq!(heights.get(1, longer), None, "the text grew");
+        let writing = Shape {
+            generating: true,
+            ..SHAPE
+        };
+        assert_eq!(
+            heights.get(1, writing),
+            None,
+            "actions hidden while a reply is written"
+        );
         heights.begin("a", 700.2, false, 4);
         assert_eq!(
             heights.get(1, SHAPE),
