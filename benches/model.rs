@@ -23,7 +23,7 @@ fn prompt(vocab: usize, len: usize) -> Vec<u32> {
 fn bench(c: &mut Criterion, backend: BackendKind, precision: Precision, prompt_len: usize) {
     let dir = common::full_size_checkpoint();
     let device = ComputeDevice::open(backend).device;
-    let model = Llama::load_in(&dir, &device, precision).expect("load");
+    let model = Llama::load_in(&dir, &device, precision, &mut |_| {}).expect("load");
     let tokens = prompt(model.config().vocab_size, prompt_len);
     let mut group = c.benchmark_group(format!("smollm2-135m/{backend}/{precision}"));
     group

@@ -30,16 +30,26 @@ fn next_event(engine: &EngineHandle) -> Event {
         .expect("the engine answers within the time-out")
 }
 
+/// `num_hidden_layers` in the tiny checkpoint's config.
+const TINY_LAYERS: usize = 2;
+
 fn load_tiny(engine: &EngineHandle) {
     assert!(engine.load_model(
         ModelSource::Folder(tiny_model_dir()),
         ModelOptions::default()
     ));
     let mut announced = None;
+    let mut layers_read = Vec::new();
     loop {
         match next_event(engine) {
             Event::Loading { memory, .. } => announced = memory,
+            Event::LoadProgress(progress) => {
+                assert_eq!(progress.layers, TINY_LAYERS);
+                layers_read.push(progress.layers_read);
+            }
             Event::ModelReady(info) => {
+                // Each layer told once, in order, before the model is ready.
+                assert_eq!(layers_read, (1..=TINY_LAYERS).collect::<Vec<_>>());
                 assert_eq!(info.context_limit, 2048);
                 assert!(!info.fallback_template);
                 // What was said before the weights were read is what the model got.

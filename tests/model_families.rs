@@ -229,8 +229,9 @@ fn each_family_from_gguf_matches_transformers() {
         let reordered = architecture.gguf_reorders_qk().then(|| config.head_dim());
         let checkpoint = GgufCheckpoint::new(file, reordered);
         let device = common::device(BackendKind::Flex);
-        let model = Llama::from_checkpoint(config, &checkpoint, &device, Precision::F32)
-            .unwrap_or_else(|err| panic!("{family} from GGUF: {err}"));
+        let model =
+            Llama::from_checkpoint(config, &checkpoint, &device, Precision::F32, &mut |_| {})
+                .unwrap_or_else(|err| panic!("{family} from GGUF: {err}"));
         let logits = full_forward(&model, &reference.input_ids);
         let tolerance = common::logit_tolerance(BackendKind::Flex);
         assert_close(

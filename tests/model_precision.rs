@@ -23,8 +23,13 @@ struct Accuracy {
 fn measure(backend: BackendKind, precision: Precision) -> Accuracy {
     let golden = Golden::load();
     let prompt = golden.ids("prompt_ids");
-    let model = Llama::load_in(&tiny_model_dir(), &common::device(backend), precision)
-        .expect("tiny fixture loads");
+    let model = Llama::load_in(
+        &tiny_model_dir(),
+        &common::device(backend),
+        precision,
+        &mut |_| {},
+    )
+    .expect("tiny fixture loads");
     let vocab = model.config().vocab_size;
     let logits = full_forward(&model, &prompt);
     let stepped = one_token_at_a_time(&model, &prompt);
@@ -120,7 +125,7 @@ fn a_precision_the_backend_cannot_compute_in_is_a_clear_error() {
     #[allow(deprecated)]
     let ndarray = burn::tensor::Device::ndarray();
     for precision in [Precision::Bf16, Precision::F16] {
-        let err = Llama::load_in(&tiny_model_dir(), &ndarray, precision)
+        let err = Llama::load_in(&tiny_model_dir(), &ndarray, precision, &mut |_| {})
             .expect_err("ndarray does not compute in half precision");
         assert!(
             matches!(err, ModelError::UnsupportedComputeDtype { .. }),

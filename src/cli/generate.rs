@@ -103,7 +103,8 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
         backend: args.backend,
         precision: args.precision,
     };
-    let loaded = LoadedModel::load(&dir, options).map_err(|err| err.to_string())?;
+    let loaded = LoadedModel::load_with_progress(&dir, options, &mut super::stderr_load_progress())
+        .map_err(|err| err.to_string())?;
     if let Some(reason) = &loaded.device.fallback {
         eprintln!("warning: {reason}");
     }

@@ -9,6 +9,7 @@ mod models;
 mod sampling_args;
 mod serve;
 
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
@@ -16,6 +17,7 @@ use std::sync::atomic::AtomicBool;
 use clap::{Parser, Subcommand};
 
 use crate::hub::stderr_progress;
+use crate::model::LoadProgress;
 pub(crate) use crate::model_source::ModelSource;
 
 #[derive(Debug, Parser)]
@@ -71,6 +73,28 @@ pub fn main() -> ExitCode {
             eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A model's loading on one line of a terminal's stderr, wiped after the last layer; nothing
+/// when stderr is not a terminal, where each `\r` line would only fill a log.
+fn stderr_load_progress() -> impl FnMut(LoadProgress) {
+    let terminal = std::io::stderr().is_terminal();
+    move |progress: LoadProgress| {
+        if !terminal {
+            return;
+        }
+        let mut err = std::io::stderr().lock();
+        // Terminal output is best effort, as for downloads.
+        let _ = write!(
+            err,
+            "\rloading the model: layer {} of {}\x1b[K",
+            progress.layers_read, progress.layers
+        );
+        if progress.layers_read == progress.layers {
+            let _ = write!(err, "\r\x1b[K");
+        }
+        let _ = err.flush();
     }
 }
 

@@ -97,8 +97,10 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         precision: args.precision,
     };
     engine.load_model(ModelSource::local(dir), options);
+    let mut loading = super::stderr_load_progress();
     let info = loop {
         match engine.events().recv_timeout(Duration::from_secs(3600)) {
+            Ok(Event::LoadProgress(progress)) => loading(progress),
             Ok(Event::ModelReady(info)) => break info,
             Ok(Event::Error { error, .. }) => return Err(error.to_string()),
             Ok(_) => {}

@@ -9,6 +9,7 @@ use crossbeam_channel::Sender;
 use super::error::EngineError;
 use crate::generation::{FinishReason, GenerationStats, MemoryPlan, ModelOptions, TokenEvent};
 use crate::hub::DownloadProgress;
+use crate::model::LoadProgress;
 use crate::model_source::ModelSource;
 use crate::text::{
     ChatMessage, OverflowPolicy, SamplingDefaults, SamplingParams, TemplateVariables,
@@ -160,6 +161,8 @@ pub enum Event {
         dir: PathBuf,
         memory: Option<MemoryPlan>,
     },
+    /// After each layer of the model's weights is read.
+    LoadProgress(LoadProgress),
     ModelReady(ModelInfo),
     /// The request waits its turn: `ahead` generations run or wait before it. Sent when it
     /// joins the queue and each time the queue moves up.

@@ -274,7 +274,10 @@ impl Worker {
                 memory,
             },
         );
-        match LoadedModel::load(&dir, options) {
+        let mut progress = |progress| {
+            self.send(reply, Event::LoadProgress(progress));
+        };
+        match LoadedModel::load_with_progress(&dir, options, &mut progress) {
             Ok(loaded) => {
                 let info = ModelInfo {
                     name: model_name(&dir),

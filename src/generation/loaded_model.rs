@@ -6,7 +6,7 @@ use super::memory_plan::{MemoryPlan, available_memory, gguf_model_config};
 use crate::backend::{BackendKind, ComputeDevice};
 use crate::gguf::{GgufFile, GgufTokenizer};
 use crate::model::checkpoint::gguf::GgufCheckpoint;
-use crate::model::{KvCache, Llama, Precision};
+use crate::model::{KvCache, Llama, LoadProgress, Precision};
 use crate::model_files::{is_gguf, model_name, weight_bytes};
 use crate::text::{ChatTemplate, SamplingDefaults, StopTokens, TextTokenizer};
 
@@ -44,14 +44,24 @@ pub struct LoadedModel {
 impl LoadedModel {
     /// Loads a model folder (Hugging Face layout) or a `.gguf` file.
     pub fn load(path: &Path, options: ModelOptions) -> Result<Self, GenerationError> {
+        Self::load_with_progress(path, options, &mut |_| {})
+    }
+
+    /// [`LoadedModel::load`], telling `progress` of each layer read: a 4B model takes
+    /// seconds, which a bar makes bearable.
+    pub fn load_with_progress(
+        path: &Path,
+        options: ModelOptions,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Self, GenerationError> {
         let started = Instant::now();
         // Measured before the weights take their share of it.
         let available = available_memory();
         let device = ComputeDevice::open(options.backend);
         let parts = if is_gguf(path) {
-            Parts::from_gguf(path, &device, options.precision)?
+            Parts::from_gguf(path, &device, options.precision, progress)?
         } else {
-            Parts::from_folder(path, &device, options.precision)?
+            Parts::from_folder(path, &device, options.precision, progress)?
         };
         // Reading a checkpoint allocates and frees far more than the model keeps (file
         // buffers, conversions): without this, that memory stayed resident for as long as
@@ -134,10 +144,11 @@ impl Parts {
         dir: &Path,
         device: &ComputeDevice,
         precision: Precision,
+        progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Self, GenerationError> {
         let tokenizer = TextTokenizer::load(dir)?;
         let template = ChatTemplate::from_dir(dir)?;
-        let model = Llama::load_in(dir, &device.device, precision)?;
+        let model = Llama::load_in(dir, &device.device, precision, progress)?;
         let stop_tokens = StopTokens::from_dir(dir, &tokenizer)?;
         Ok(Self {
             model,
@@ -155,6 +166,7 @@ impl Parts {
         path: &Path,
         device: &ComputeDevice,
         precision: Precision,
+        progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Self, GenerationError> {
         let file = GgufFile::open(path)?;
         let config = gguf_model_config(&file)?;
@@ -175,7 +187,8 @@ impl Parts {
             .gguf_reorders_qk()
             .then(|| config.head_dim());
         let checkpoint = GgufCheckpoint::new(file, reordered_heads);
-        let model = Llama::from_checkpoint(config, &checkpoint, &device.device, precision)?;
+        let model =
+            Llama::from_checkpoint(config, &checkpoint, &device.device, precision, progress)?;
         Ok(Self {
             model,
             tokenizer,

@@ -13,7 +13,7 @@ use super::error::{ModelError, Result};
 use super::family::Family;
 use super::kv_cache::KvCache;
 use super::linear::Linear;
-use super::loader::Loader;
+use super::loader::{LoadProgress, Loader};
 use super::mlp::Mlp;
 use super::precision::Precision;
 use super::rms_norm::RmsNorm;
@@ -118,23 +118,31 @@ impl Llama {
             device,
             dtype,
             None,
+            &mut |_| {},
         )
     }
 
     /// Loads at a precision the user picked: compute in its float type, and quantize the
     /// projection weights when it asks for integers.
-    pub fn load_in(dir: &Path, device: &Device, precision: Precision) -> Result<Self> {
+    pub fn load_in(
+        dir: &Path,
+        device: &Device,
+        precision: Precision,
+        progress: &mut dyn FnMut(LoadProgress),
+    ) -> Result<Self> {
         let config = ModelConfig::from_file(&dir.join(CONFIG_FILE))?;
         let checkpoint = SafetensorsCheckpoint::open(dir)?;
-        Self::from_checkpoint(config, &checkpoint, device, precision)
+        Self::from_checkpoint(config, &checkpoint, device, precision, progress)
     }
 
     /// Loads the weights of any format: whatever reads them implements [`Checkpoint`].
+    /// `progress` hears of each layer read, which is most of a load's time.
     pub fn from_checkpoint(
         config: ModelConfig,
         checkpoint: &dyn Checkpoint,
         device: &Device,
         precision: Precision,
+        progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Self> {
         let quantization = precision.weight_quantization(device);
         Self::read(
@@ -143,6 +151,7 @@ impl Llama {
             device,
             precision.compute_dtype(),
             quantization,
+            progress,
         )
     }
 
@@ -152,6 +161,7 @@ impl Llama {
         device: &Device,
         dtype: DType,
         quantization: Option<QuantScheme>,
+        progress: &mut dyn FnMut(LoadProgress),
     ) -> Result<Self> {
         if !device.supports_dtype(dtype) {
             return Err(ModelError::UnsupportedComputeDtype {
@@ -161,9 +171,15 @@ impl Llama {
         let family = config.family()?;
         let mut loader = Loader::new(checkpoint, &config, device, dtype, quantization);
         let embedding = Embedding::load(&mut loader)?;
-        let mut layers = (0..config.num_hidden_layers)
-            .map(|layer| DecoderLayer::load(&mut loader, layer, &family))
-            .collect::<Result<Vec<_>>>()?;
+        let count = config.num_hidden_layers;
+        let mut layers = Vec::with_capacity(count);
+        for layer in 0..count {
+            layers.push(DecoderLayer::load(&mut loader, layer, &family)?);
+            progress(LoadProgress {
+                layers_read: layer + 1,
+                layers: count,
+            });
+        }
         let norm = RmsNorm::load(&mut loader, TensorRole::FinalNorm)?;
         let lm_head = load_lm_head(&mut loader, &embedding)?;
         check_no_extra_layers(&config, checkpoint)?;

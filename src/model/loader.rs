@@ -14,6 +14,21 @@ use super::linear::Linear;
 use super::rope::partial_rotation_order;
 use super::weight_arena::WeightArena;
 
+/// How far a load has come, for a progress bar: the decoder layers hold nearly all of a
+/// model's weights, so layers read of all is close to the share of the time spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadProgress {
+    pub layers_read: usize,
+    pub layers: usize,
+}
+
+impl LoadProgress {
+    /// The share read, from 0 to 1.
+    pub fn fraction(&self) -> f32 {
+        self.layers_read as f32 / self.layers.max(1) as f32
+    }
+}
+
 /// What each module's `load` reads its weights through. Shapes come from the config, so a
 /// module asks only for roles; tensors are made in the compute dtype (`from_data` alone would
 /// convert them to the device's default float type).

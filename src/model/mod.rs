@@ -27,4 +27,5 @@ pub use family::{Architecture, Family};
 pub use gpu::top_entries;
 pub use kv_cache::KvCache;
 pub use llama::{Llama, Logits, logits_to_vec};
+pub use loader::LoadProgress;
 pub use precision::Precision;

@@ -229,7 +229,7 @@ impl SmolchatApp {
         }
         let show_chat = matches!(
             state.model(),
-            ModelStatus::Ready(_) | ModelStatus::Loading(..)
+            ModelStatus::Ready(_) | ModelStatus::Loading { .. }
         );
         if show_chat && !state.library_open() && !state.trash_open() {
             Panel::bottom("input").show(ui, |ui| input::show(ui, state, view, &mut actions));

@@ -52,7 +52,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
             }
             let in_use = match state.model() {
                 ModelStatus::Ready(info) => Some(info.dir.as_path()),
-                ModelStatus::Loading(dir, _) => Some(dir.as_path()),
+                ModelStatus::Loading { dir, .. } => Some(dir.as_path()),
                 _ => None,
             };
             for entry in models {

@@ -22,9 +22,23 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
                     info.memory.describe()
                 ));
             }
-            ModelStatus::Loading(dir, memory) => {
+            ModelStatus::Loading {
+                dir,
+                memory,
+                progress,
+            } => {
                 ui.spinner();
                 ui.label(format!("Loading {}\u{2026}", dir.display()));
+                if let Some(progress) = progress {
+                    ui.add(
+                        egui::ProgressBar::new(progress.fraction())
+                            .desired_width(140.0)
+                            .text(format!(
+                                "layer {} of {}",
+                                progress.layers_read, progress.layers
+                            )),
+                    );
+                }
                 if let Some(memory) = memory {
                     ui.label(RichText::new(memory.describe()).weak());
                 }

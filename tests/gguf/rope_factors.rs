@@ -89,7 +89,7 @@ fn logits(model: Builder) -> Result<Vec<f32>, String> {
         .map_err(|e| e.to_string())?;
     let checkpoint = GgufCheckpoint::new(file, Some(config.head_dim()));
     let device = Device::flex();
-    let model = Llama::from_checkpoint(config, &checkpoint, &device, Precision::F32)
+    let model = Llama::from_checkpoint(config, &checkpoint, &device, Precision::F32, &mut |_| {})
         .map_err(|e| e.to_string())?;
     let tokens: Vec<u32> = (0..48).map(|i| (i * 3 % VOCAB) as u32).collect();
     let mut cache = model.new_cache();

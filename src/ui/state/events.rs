@@ -57,7 +57,18 @@ impl AppState {
             Event::DownloadProgress(progress) => {
                 self.model = ModelStatus::Downloading(Some(progress));
             }
-            Event::Loading { dir, memory } => self.model = ModelStatus::Loading(dir, memory),
+            Event::Loading { dir, memory } => {
+                self.model = ModelStatus::Loading {
+                    dir,
+                    memory,
+                    progress: None,
+                };
+            }
+            Event::LoadProgress(read) => {
+                if let ModelStatus::Loading { progress, .. } = &mut self.model {
+                    *progress = Some(read);
+                }
+            }
             Event::ModelReady(info) => {
                 if self.settings.model_folder.as_deref() != Some(info.dir.as_path()) {
                     self.settings.model_folder = Some(info.dir.clone());

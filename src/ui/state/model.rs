@@ -10,6 +10,7 @@ use crate::downloads::Downloads;
 use crate::engine::ModelInfo;
 use crate::generation::{MemoryPlan, ModelOptions};
 use crate::hub::{DEFAULT_MODEL_ID, DownloadProgress};
+use crate::model::LoadProgress;
 use crate::model_files;
 use crate::model_library::{self, facts::Described};
 use crate::model_source::ModelSource;
@@ -21,8 +22,13 @@ pub enum ModelStatus {
     /// No folder chosen yet: the first-run screen offers a download or a folder.
     NotConfigured,
     Downloading(Option<DownloadProgress>),
-    /// Reading the model; what it will take in memory, once its config is read.
-    Loading(PathBuf, Option<MemoryPlan>),
+    /// Reading the model: what it will take in memory, once its config is read, and how
+    /// much of it has been read.
+    Loading {
+        dir: PathBuf,
+        memory: Option<MemoryPlan>,
+        progress: Option<LoadProgress>,
+    },
     Ready(ModelInfo),
     /// Loading or downloading failed; the message says why and what to do, and the first-run
     /// screen shows it with the ways out again.
@@ -98,7 +104,9 @@ impl AppState {
                 ModelStatus::NotConfigured | ModelStatus::Failed(_) => {
                     self.model = ModelStatus::Failed(problem);
                 }
-                ModelStatus::Downloading(_) | ModelStatus::Loading(..) | ModelStatus::Ready(_) => {
+                ModelStatus::Downloading(_)
+                | ModelStatus::Loading { .. }
+                | ModelStatus::Ready(_) => {
                     self.errors.push(problem);
                 }
             }
@@ -113,7 +121,11 @@ impl AppState {
     }
 
     pub(super) fn load_model_folder(&mut self, folder: PathBuf) {
-        self.model = ModelStatus::Loading(folder.clone(), None);
+        self.model = ModelStatus::Loading {
+            dir: folder.clone(),
+            memory: None,
+            progress: None,
+        };
         self.engine
             .load_model(ModelSource::local(folder), self.model_options());
     }

@@ -12,6 +12,7 @@ use crate::backend::BackendKind;
 use crate::downloads::DownloadState;
 use crate::engine::{Command, EngineError, Event, ModelInfo, RequestId};
 use crate::generation::{FinishReason, PromptProgress};
+use crate::model::LoadProgress;
 use crate::model_source::ModelSource;
 use crate::store::{ConversationStore, Paths, SeedMode, Settings, StoredMessage};
 use crate::text::{ChatMessage, Role, SamplingParams};
@@ -752,9 +753,41 @@ fn another_backend_reloads_the_model_and_is_saved() {
         }
         other => panic!("expected one LoadModel, got {other:?}"),
     }
-    assert!(matches!(f.state.model(), ModelStatus::Loading(..)));
+    assert!(matches!(f.state.model(), ModelStatus::Loading { .. }));
     let saved = crate::store::Settings::load(&Paths::under(f.dir.path()).settings_file());
     assert_eq!(saved, (settings, None));
+}
+
+#[test]
+fn loading_shows_how_many_layers_are_read_until_the_model_is_ready() {
+    let mut f = Fixture::ready();
+    let folder = f.model_dir();
+    let progress = |layers_read| LoadProgress {
+        layers_read,
+        layers: 28,
+    };
+    // A late report of the last load does not turn a ready model back into a loading one.
+    f.play([Event::LoadProgress(progress(28))]);
+    assert!(f.state.model_ready());
+    assert!(f.state.apply(Action::UseModelFolder(folder.clone())));
+    f.play([
+        Event::Loading {
+            dir: folder.clone(),
+            memory: None,
+        },
+        Event::LoadProgress(progress(1)),
+        Event::LoadProgress(progress(12)),
+    ]);
+    assert_eq!(
+        f.state.model(),
+        &ModelStatus::Loading {
+            dir: folder.clone(),
+            memory: None,
+            progress: Some(progress(12)),
+        }
+    );
+    f.play([Event::ModelReady(model_info(&folder))]);
+    assert!(f.state.model_ready());
 }
 
 #[test]
