@@ -10,9 +10,18 @@ use crate::store::Conversation;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hit {
     pub index: usize,
-    /// The matching part of the first message that holds the query, with some words around
-    /// it; `None` when only the title matched.
-    pub snippet: Option<String>,
+    /// Where the first message that holds the query holds it; `None` when only the title
+    /// matched.
+    pub snippet: Option<Snippet>,
+}
+
+/// The words found, as the message spells them, between some of the words around them (on
+/// one line, cut with an ellipsis), so the list can mark the words themselves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snippet {
+    pub before: String,
+    pub found: String,
+    pub after: String,
 }
 
 /// The chats of `conversations` (by index, in their order) that hold `query`.
@@ -39,26 +48,47 @@ pub fn search(conversations: &[Conversation], query: &str) -> Vec<Hit> {
 const BEFORE: usize = 30;
 const AFTER: usize = 50;
 
-fn snippet(text: &str, query: &[char]) -> Option<String> {
+fn snippet(text: &str, query: &[char]) -> Option<Snippet> {
     let (start, end) = find(text, query)?;
     let before: Vec<char> = text[..start].chars().rev().take(BEFORE + 1).collect();
     let after: Vec<char> = text[end..].chars().take(AFTER + 1).collect();
-    let mut shown = String::new();
+    let mut shown_before = String::new();
     if before.len() > BEFORE {
-        shown.push('\u{2026}');
+        shown_before.push('\u{2026}');
     }
-    shown.extend(
+    shown_before.extend(
         before
             .iter()
             .rev()
             .skip(before.len().saturating_sub(BEFORE)),
     );
-    shown.push_str(&text[start..end]);
-    shown.extend(after.iter().take(AFTER));
+    let mut shown_after: String = after.iter().take(AFTER).collect();
     if after.len() > AFTER {
-        shown.push('\u{2026}');
+        shown_after.push('\u{2026}');
     }
-    Some(shown.split_whitespace().collect::<Vec<_>>().join(" "))
+    Some(Snippet {
+        before: one_line(&shown_before).trim_start().to_string(),
+        found: one_line(&text[start..end]),
+        after: one_line(&shown_after).trim_end().to_string(),
+    })
+}
+
+/// Each run of white space (line breaks included) as one space.
+fn one_line(text: &str) -> String {
+    let mut line = String::with_capacity(text.len());
+    let mut in_space = false;
+    for c in text.chars() {
+        if c.is_whitespace() {
+            if !in_space {
+                line.push(' ');
+            }
+            in_space = true;
+        } else {
+            line.push(c);
+            in_space = false;
+        }
+    }
+    line
 }
 
 /// The byte range of the first place `text` holds `query` (already folded), in any case.
@@ -118,14 +148,22 @@ mod tests {
             search(&chats, "PARIS"),
             [Hit {
                 index: 1,
-                snippet: Some("Paris.".into())
+                snippet: Some(Snippet {
+                    before: String::new(),
+                    found: "Paris".into(),
+                    after: ".".into(),
+                })
             }]
         );
         assert_eq!(
             search(&chats, "rain"),
             [Hit {
                 index: 0,
-                snippet: Some("Write a haiku about rain".into())
+                snippet: Some(Snippet {
+                    before: "Write a haiku about ".into(),
+                    found: "rain".into(),
+                    after: String::new(),
+                })
             }]
         );
         assert_eq!(
@@ -145,7 +183,9 @@ mod tests {
     fn a_long_message_is_cut_around_the_match() {
         let long = format!("{} needle {}", "before ".repeat(20), "after\n".repeat(20));
         let chats = [chat("Long", &[&long])];
-        let snippet = search(&chats, "needle")[0].snippet.clone().unwrap();
+        let found = search(&chats, "needle")[0].snippet.clone().unwrap();
+        assert_eq!(found.found, "needle");
+        let snippet = format!("{}{}{}", found.before, found.found, found.after);
         assert!(snippet.starts_with('\u{2026}') && snippet.ends_with('\u{2026}'));
         assert!(snippet.contains("before needle after"), "{snippet}");
         assert!(!snippet.contains('\n'));

@@ -209,14 +209,22 @@ fn found(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mu
                     egui::Align::LEFT,
                 );
                 if let Some(snippet) = &hit.snippet {
-                    egui::RichText::new(format!("\n{snippet}"))
-                        .weak()
-                        .append_to(
+                    // The words found marked as a highlighter would, in the words around them.
+                    let marker = style.visuals.selection.bg_fill;
+                    for part in [
+                        egui::RichText::new(format!("\n{}", snippet.before)).weak(),
+                        egui::RichText::new(&snippet.found)
+                            .strong()
+                            .background_color(marker),
+                        egui::RichText::new(&snippet.after).weak(),
+                    ] {
+                        part.append_to(
                             &mut text,
                             style,
                             egui::FontSelection::Default,
                             egui::Align::LEFT,
                         );
+                    }
                 }
                 let selected = hit.index == state.current_index();
                 if ui
