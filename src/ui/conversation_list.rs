@@ -1,5 +1,6 @@
 //! The conversation list: pick, start, rename (its button, a double-click or right-click),
-//! file in folders (right-click) and delete (with undo, and to the trash) conversations.
+//! file in folders (dragged onto one, or right-click) and delete (with undo, and to the trash)
+//! conversations.
 
 use super::chat_search;
 use super::commands::{Action, UiCommand};
@@ -64,6 +65,13 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                             renamed |= row(ui, state, view, actions, index);
                         }
                     });
+                let zone = match &header.body_response {
+                    Some(body) => header.header_response.union(body.clone()),
+                    None => header.header_response.clone(),
+                };
+                if let Some(index) = dropped_chat(ui, &zone) {
+                    actions.push(Action::MoveToFolder(index, Some(folder.to_string())));
+                }
                 header.header_response.context_menu(|ui| {
                     if ui
                         .button("Remove the folder")
@@ -74,8 +82,20 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                     }
                 });
             }
-            for &index in &order[filed..] {
-                renamed |= row(ui, state, view, actions, index);
+            // The chats in no folder, and room below them: a chat dropped there leaves its
+            // folder.
+            let unfiled = ui.scope(|ui| {
+                for &index in &order[filed..] {
+                    renamed |= row(ui, state, view, actions, index);
+                }
+                if !state.folders().is_empty() {
+                    ui.allocate_space(egui::vec2(ui.available_width(), UNFILED_DROP_ROOM));
+                }
+            });
+            if let Some(index) = dropped_chat(ui, &unfiled.response)
+                && conversations[index].folder.is_some()
+            {
+                actions.push(Action::MoveToFolder(index, None));
             }
         });
     if renamed {
@@ -110,9 +130,14 @@ fn row(
     }
     ui.horizontal(|ui| {
         let selected = index == state.current_index();
-        // A long title is cut (whole on hover) instead of widening the panel.
+        // A long title is cut (whole on hover) instead of widening the panel. It can be dragged
+        // onto a folder, and is drawn under the pointer while it is.
+        let drag_id = ui.make_persistent_id(("chat", index));
         let title = ui
-            .selectable_label(selected, short_title(&conversation.title))
+            .dnd_drag_source(drag_id, DraggedChat(index), |ui| {
+                ui.selectable_label(selected, short_title(&conversation.title))
+            })
+            .inner
             .on_hover_text(&conversation.title);
         if title.clicked() {
             actions.push(Action::Select(index));
@@ -146,6 +171,25 @@ fn row(
         }
     });
     false
+}
+
+/// What a chat's title carries while it is dragged: the chat's index.
+struct DraggedChat(usize);
+
+/// The height of the empty space below the chats in no folder, where a chat dropped leaves
+/// its folder.
+const UNFILED_DROP_ROOM: f32 = 32.0;
+
+/// The chat dropped on `zone` this frame, if any; while one is held over it, the zone is
+/// outlined as a place it can go.
+fn dropped_chat(ui: &egui::Ui, zone: &egui::Response) -> Option<usize> {
+    if zone.dnd_hover_payload::<DraggedChat>().is_some() {
+        let stroke = ui.visuals().selection.stroke;
+        ui.painter()
+            .rect_stroke(zone.rect, 4.0, stroke, egui::StrokeKind::Inside);
+    }
+    zone.dnd_release_payload::<DraggedChat>()
+        .map(|dragged| dragged.0)
 }
 
 /// The folders chat `index` can go to, out of its own, and a field that names a new one.

@@ -416,21 +416,7 @@ fn drawn_sparingly_a_focused_text_field_asks_for_no_frames() {
 #[test]
 fn ctrl_k_finds_a_chat_by_its_words_and_a_click_opens_it() {
     let (mut harness, engine, _dir) = window();
-    for (asked, answer) in [
-        ("Capital of France?", "Paris is the capital."),
-        ("A haiku", "Rain falls"),
-    ] {
-        harness.state_mut().execute(UiCommand::NewConversation);
-        harness.state_mut().execute(Action::Send(asked.into()));
-        let request = engine.generate_request();
-        engine.send(Event::Finished {
-            request: request.id,
-            reason: crate::generation::FinishReason::StopToken,
-            text: answer.into(),
-            stats: crate::ui::scripted_engine::stats(1),
-        });
-        harness.step();
-    }
+    two_chats(&mut harness, &engine);
     assert_eq!(harness.state().state().current().title, "A haiku");
 
     harness.key_press_modifiers(Modifiers::COMMAND, Key::K);
@@ -473,6 +459,97 @@ fn ctrl_k_finds_a_chat_by_its_words_and_a_click_opens_it() {
         2,
         "the search ended: both chats listed"
     );
+}
+
+/// Two answered chats, "Capital of France?" and "A haiku", the second the current one.
+fn two_chats(harness: &mut Harness<'static, SmolchatApp>, engine: &ScriptedEngine) {
+    for (asked, answer) in [
+        ("Capital of France?", "Paris is the capital."),
+        ("A haiku", "Rain falls"),
+    ] {
+        harness.state_mut().execute(UiCommand::NewConversation);
+        harness.state_mut().execute(Action::Send(asked.into()));
+        let request = engine.generate_request();
+        engine.send(Event::Finished {
+            request: request.id,
+            reason: crate::generation::FinishReason::StopToken,
+            text: answer.into(),
+            stats: crate::ui::scripted_engine::stats(1),
+        });
+        harness.step();
+    }
+}
+
+/// Presses at `from`, moves to `to` over a few frames (past egui's drag threshold) and lets go.
+fn drag(harness: &mut Harness<'static, SmolchatApp>, from: egui::Pos2, to: egui::Pos2) {
+    harness.hover_at(from);
+    harness.step();
+    harness.drag_at(from);
+    harness.step();
+    for step in 1..=4 {
+        harness.hover_at(from + (to - from) * (step as f32 / 4.0));
+        harness.step();
+    }
+    harness.drop_at(to);
+    harness.step();
+    harness.step();
+}
+
+#[test]
+fn a_chat_dragged_onto_a_folder_goes_into_it_and_out_when_dropped_below() {
+    let (mut harness, engine, _dir) = window();
+    two_chats(&mut harness, &engine);
+    let index_of = |harness: &Harness<'static, SmolchatApp>, title: &str| {
+        let conversations = harness.state().state().conversations();
+        conversations
+            .iter()
+            .position(|conversation| conversation.title == title)
+            .unwrap()
+    };
+    let haiku = index_of(&harness, "A haiku");
+    harness
+        .state_mut()
+        .execute(Action::MoveToFolder(haiku, Some("Work".into())));
+    harness.step();
+    let title = |harness: &Harness<'static, SmolchatApp>, title: &str| {
+        harness
+            .get_by_role_and_label(A11y::Button, title)
+            .rect()
+            .center()
+    };
+    let from = title(&harness, "Capital of France?");
+    let folder = harness.get_by_label_contains("Work").rect().center();
+    drag(&mut harness, from, folder);
+    let capital = index_of(&harness, "Capital of France?");
+    assert_eq!(
+        harness.state().state().conversations()[capital]
+            .folder
+            .as_deref(),
+        Some("Work"),
+        "dropped on the folder"
+    );
+
+    // Below the folder's chats, where the chats in no folder go.
+    let lowest = harness
+        .get_by_role_and_label(A11y::Button, "Capital of France?")
+        .rect()
+        .bottom()
+        .max(
+            harness
+                .get_by_role_and_label(A11y::Button, "A haiku")
+                .rect()
+                .bottom(),
+        );
+    let from = title(&harness, "Capital of France?");
+    drag(&mut harness, from, egui::pos2(from.x, lowest + 20.0));
+    let capital = index_of(&harness, "Capital of France?");
+    let conversations = harness.state().state().conversations();
+    assert_eq!(
+        conversations[capital].folder, None,
+        "dropped below the folder"
+    );
+    let haiku = index_of(&harness, "A haiku");
+    assert_eq!(conversations[haiku].folder.as_deref(), Some("Work"));
 }
 
 /// A long chat draws only the messages on screen (a 500-message chat took tens of
