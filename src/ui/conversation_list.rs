@@ -131,14 +131,18 @@ fn row(
     ui.horizontal(|ui| {
         let selected = index == state.current_index();
         // A long title is cut (whole on hover) instead of widening the panel. It can be dragged
-        // onto a folder, and is drawn under the pointer while it is.
-        let drag_id = ui.make_persistent_id(("chat", index));
+        // onto a folder: the title itself senses the drag (a drag source laid over it took the
+        // clicks that open the chat and its menu).
         let title = ui
-            .dnd_drag_source(drag_id, DraggedChat(index), |ui| {
-                ui.selectable_label(selected, short_title(&conversation.title))
-            })
-            .inner
+            .add(
+                egui::Button::selectable(selected, short_title(&conversation.title))
+                    .sense(egui::Sense::click_and_drag()),
+            )
             .on_hover_text(&conversation.title);
+        title.dnd_set_drag_payload(DraggedChat(index));
+        if title.dragged() {
+            carried_title(ui, &conversation.title);
+        }
         if title.clicked() {
             actions.push(Action::Select(index));
         }
@@ -175,6 +179,20 @@ fn row(
 
 /// What a chat's title carries while it is dragged: the chat's index.
 struct DraggedChat(usize);
+
+/// A chat's title drawn beside the pointer while it is carried to a folder.
+fn carried_title(ui: &egui::Ui, title: &str) {
+    let Some(pointer) = ui.ctx().pointer_interact_pos() else {
+        return;
+    };
+    egui::Area::new(ui.scope_id().with("carried chat"))
+        .order(egui::Order::Tooltip)
+        .fixed_pos(pointer + egui::vec2(12.0, 4.0))
+        .interactable(false)
+        .show(ui.ctx(), |ui| {
+            egui::Frame::popup(ui.style()).show(ui, |ui| ui.label(short_title(title)));
+        });
+}
 
 /// The height of the empty space below the chats in no folder, where a chat dropped leaves
 /// its folder.

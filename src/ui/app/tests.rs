@@ -550,6 +550,23 @@ fn a_chat_dragged_onto_a_folder_goes_into_it_and_out_when_dropped_below() {
     );
     let haiku = index_of(&harness, "A haiku");
     assert_eq!(conversations[haiku].folder.as_deref(), Some("Work"));
+
+    // A title that can be dragged still opens on a click and shows its menu on a right-click.
+    harness
+        .get_by_role_and_label(A11y::Button, "Capital of France?")
+        .click();
+    harness.step();
+    harness.step();
+    assert_eq!(
+        harness.state().state().current().title,
+        "Capital of France?"
+    );
+    harness
+        .get_by_role_and_label(A11y::Button, "Capital of France?")
+        .click_secondary();
+    harness.step();
+    harness.step();
+    harness.get_by_label("Move to folder");
 }
 
 /// A long chat draws only the messages on screen (a 500-message chat took tens of
