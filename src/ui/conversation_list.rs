@@ -160,9 +160,13 @@ fn row(
             if ui.button("Rename").clicked() {
                 view.renaming = Some((index, conversation.title.clone()));
             }
-            ui.menu_button("Move to folder", |ui| {
-                folder_menu(ui, state, view, actions, index)
-            });
+            // Its field for a new folder must take a click without closing the menu; what
+            // is picked there closes it (`folder_menu`).
+            let keep_open = egui::containers::menu::MenuConfig::new()
+                .close_behavior(egui::PopupCloseBehavior::CloseOnClickOutside);
+            egui::containers::menu::SubMenuButton::new("Move to folder")
+                .config(keep_open)
+                .ui(ui, |ui| folder_menu(ui, state, view, actions, index));
             if ui.button("Delete").clicked() {
                 actions.push(Action::Delete(index));
             }

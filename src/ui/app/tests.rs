@@ -496,7 +496,7 @@ fn drag(harness: &mut Harness<'static, SmolchatApp>, from: egui::Pos2, to: egui:
 }
 
 #[test]
-fn a_chat_dragged_onto_a_folder_goes_into_it_and_out_when_dropped_below() {
+fn chats_are_filed_in_folders_by_dragging_or_from_their_menu() {
     let (mut harness, engine, _dir) = window();
     two_chats(&mut harness, &engine);
     let index_of = |harness: &Harness<'static, SmolchatApp>, title: &str| {
@@ -566,7 +566,33 @@ fn a_chat_dragged_onto_a_folder_goes_into_it_and_out_when_dropped_below() {
         .click_secondary();
     harness.step();
     harness.step();
-    harness.get_by_label("Move to folder");
+    // Its menu files it in a new folder named there: the field takes a click and Enter.
+    harness.get_by_label("Move to folder").hover();
+    harness.step();
+    harness.step();
+    harness
+        .get_by_role_and_label(A11y::TextInput, "New folder")
+        .click();
+    harness.step();
+    harness
+        .get_by_role_and_label(A11y::TextInput, "New folder")
+        .type_text("Geography");
+    harness.step();
+    harness.key_press(Key::Enter);
+    harness.step();
+    harness.step();
+    let capital = index_of(&harness, "Capital of France?");
+    assert_eq!(
+        harness.state().state().conversations()[capital]
+            .folder
+            .as_deref(),
+        Some("Geography"),
+        "filed in the folder named in its menu"
+    );
+    assert!(
+        harness.query_by_label("Move to folder").is_none(),
+        "the menu closed"
+    );
 }
 
 /// A long chat draws only the messages on screen (a 500-message chat took tens of
