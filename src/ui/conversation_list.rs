@@ -130,12 +130,16 @@ fn row(
     }
     ui.horizontal(|ui| {
         let selected = index == state.current_index();
+        let title_chars = match conversation.folder {
+            Some(_) => TITLE_CHARS - FOLDER_INDENT_CHARS,
+            None => TITLE_CHARS,
+        };
         // A long title is cut (whole on hover) instead of widening the panel. It can be dragged
         // onto a folder: the title itself senses the drag (a drag source laid over it took the
         // clicks that open the chat and its menu).
         let title = ui
             .add(
-                egui::Button::selectable(selected, short_title(&conversation.title))
+                egui::Button::selectable(selected, cut_title(&conversation.title, title_chars))
                     .sense(egui::Sense::click_and_drag()),
             )
             .on_hover_text(&conversation.title);
@@ -309,10 +313,18 @@ fn found(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mu
 const TITLE_CHARS: usize = 24;
 
 fn short_title(title: &str) -> String {
-    if title.chars().count() <= TITLE_CHARS {
+    cut_title(title, TITLE_CHARS)
+}
+
+/// Characters a title in a folder gives up to the folder's indent, which would otherwise
+/// widen the list when a chat goes into a folder.
+const FOLDER_INDENT_CHARS: usize = 3;
+
+fn cut_title(title: &str, chars: usize) -> String {
+    if title.chars().count() <= chars {
         return title.to_string();
     }
-    let mut short: String = title.chars().take(TITLE_CHARS - 1).collect();
+    let mut short: String = title.chars().take(chars - 1).collect();
     short.truncate(short.trim_end().len());
     short.push('\u{2026}');
     short

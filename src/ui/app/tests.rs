@@ -327,7 +327,7 @@ fn a_download_that_lost_its_connection_says_it_is_reconnecting() {
 }
 
 #[test]
-fn a_long_title_does_not_widen_the_list_and_rename_is_a_button() {
+fn a_long_title_or_a_folder_does_not_widen_the_list_and_rename_is_a_button() {
     let (mut harness, engine, _dir) = window();
     harness.state_mut().execute(Action::Send("Hello".into()));
     let request = engine.generate_request();
@@ -344,6 +344,15 @@ fn a_long_title_does_not_widen_the_list_and_rename_is_a_button() {
     harness.step();
     let delete = harness.get_by_label("Delete conversation");
     assert!(delete.rect().right() < 280.0, "{:?}", delete.rect());
+    // Nor does a folder's indent.
+    let unfiled = delete.rect().right();
+    harness
+        .state_mut()
+        .execute(Action::MoveToFolder(0, Some("Work".into())));
+    harness.step();
+    harness.step();
+    let filed = harness.get_by_label("Delete conversation").rect().right();
+    assert!(filed <= unfiled + 0.5, "widened from {unfiled} to {filed}");
 
     harness.get_by_label("Rename conversation").click();
     harness.step();
