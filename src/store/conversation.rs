@@ -93,6 +93,11 @@ pub struct GenerationRecord {
     pub stats: Option<MessageStats>,
     #[serde(default)]
     pub tokens: Vec<StoredToken>,
+    /// How many of the reply's tokens were its thinking, counted as they came (see
+    /// [`crate::text::reasoning::is_thinking_token`]): `tokens` is kept only for the token
+    /// view, and the Thinking header counts them.
+    #[serde(default)]
+    pub thinking_tokens: usize,
     /// The oldest messages of the conversation this reply's prompt left out to fit the
     /// context (the system prompt never is): the model did not see them.
     #[serde(default)]
@@ -730,6 +735,7 @@ mod tests {
                 finish_reason: None,
                 stats: None,
                 tokens: Vec::new(),
+                thinking_tokens: 0,
             }),
             ..StoredMessage::new(Role::Assistant, "")
         });

@@ -179,6 +179,14 @@ pub fn split_reply(text: &str) -> (Option<String>, String) {
     (thinking, answer)
 }
 
+/// Whether the token that took a reply from `before` to `after` is part of its thinking: the
+/// reply opens with `<think>`, which was not closed before this token. Summed over a reply's
+/// tokens as they come, it gives what [`thinking_tokens`] gives from them all, less any
+/// white space written before `<think>`.
+pub fn is_thinking_token(before: &str, after: &str) -> bool {
+    !before.contains(THINK_CLOSE) && after.trim_start().starts_with(THINK_OPEN)
+}
+
 /// How many of a reply's tokens (their texts, in order) are its thinking: those up to the
 /// one that closes it, or all of them while it is open.
 pub fn thinking_tokens<'a>(texts: impl Iterator<Item = &'a str>) -> usize {
@@ -280,6 +288,33 @@ mod tests {
         assert_eq!(thinking_tokens(reply.into_iter()), 5);
         assert_eq!(thinking_tokens(reply[..3].iter().copied()), 3);
         assert_eq!(thinking_tokens(["Yes", "<think>"].into_iter()), 0);
+    }
+
+    #[test]
+    fn thinking_tokens_counted_as_they_come_agree_with_the_whole() {
+        let counted = |reply: &[&str]| {
+            let mut written = String::new();
+            let mut count = 0;
+            for token in reply {
+                let before = written.clone();
+                written.push_str(token);
+                count += usize::from(is_thinking_token(&before, &written));
+            }
+            count
+        };
+        for reply in [
+            &["<think>", "\n", "Hm", ".", "</think>", "\n\n", "Yes"][..],
+            &["<think>", "Hm", "</", "think>", "Yes", "</think>"],
+            &["<think>", "Still", " going"],
+            &["Yes", "<think>"],
+        ] {
+            assert_eq!(
+                counted(reply),
+                thinking_tokens(reply.iter().copied()),
+                "{reply:?}"
+            );
+        }
+        assert_eq!(counted(&["\n", "<think>", "Hm", "</think>"]), 3);
     }
 
     #[test]

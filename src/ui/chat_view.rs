@@ -351,7 +351,11 @@ fn reply(
     let (thinking, answer) = split_reply(&message.content);
     if let Some(thinking) = thinking {
         let still_thinking = streaming && !message.content.contains(THINK_CLOSE);
-        let tokens = thinking_tokens(message.tokens().iter().map(|token| token.text.as_str()));
+        // Counted as the reply came; a chat saved before that was counted holds its tokens.
+        let tokens = match message.generation.as_ref() {
+            Some(record) if record.thinking_tokens > 0 => record.thinking_tokens,
+            _ => thinking_tokens(message.tokens().iter().map(|token| token.text.as_str())),
+        };
         let title = if still_thinking {
             format!("Thinking\u{2026} {tokens} tokens")
         } else {
@@ -601,6 +605,7 @@ mod tests {
             finish_reason: None,
             stats: None,
             tokens: Vec::new(),
+            thinking_tokens: 0,
             left_out,
         });
         message

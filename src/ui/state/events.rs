@@ -6,6 +6,7 @@ use super::{AppState, HISTORY_WINDOW, ModelStatus, StatsSample, model};
 use crate::engine::{EngineError, Event, LiveStats, RequestId};
 use crate::generation::{FinishReason, PromptProgress};
 use crate::store::{MessageStats, StoredMessage, StoredToken};
+use crate::text::reasoning::is_thinking_token;
 
 impl AppState {
     /// Takes in everything the engine reported since the last call. Never blocks.
@@ -150,8 +151,11 @@ impl AppState {
                     let spelled = message.generation.as_ref().is_some_and(|record| {
                         record.tokens.is_empty() == message.content.is_empty()
                     });
+                    let before = message.content.len();
                     message.content.push_str(&token.text);
+                    let thinking = is_thinking_token(&message.content[..before], &message.content);
                     if let Some(record) = &mut message.generation {
+                        record.thinking_tokens += usize::from(thinking);
                         if keep_tokens && spelled {
                             record.tokens.push(StoredToken {
                                 text: token.text,

@@ -173,6 +173,7 @@ impl AppState {
             finish_reason: None,
             stats: None,
             tokens: Vec::new(),
+            thinking_tokens: 0,
             left_out: 0,
         };
         match reply {

@@ -225,6 +225,26 @@ fn token_alternatives_are_saved_only_for_the_token_view() {
 }
 
 #[test]
+fn a_reasoning_reply_counts_its_thinking_without_the_token_view() {
+    let mut f = Fixture::ready();
+    let request = f.send("Is 7 prime?");
+    let reply = [
+        "<think>", "\n", "No", " divisor", ".", "\n", "</think>", "\n\n", "Yes.",
+    ];
+    f.reply(request.id, &reply, FinishReason::StopToken);
+    let record = f
+        .saved()
+        .messages
+        .last()
+        .unwrap()
+        .generation
+        .clone()
+        .unwrap();
+    assert!(record.tokens.is_empty(), "the token view is off");
+    assert_eq!(record.thinking_tokens, 7, "saved with the chat");
+}
+
+#[test]
 fn stop_sets_the_stopper_and_a_stopped_reply_keeps_its_text() {
     let mut f = Fixture::ready();
     let request = f.send("Tell me a story");
