@@ -3,11 +3,16 @@
 # SmolLM2-135M-Instruct GGUF file (fetched by .ci/setup). It starts with no settings (the
 # first-run screen), types a path that does not exist, loads the model by its path, has three
 # chats (one message with Shift+Enter, one reply stopped then continued, one regenerated and
-# switched back to its first reply), finds a chat by a word with Ctrl+K, searches the hub (a
-# stand-in on loopback) from the model library and starts a download from it, opens a model
-# in LM Studio's folder from it with the keyboard, quits with Ctrl+Q, and checks the saved
-# conversations and the unfinished download.
-# It then reopens the window to take screenshots at 800x600 and 1920x1080, dark and light.
+# switched back to its first reply), finds a chat by a word with Ctrl+K, forks the third
+# chat, deletes the second (to the trash), files the first in a folder named from its menu
+# and drags the fork into it, searches the hub (a stand-in on loopback) from the model library
+# and starts a download from it, opens a model in LM Studio's folder from it with the
+# keyboard, quits with Ctrl+Q, and checks the saved conversations, the trash and the
+# unfinished download.
+# It then reopens the window at 800x600 and 1920x1080, dark and light, each time to take
+# screenshots of a chat, of a stored reply with code and a Thinking section (opened at
+# 800x600), and of the trash;
+# the last time it restores the deleted chat, and checks that it is back.
 # Usage: .ci/walkthrough.sh [path/to/smolchat] [output folder]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -121,6 +126,34 @@ say "capital"
 sleep 1
 shot search-800x600-dark
 key Escape
+# Fork the third chat at its question (the reply's length varies, moving its buttons): a new
+# chat with the conversation up to there, on top of the list.
+xdotool mousemove 780 117 click 1
+sleep 1
+# The second chat, now third in the list, goes to the trash by its x button.
+xdotool mousemove 247 179 click 1
+sleep 1
+# The first chat, moved down by "Undo delete" and "Trash (1)", into a folder named from its
+# menu: right-click, Move to folder, the field, a name, Enter.
+xdotool mousemove 93 239 click 3
+sleep 1
+xdotool mousemove 150 290
+sleep 1
+for x in 180 210 240 270 300 316; do xdotool mousemove "$x" 295; sleep 0.1; done
+xdotool click 1
+say "Geography"
+key Return
+# The folder is on top now, its chat under it; the fork, below, is dragged onto it.
+sleep 1
+xdotool mousemove 80 239
+sleep 0.3
+xdotool mousedown 1
+sleep 0.3
+for y in 235 225 215 205 195 185 180; do xdotool mousemove 80 "$y"; sleep 0.1; done
+sleep 0.3
+xdotool mouseup 1
+xdotool mousemove 600 400
+shot folders-800x600-dark
 # The model library from the keyboard: a model put in LM Studio's folder now shows when the
 # library opens (it looks again), its Open button has the keyboard, and Enter opens it.
 lm_studio="$HOME/.lmstudio/models/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
@@ -154,28 +187,62 @@ if kill -0 "$app_pid" 2>/dev/null; then echo "Ctrl+Q did not close the window" >
 
 python3 - "$SMOLCHAT_DATA_DIR/conversations" "$settings" "$SMOLCHAT_DATA_DIR/downloads.json" <<'PY'
 import json, pathlib, sys
-chats = [json.loads(p.read_text()) for p in pathlib.Path(sys.argv[1]).glob("*.json")]
-chats.sort(key=lambda c: c["created_unix_ms"])
-assert len(chats) == 3, f"{len(chats)} conversations"
-first, story, fruit = (c["messages"] for c in chats)
+folder = pathlib.Path(sys.argv[1])
+def chats(where):
+    found = {}
+    for path in where.glob("*.json"):
+        chat = json.loads(path.read_text().splitlines()[0])
+        found[chat["title"]] = chat
+    return found
+kept, trash = chats(folder), chats(folder / "trash")
+assert sorted(kept) == ["Name a fruit.", "Name a fruit. (fork)", "What is the capital of France?"], sorted(kept)
+assert list(trash) == ["Tell me a long story about a dragon."], list(trash)
+first = kept["What is the capital of France?"]["messages"]
+story = trash["Tell me a long story about a dragon."]["messages"]
+fruit = kept["Name a fruit."]["messages"]
+fork = kept["Name a fruit. (fork)"]
 assert [m["role"] for m in first] == ["user", "assistant"] * 2, first
 assert first[2]["content"] == "Say two words.\nThen stop.", first[2]["content"]
 assert len(story) == 2 and story[1]["generation"]["finish_reason"] != "stopped", story[1]
 assert len(story[1]["content"]) > 24, "the continued reply"
 # The token view is off: no reply keeps its tokens' alternatives.
-assert not any(m.get("generation", {}).get("tokens") for c in chats for m in c["messages"]), "tokens kept"
+everything = list(kept.values()) + list(trash.values())
+assert not any(m.get("generation", {}).get("tokens") for c in everything for m in c["messages"]), "tokens kept"
 reply = fruit[1]
 assert len(reply.get("other_variants", [])) == 1 and reply["variant"] == 0, reply
+assert fork["messages"] == fruit[:1], "the fork holds the conversation up to the question"
+folders = {title: chat.get("folder") for title, chat in kept.items()}
+assert folders == {"What is the capital of France?": "Geography", "Name a fruit. (fork)": "Geography", "Name a fruit.": None}, folders
 settings = json.loads(pathlib.Path(sys.argv[2]).read_text())
 assert settings["window_size"] == [800.0, 600.0], settings.get("window_size")
 opened = settings["model_folder"]
 assert opened.endswith("/.lmstudio/models/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q4_1.gguf"), opened
 downloads = json.loads(pathlib.Path(sys.argv[3]).read_text())["downloads"]
 assert downloads == [{"spec": "Qwen/Qwen3-1.7B-GGUF:Q4_K_M", "paused": False}], downloads
-print("walkthrough: 3 chats saved as expected; the library opened LM Studio's copy; Ctrl+Q kept the window size and the unfinished download")
+print("walkthrough: 3 chats saved as expected, one in the trash, two in a folder; the library opened LM Studio's copy; Ctrl+Q kept the window size and the unfinished download")
 PY
 
-# The same chats reopened, in each theme and size.
+# A reply as a reasoning model writes one, with code, stored beside the chats (SmolLM2 does not
+# think): the oldest chat, so the last in the list.
+python3 - "$SMOLCHAT_DATA_DIR/conversations" <<'PY'
+import json, pathlib, sys
+folder = pathlib.Path(sys.argv[1])
+fruit = next(c for c in (json.loads(p.read_text().splitlines()[0]) for p in folder.glob("*.json")) if c["title"] == "Name a fruit.")
+generation = dict(fruit["messages"][1]["generation"], finish_reason="stop_token", thinking_tokens=38)
+reply = {"role": "assistant", "generation": generation, "content": (
+    "<think>\nThe user wants a function that reverses a string. In Python, slicing with a step "
+    "of -1 walks a sequence backwards, so text[::-1] is the shortest way.\n</think>\n\n"
+    "Slicing does it in one step:\n\n```python\ndef reverse(text: str) -> str:\n"
+    "    return text[::-1]\n\nprint(reverse(\"smolchat\"))  # tahclloms\n```\n\n"
+    "A step of `-1` walks the string from its end to its start.")}
+chat = {"format_version": fruit["format_version"], "id": "walkthrough-code", "title": "Reverse a string",
+        "created_unix_ms": 1_700_000_000_000,
+        "messages": [{"role": "user", "content": "Write a Python function that reverses a string."}, reply]}
+(folder / "walkthrough-code.json").write_text(json.dumps(chat) + "\n")
+PY
+
+# The same chats reopened, in each theme and size; the trash's Restore button at 1920x1080.
+restore="1297 129"
 for theme in light dark; do
   for size in 800x600 1920x1080; do
     python3 - "$settings" "$theme" "$size" <<'PY'
@@ -190,7 +257,30 @@ PY
     start_app "${size%x*}" "${size#*x}"
     wait_loaded
     shot "chat-$size-$theme"
+    # The stored reply, last in the list, its Thinking section folded.
+    key ctrl+4
+    shot "code-$size-$theme"
+    if [ "$size" = 800x600 ]; then
+      # Its Thinking section opened.
+      xdotool mousemove 360 161 click 1
+      shot "thinking-$size-$theme"
+    fi
+    # The trash, from the list.
+    xdotool mousemove 45 108 click 1
+    shot "trash-$size-$theme"
+    if [ "$theme-$size" = dark-1920x1080 ]; then
+      xdotool mousemove $restore click 1
+      sleep 1
+    fi
     kill "$app_pid"
     wait "$app_pid" 2>/dev/null || true
   done
 done
+python3 - "$SMOLCHAT_DATA_DIR/conversations" <<'PY'
+import json, pathlib, sys
+folder = pathlib.Path(sys.argv[1])
+titles = sorted(json.loads(p.read_text().splitlines()[0])["title"] for p in folder.glob("*.json"))
+assert "Tell me a long story about a dragon." in titles, titles
+assert not list((folder / "trash").glob("*.json")), "the trash is empty"
+print("walkthrough: the deleted chat came back from the trash after three restarts")
+PY
