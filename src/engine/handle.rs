@@ -1,11 +1,12 @@
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{Receiver, Sender, unbounded};
 
 use super::protocol::{Command, Event, GenerateRequest, ModelInfo, Reply, RequestId};
+use super::shared::Shared;
 use super::worker::Worker;
 use crate::generation::ModelOptions;
 use crate::model_source::ModelSource;
@@ -27,35 +28,6 @@ impl Default for EngineOptions {
         Self {
             queue_limit: DEFAULT_QUEUE_LIMIT,
         }
-    }
-}
-
-/// What the worker publishes for every client to read without a round trip.
-#[derive(Debug)]
-pub(super) struct Shared {
-    pub(super) model: Mutex<Option<ModelInfo>>,
-    /// Generations waiting behind the running one.
-    pub(super) queued: AtomicUsize,
-    /// Tokens generated since the engine started, for every client together.
-    pub(super) generated_tokens: AtomicU64,
-    /// False once the worker has ended: nothing will answer any more.
-    pub(super) running: AtomicBool,
-    next_request: AtomicU64,
-}
-
-impl Shared {
-    fn new() -> Self {
-        Self {
-            model: Mutex::new(None),
-            queued: AtomicUsize::new(0),
-            generated_tokens: AtomicU64::new(0),
-            running: AtomicBool::new(true),
-            next_request: AtomicU64::new(1),
-        }
-    }
-
-    pub(super) fn set_model(&self, info: Option<ModelInfo>) {
-        *self.model.lock().unwrap_or_else(PoisonError::into_inner) = info;
     }
 }
 

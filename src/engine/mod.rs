@@ -5,6 +5,7 @@
 mod error;
 mod handle;
 mod protocol;
+mod shared;
 mod source;
 mod worker;
 

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 
 use super::error::EngineError;
-use super::handle::Shared;
 use super::protocol::{Command, Event, GenerateRequest, LiveStats, ModelInfo, Reply, RequestId};
+use super::shared::Shared;
 use crate::generation::{
     FinishReason, GenerationSession, GenerationStats, LoadedModel, MemoryPlan, ModelOptions,
     PromptFit, PromptProgress, Step,
