@@ -54,7 +54,7 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
             let in_folder = |index: &usize| conversations[*index].folder.is_some();
             let filed = order.iter().take_while(|index| in_folder(index)).count();
             for folder in state.folders() {
-                let header = egui::CollapsingHeader::new(format!("\u{1f4c1} {folder}"))
+                let header = egui::CollapsingHeader::new(format!("\u{1f5c0} {folder}"))
                     .id_salt(("folder", folder))
                     .default_open(true)
                     .show(ui, |ui| {
