@@ -242,9 +242,10 @@ const CHAT_NUMBER_KEYS: [Key; 9] = [
 ];
 
 /// Keys that belong to one widget rather than a command, for the shortcuts sheet.
-pub const WIDGET_KEYS: [(&str, &str); 6] = [
+pub const WIDGET_KEYS: [(&str, &str); 7] = [
     ("Enter", "Send the message"),
     ("Shift+Enter", "New line in the message"),
+    ("Up", "Edit your last message (from the empty message box)"),
     ("Ctrl+Enter", "Resend an edited message"),
     (
         "Ctrl+1 \u{2026} Ctrl+9",

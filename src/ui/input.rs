@@ -1,18 +1,28 @@
-//! The message box: Enter sends, Shift+Enter starts a new line; Send turns into Stop while a
-//! reply is being written.
+//! The message box: Enter sends, Shift+Enter starts a new line, Up in an empty box edits the
+//! last message sent (as in Slack and Discord); Send turns into Stop while a reply is being
+//! written.
 
-use egui::Key;
+use egui::{Key, Modifiers};
 
 use super::commands::{Action, UiCommand};
 use super::labels;
 use super::state::AppState;
 use super::view_state::ViewState;
+use crate::text::Role;
 
 pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: &mut Vec<Action>) {
     let id = egui::Id::unique("message_input");
     // Enter must be taken before the text box sees it, or it would insert a newline.
     let had_focus = ui.memory(|memory| memory.has_focus(id));
     let enter_pressed = had_focus && ui.input_mut(take_plain_enter);
+    // Taken before the box sees it, which would move its cursor.
+    if had_focus
+        && view.input.is_empty()
+        && !state.is_generating()
+        && ui.input_mut(|input| input.consume_key(Modifiers::NONE, Key::ArrowUp))
+    {
+        edit_last_message(state, view);
+    }
     super::chat_view::centered_column(ui, |ui| {
         ui.horizontal(|ui| show_row(ui, id, enter_pressed, state, view, actions))
     });
@@ -54,6 +64,15 @@ fn show_row(
         if send.clicked() || enter_pressed {
             actions.push(Action::Send(view.input.clone()));
         }
+    }
+}
+
+/// Opens the conversation's last user message in its edit box, with the keyboard there.
+fn edit_last_message(state: &AppState, view: &mut ViewState) {
+    let messages = &state.current().messages;
+    if let Some(index) = messages.iter().rposition(|m| m.role == Role::User) {
+        view.editing = Some((index, messages[index].content.clone()));
+        view.focus_edit = true;
     }
 }
 

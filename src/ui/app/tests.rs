@@ -124,6 +124,50 @@ fn esc_stops_the_reply_and_the_message_box_keeps_the_keyboard() {
     assert_eq!(harness.state().view().input, "next");
 }
 
+/// Editing a message took the mouse (its Edit button): Up in the empty message box opens the
+/// last message sent, with the keyboard in it, and Ctrl+Enter sends the edit.
+#[test]
+fn up_in_the_empty_message_box_edits_the_last_message() {
+    let (mut harness, engine, _dir) = window();
+    harness
+        .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
+        .focus();
+    harness.step();
+    type_message(&mut harness, "Name a colour.");
+    harness.key_press(Key::Enter);
+    harness.step();
+    let request = engine.generate_request();
+    engine.send(Event::Finished {
+        request: request.id,
+        reason: crate::generation::FinishReason::StopToken,
+        text: "Blue.".into(),
+        stats: crate::ui::scripted_engine::stats(1),
+    });
+    harness.step();
+    harness.key_press(Key::ArrowUp);
+    harness.step();
+    harness.step();
+    assert_eq!(
+        harness.state().view().editing,
+        Some((0, "Name a colour.".to_string()))
+    );
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::A);
+    harness.step();
+    harness
+        .get_by_role_and_label(A11y::MultilineTextInput, "Edit message")
+        .type_text("Name a bird.");
+    harness.step();
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Enter);
+    harness.step();
+    let resent = engine.generate_request();
+    assert_eq!(resent.messages, [ChatMessage::user("Name a bird.")]);
+    assert_eq!(
+        harness.state().view().input,
+        "",
+        "the message box stays empty"
+    );
+}
+
 #[test]
 fn a_narrow_window_gives_the_chat_room_and_chats_swaps_the_panels() {
     let (mut harness, _engine, _dir) = window_of_size([800.0, 600.0]);
