@@ -47,6 +47,35 @@ fn draw_sparingly(ctx: &egui::Context) {
     ctx.all_styles_mut(|style| style.visuals.text_cursor.blink = false);
 }
 
+/// Under software OpenGL, a mouse wheel's notch scrolls at once instead of over the next
+/// frames. egui eases a notch (40 points) until it is within a point of its end, which takes
+/// as many frames as fit in about 0.1 s: the cheaper a frame, the more of them, so on llvmpipe
+/// a 500-message chat took more CPU per notch once its frames got cheaper. A trackpad's gesture
+/// is not eased, so each notch is given as the start of one; egui ends it by its timer, as it
+/// does for platforms that send no end.
+fn wheel_without_easing(raw_input: &mut egui::RawInput) {
+    let events = std::mem::take(&mut raw_input.events);
+    for event in events {
+        if let egui::Event::MouseWheel {
+            unit: unit @ (egui::MouseWheelUnit::Line | egui::MouseWheelUnit::Page),
+            phase: egui::TouchPhase::Move,
+            source,
+            modifiers,
+            ..
+        } = event
+        {
+            raw_input.events.push(egui::Event::MouseWheel {
+                unit,
+                delta: egui::Vec2::ZERO,
+                phase: egui::TouchPhase::Start,
+                source,
+                modifiers,
+            });
+        }
+        raw_input.events.push(event);
+    }
+}
+
 /// Whether an OpenGL renderer's name is one of Mesa's software rasterizers.
 fn is_software_renderer(renderer: &str) -> bool {
     let renderer = renderer.to_lowercase();
@@ -62,6 +91,8 @@ const NARROW_WIDTH: f32 = 1000.0;
 pub struct SmolchatApp {
     state: AppState,
     view: ViewState,
+    /// Whether OpenGL draws on the CPU, where each frame is worth saving.
+    software_rendering: bool,
 }
 
 impl SmolchatApp {
@@ -77,7 +108,20 @@ impl SmolchatApp {
             focus_input: true,
             ..ViewState::default()
         };
-        Self { state, view }
+        Self {
+            state,
+            view,
+            software_rendering: false,
+        }
+    }
+
+    /// The window as it runs where OpenGL draws on the CPU: fewer frames.
+    fn drawn_in_software(self, ctx: &egui::Context) -> Self {
+        draw_sparingly(ctx);
+        Self {
+            software_rendering: true,
+            ..self
+        }
     }
 
     pub fn state(&self) -> &AppState {
@@ -274,6 +318,12 @@ impl SmolchatApp {
 impl eframe::App for SmolchatApp {
     fn ui(&mut self, ui: &mut egui::Ui, _frame: &mut eframe::Frame) {
         self.show(ui);
+    }
+
+    fn raw_input_hook(&mut self, _ctx: &egui::Context, raw_input: &mut egui::RawInput) {
+        if self.software_rendering {
+            wheel_without_easing(raw_input);
+        }
     }
 
     fn on_exit(&mut self, _gl: Option<&eframe::glow::Context>) {
@@ -495,16 +545,18 @@ pub fn run(paths: Paths) -> Result<(), String> {
             cc.egui_ctx.set_fonts(super::fonts::with_system_fallbacks());
             super::theme::apply(&cc.egui_ctx);
             let ctx = cc.egui_ctx.clone();
-            let interval = match renders_in_software(cc.gl.as_deref()) {
-                true => {
-                    draw_sparingly(&cc.egui_ctx);
-                    SOFTWARE_FRAME_INTERVAL
-                }
+            let software = renders_in_software(cc.gl.as_deref());
+            let interval = match software {
+                true => SOFTWARE_FRAME_INTERVAL,
                 false => FRAME_INTERVAL,
             };
             let engine = EngineHandle::spawn(move || ctx.request_repaint_after(interval))
                 .map_err(|err| format!("cannot start the inference thread: {err}"))?;
-            Ok(Box::new(SmolchatApp::new(AppState::new(paths, engine))))
+            let app = SmolchatApp::new(AppState::new(paths, engine));
+            Ok(Box::new(match software {
+                true => app.drawn_in_software(&cc.egui_ctx),
+                false => app,
+            }))
         }),
     )
     .map_err(|err| format!("cannot open the window: {err}"))

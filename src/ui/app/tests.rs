@@ -464,6 +464,36 @@ fn drawn_sparingly_a_focused_text_field_asks_for_no_frames() {
     assert_eq!(next_frame_after(true), std::time::Duration::MAX);
 }
 
+/// Under software rendering a wheel's notch scrolls in the frame it arrives; egui's easing
+/// spread it over about 7 frames of a long chat.
+#[test]
+fn in_software_a_wheel_notch_scrolls_in_one_frame() {
+    let first_frame_scroll = |software: bool| {
+        let ctx = egui::Context::default();
+        let mut input = egui::RawInput::default();
+        input.events.push(egui::Event::MouseWheel {
+            unit: egui::MouseWheelUnit::Line,
+            delta: egui::vec2(0.0, -1.0),
+            phase: egui::TouchPhase::Move,
+            source: egui::MouseWheelSource::Wheel,
+            modifiers: Modifiers::NONE,
+        });
+        if software {
+            super::wheel_without_easing(&mut input);
+        }
+        let mut scrolled = 0.0;
+        let mut output = ctx.run_ui(input, |ui| scrolled = ui.input(|i| i.smooth_scroll_delta.y));
+        output.textures_delta.clear();
+        scrolled
+    };
+    let notch = egui::InputOptions::default().line_scroll_speed;
+    assert!(
+        first_frame_scroll(false) > -notch * 0.9,
+        "egui eases a notch"
+    );
+    assert_eq!(first_frame_scroll(true), -notch);
+}
+
 /// Ctrl+K gives the keyboard to the list's search box; what is typed there lists the chats
 /// that hold it, with the words around it, and a click opens one and ends the search.
 #[test]
