@@ -476,28 +476,38 @@ fn command_menu_item(
 /// Every shortcut on one sheet (F1): the commands' own, then the keys that belong to a
 /// widget.
 fn shortcuts_sheet(ctx: &egui::Context, open: &mut bool) {
+    let mut rows: Vec<(String, &str)> = UiCommand::iter()
+        .filter_map(|command| {
+            let shortcut = command.shortcut()?;
+            Some((ctx.format_shortcut(&shortcut), command.label()))
+        })
+        .collect();
+    rows.extend(
+        WIDGET_KEYS
+            .iter()
+            .map(|&(keys, what)| (keys.to_string(), what)),
+    );
+    // Two columns, so that the whole sheet fits a window of 800x600.
+    let (left, right) = rows.split_at(rows.len().div_ceil(2));
     egui::Window::new(UiCommand::ShowShortcuts.label())
         .open(open)
         .collapsible(false)
         .resizable(false)
         .show(ctx, |ui| {
-            egui::Grid::new("shortcuts")
-                .num_columns(2)
-                .striped(true)
-                .show(ui, |ui| {
-                    for command in UiCommand::iter() {
-                        if let Some(shortcut) = command.shortcut() {
-                            ui.monospace(ctx.format_shortcut(&shortcut));
-                            ui.label(command.label());
-                            ui.end_row();
-                        }
-                    }
-                    for (keys, what) in WIDGET_KEYS {
-                        ui.monospace(keys);
-                        ui.label(what);
-                        ui.end_row();
-                    }
-                });
+            ui.horizontal_top(|ui| {
+                for (half, rows) in [left, right].into_iter().enumerate() {
+                    egui::Grid::new(("shortcuts", half))
+                        .num_columns(2)
+                        .striped(true)
+                        .show(ui, |ui| {
+                            for (keys, what) in rows {
+                                ui.monospace(keys);
+                                ui.label(*what);
+                                ui.end_row();
+                            }
+                        });
+                }
+            });
         });
 }
 

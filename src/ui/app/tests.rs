@@ -464,6 +464,26 @@ fn drawn_sparingly_a_focused_text_field_asks_for_no_frames() {
     assert_eq!(next_frame_after(true), std::time::Duration::MAX);
 }
 
+/// The shortcuts sheet ran past the bottom of an 800x600 window, its last rows out of reach.
+#[test]
+fn the_shortcuts_sheet_fits_a_small_window() {
+    let (mut harness, _engine, _dir) = window_of_size([800.0, 600.0]);
+    harness.key_press(Key::F1);
+    harness.step();
+    harness.step();
+    for (_, what) in crate::ui::commands::WIDGET_KEYS {
+        let row = harness.get_by_label(what).rect();
+        assert!(
+            row.bottom() <= 600.0 && row.right() <= 800.0,
+            "{what}: {row:?}"
+        );
+    }
+    let first = harness
+        .get_by_label(UiCommand::RegenerateLast.label())
+        .rect();
+    assert!(first.top() >= 0.0, "{first:?}");
+}
+
 /// Under software rendering a wheel's notch scrolls in the frame it arrives; egui's easing
 /// spread it over about 7 frames of a long chat.
 #[test]
