@@ -5,10 +5,11 @@
 # chats (one message with Shift+Enter, one reply stopped then continued, one regenerated and
 # switched back to its first reply), finds a chat by a word with Ctrl+K, forks the third
 # chat, deletes the second (to the trash), files the first in a folder named from its menu
-# and drags the fork into it, searches the hub (a stand-in on loopback) from the model library
-# and starts a download from it, opens a model in LM Studio's folder from it with the
-# keyboard, quits with Ctrl+Q, and checks the saved conversations, the trash and the
-# unfinished download.
+# and drags the fork into it, saves a system prompt as a preset and picks it in a new chat,
+# holds one chat from the keyboard alone (send, Up to edit, Ctrl+Enter, F2, F1), searches
+# the hub (a stand-in on loopback) from the model library and starts a download from it,
+# opens a model in LM Studio's folder from it with the keyboard, quits with Ctrl+Q, and
+# checks the saved conversations, the presets, the trash and the unfinished download.
 # It then reopens the window at 800x600 and 1920x1080, dark and light, each time to take
 # screenshots of a chat, of a stored reply with code and a Thinking section (opened at
 # 800x600), and of the trash;
@@ -154,6 +155,44 @@ sleep 0.3
 xdotool mouseup 1
 xdotool mousemove 600 400
 shot folders-800x600-dark
+# A system-prompt preset: the fork's system prompt (the folded line at the top of the chat),
+# written and saved under a name; then a new chat picks it from the Presets list (its prompt
+# section stays open) and is answered under it.
+xdotool mousemove 350 48 click 1
+sleep 1
+xdotool mousemove 500 110 click 1
+say "Answer in one short sentence."
+xdotool mousemove 345 148 click 1
+say "Brief"
+key Return
+key ctrl+n
+xdotool mousemove 335 148 click 1
+sleep 1
+xdotool mousemove 320 181 click 1
+sleep 1
+shot presets-800x600-dark
+key ctrl+l
+say "Name a planet."
+start Return
+wait_reply
+# A chat held from the keyboard alone, no mouse event from here to the library: a message,
+# Up to edit it, Ctrl+Enter to resend, F2 to rename the chat, F1 for the shortcuts sheet.
+key ctrl+n
+say "Name a colour."
+start Return
+wait_reply
+key Up
+key ctrl+a
+say "Name a bird."
+start ctrl+Return
+wait_reply
+key F2
+key ctrl+a
+say "Birds"
+key Return
+key F1
+shot shortcuts-800x600-dark
+key Escape
 # The model library from the keyboard: a model put in LM Studio's folder now shows when the
 # library opens (it looks again), its Open button has the keyboard, and Enter opens it.
 lm_studio="$HOME/.lmstudio/models/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
@@ -195,7 +234,7 @@ def chats(where):
         found[chat["title"]] = chat
     return found
 kept, trash = chats(folder), chats(folder / "trash")
-assert sorted(kept) == ["Name a fruit.", "Name a fruit. (fork)", "What is the capital of France?"], sorted(kept)
+assert sorted(kept) == ["Birds", "Name a fruit.", "Name a fruit. (fork)", "Name a planet.", "What is the capital of France?"], sorted(kept)
 assert list(trash) == ["Tell me a long story about a dragon."], list(trash)
 first = kept["What is the capital of France?"]["messages"]
 story = trash["Tell me a long story about a dragon."]["messages"]
@@ -212,14 +251,25 @@ reply = fruit[1]
 assert len(reply.get("other_variants", [])) == 1 and reply["variant"] == 0, reply
 assert fork["messages"] == fruit[:1], "the fork holds the conversation up to the question"
 folders = {title: chat.get("folder") for title, chat in kept.items()}
-assert folders == {"What is the capital of France?": "Geography", "Name a fruit. (fork)": "Geography", "Name a fruit.": None}, folders
+assert folders == {"What is the capital of France?": "Geography", "Name a fruit. (fork)": "Geography", "Name a fruit.": None, "Name a planet.": None, "Birds": None}, folders
 settings = json.loads(pathlib.Path(sys.argv[2]).read_text())
+brief = "Answer in one short sentence."
+assert settings["prompt_presets"] == [{"name": "Brief", "text": brief}], settings["prompt_presets"]
+planet = kept["Name a planet."]
+assert fork["system_prompt"] == brief and planet["system_prompt"] == brief, (fork.get("system_prompt"), planet.get("system_prompt"))
+assert [m["role"] for m in planet["messages"]] == ["user", "assistant"] and planet["messages"][1]["content"], planet["messages"]
+birds = kept["Birds"]["messages"]
+assert [m["role"] for m in birds] == ["user", "assistant"] and birds[1]["content"], birds
+asked = birds[0]
+assert asked["content"] == "Name a bird." and asked["variant"] == 1, asked
+earlier = asked["other_variants"]
+assert [v["content"] for v in earlier] == ["Name a colour."] and earlier[0]["following"][0]["role"] == "assistant", earlier
 assert settings["window_size"] == [800.0, 600.0], settings.get("window_size")
 opened = settings["model_folder"]
 assert opened.endswith("/.lmstudio/models/HuggingFaceTB/SmolLM2-135M-Instruct-GGUF/smollm2-135m-instruct-q4_1.gguf"), opened
 downloads = json.loads(pathlib.Path(sys.argv[3]).read_text())["downloads"]
 assert downloads == [{"spec": "Qwen/Qwen3-1.7B-GGUF:Q4_K_M", "paused": False}], downloads
-print("walkthrough: 3 chats saved as expected, one in the trash, two in a folder; the library opened LM Studio's copy; Ctrl+Q kept the window size and the unfinished download")
+print("walkthrough: 5 chats saved as expected, one in the trash, two in a folder, two under a preset, one edited and renamed from the keyboard; the library opened LM Studio's copy; Ctrl+Q kept the window size and the unfinished download")
 PY
 
 # A reply as a reasoning model writes one, with code, stored beside the chats (SmolLM2 does not
@@ -258,7 +308,7 @@ PY
     wait_loaded
     shot "chat-$size-$theme"
     # The stored reply, last in the list, its Thinking section folded.
-    key ctrl+4
+    key ctrl+6
     shot "code-$size-$theme"
     if [ "$size" = 800x600 ]; then
       # Its Thinking section opened.
