@@ -11,8 +11,8 @@
 # opens a model in LM Studio's folder from it with the keyboard, quits with Ctrl+Q, and
 # checks the saved conversations, the presets, the trash and the unfinished download.
 # It then reopens the window at 800x600 and 1920x1080, dark and light, each time to take
-# screenshots of a chat, of a stored reply with code and a Thinking section (opened at
-# 800x600), and of the trash;
+# screenshots of a chat, of a stored reply with code and a Thinking section (folded, then
+# opened), of a search and of the trash;
 # the last time it restores the deleted chat, and checks that it is back.
 # Usage: .ci/walkthrough.sh [path/to/smolchat] [output folder]
 set -euo pipefail
@@ -310,11 +310,15 @@ PY
     # The stored reply, last in the list, its Thinking section folded.
     key ctrl+6
     shot "code-$size-$theme"
-    if [ "$size" = 800x600 ]; then
-      # Its Thinking section opened.
-      xdotool mousemove 360 161 click 1
-      shot "thinking-$size-$theme"
-    fi
+    # Its Thinking section opened (the header is centred with the column).
+    case "$size" in 800x600) thinking_x=360 ;; *) thinking_x=818 ;; esac
+    xdotool mousemove "$thinking_x" 161 click 1
+    shot "thinking-$size-$theme"
+    # A search across the chats, ended by Esc.
+    key ctrl+k
+    say "capital"
+    shot "search-$size-$theme"
+    key Escape
     # The trash, from the list.
     xdotool mousemove 45 108 click 1
     shot "trash-$size-$theme"
