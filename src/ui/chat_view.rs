@@ -453,22 +453,47 @@ fn variant_switcher(ui: &mut egui::Ui, turn: &Turn, actions: &mut Vec<Action>) {
         }
     };
     let previous = hint(UiCommand::PreviousReply, "Previous version");
-    if ui
-        .add_enabled(shown > 0, egui::Button::new("\u{2039}").small())
-        .on_hover_text(previous)
-        .clicked()
-    {
-        actions.push(Action::ShowVariant(index, shown - 1));
-    }
-    ui.label(format!("{}/{count}", shown + 1));
     let next = hint(UiCommand::NextReply, "Next version");
-    if ui
-        .add_enabled(shown + 1 < count, egui::Button::new("\u{203a}").small())
-        .on_hover_text(next)
-        .clicked()
-    {
-        actions.push(Action::ShowVariant(index, shown + 1));
+    // Under a user's message the row is laid out right to left: added last first, the
+    // switcher still reads "‹ 2/3 ›".
+    let mut parts = [Part::Previous, Part::Count, Part::Next];
+    if ui.layout().prefer_right_to_left() {
+        parts.reverse();
     }
+    for part in parts {
+        match part {
+            Part::Previous => {
+                let button = egui::Button::new("\u{2039}").small();
+                if ui
+                    .add_enabled(shown > 0, button)
+                    .on_hover_text(&previous)
+                    .clicked()
+                {
+                    actions.push(Action::ShowVariant(index, shown - 1));
+                }
+            }
+            Part::Count => {
+                ui.label(format!("{}/{count}", shown + 1));
+            }
+            Part::Next => {
+                let button = egui::Button::new("\u{203a}").small();
+                if ui
+                    .add_enabled(shown + 1 < count, button)
+                    .on_hover_text(&next)
+                    .clicked()
+                {
+                    actions.push(Action::ShowVariant(index, shown + 1));
+                }
+            }
+        }
+    }
+}
+
+/// The pieces of the variant switcher, in reading order.
+enum Part {
+    Previous,
+    Count,
+    Next,
 }
 
 fn last_reply_actions(ui: &mut egui::Ui, message: &StoredMessage, actions: &mut Vec<Action>) {

@@ -464,6 +464,38 @@ fn drawn_sparingly_a_focused_text_field_asks_for_no_frames() {
     assert_eq!(next_frame_after(true), std::time::Duration::MAX);
 }
 
+/// Under a user's message, laid out right to left, the switcher read "› 2/2 ‹".
+#[test]
+fn an_edited_messages_switcher_reads_left_to_right() {
+    let (mut harness, engine, _dir) = window();
+    let answer = |harness: &mut Harness<'static, SmolchatApp>, text: &str| {
+        let request = engine.generate_request();
+        engine.send(Event::Finished {
+            request: request.id,
+            reason: crate::generation::FinishReason::StopToken,
+            text: text.into(),
+            stats: crate::ui::scripted_engine::stats(1),
+        });
+        harness.step();
+    };
+    harness
+        .state_mut()
+        .execute(Action::Send("Name a colour.".into()));
+    answer(&mut harness, "Blue.");
+    harness
+        .state_mut()
+        .execute(Action::EditAndResend(0, "Name a bird.".into()));
+    answer(&mut harness, "A robin.");
+    harness.step();
+    let previous = harness.get_by_label("\u{2039}").rect();
+    let count = harness.get_by_label("2/2").rect();
+    let next = harness.get_by_label("\u{203a}").rect();
+    assert!(
+        previous.right() <= count.left() && count.right() <= next.left(),
+        "{previous:?} {count:?} {next:?}"
+    );
+}
+
 /// The shortcuts sheet ran past the bottom of an 800x600 window, its last rows out of reach.
 #[test]
 fn the_shortcuts_sheet_fits_a_small_window() {
