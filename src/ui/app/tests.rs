@@ -76,6 +76,29 @@ fn type_message(harness: &mut Harness<'static, SmolchatApp>, text: &str) {
     harness.step();
 }
 
+/// Types `text` into the message box, which takes the keyboard first, and sends it with Enter.
+fn send_from_the_box(harness: &mut Harness<'static, SmolchatApp>, text: &str) {
+    harness
+        .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
+        .focus();
+    harness.step();
+    type_message(harness, text);
+    harness.key_press(Key::Enter);
+    harness.step();
+}
+
+/// Finishes the reply the engine was last asked for with `text`, and draws a frame.
+fn answer(harness: &mut Harness<'static, SmolchatApp>, engine: &ScriptedEngine, text: &str) {
+    let request = engine.generate_request();
+    engine.send(Event::Finished {
+        request: request.id,
+        reason: crate::generation::FinishReason::StopToken,
+        text: text.into(),
+        stats: crate::ui::scripted_engine::stats(1),
+    });
+    harness.step();
+}
+
 #[test]
 fn shift_enter_adds_a_line_and_enter_sends() {
     let (mut harness, engine, _dir) = window();
@@ -105,13 +128,7 @@ fn shift_enter_adds_a_line_and_enter_sends() {
 #[test]
 fn esc_stops_the_reply_and_the_message_box_keeps_the_keyboard() {
     let (mut harness, engine, _dir) = window();
-    harness
-        .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
-        .focus();
-    harness.step();
-    type_message(&mut harness, "Tell me a story");
-    harness.key_press(Key::Enter);
-    harness.step();
+    send_from_the_box(&mut harness, "Tell me a story");
     let request = engine.generate_request();
     harness.key_press(Key::Escape);
     harness.step();
@@ -129,21 +146,8 @@ fn esc_stops_the_reply_and_the_message_box_keeps_the_keyboard() {
 #[test]
 fn up_in_the_empty_message_box_edits_the_last_message() {
     let (mut harness, engine, _dir) = window();
-    harness
-        .get_by_role_and_label(A11y::MultilineTextInput, labels::MESSAGE_INPUT)
-        .focus();
-    harness.step();
-    type_message(&mut harness, "Name a colour.");
-    harness.key_press(Key::Enter);
-    harness.step();
-    let request = engine.generate_request();
-    engine.send(Event::Finished {
-        request: request.id,
-        reason: crate::generation::FinishReason::StopToken,
-        text: "Blue.".into(),
-        stats: crate::ui::scripted_engine::stats(1),
-    });
-    harness.step();
+    send_from_the_box(&mut harness, "Name a colour.");
+    answer(&mut harness, &engine, "Blue.");
     harness.key_press(Key::ArrowUp);
     harness.step();
     harness.step();
@@ -374,13 +378,7 @@ fn a_download_that_lost_its_connection_says_it_is_reconnecting() {
 fn a_long_title_or_a_folder_does_not_widen_the_list_and_rename_is_a_button() {
     let (mut harness, engine, _dir) = window();
     harness.state_mut().execute(Action::Send("Hello".into()));
-    let request = engine.generate_request();
-    engine.send(Event::Finished {
-        request: request.id,
-        reason: crate::generation::FinishReason::StopToken,
-        text: "Hi".into(),
-        stats: crate::ui::scripted_engine::stats(1),
-    });
+    answer(&mut harness, &engine, "Hi");
     harness
         .state_mut()
         .execute(Action::Rename(0, "word ".repeat(60)));
@@ -468,24 +466,14 @@ fn drawn_sparingly_a_focused_text_field_asks_for_no_frames() {
 #[test]
 fn an_edited_messages_switcher_reads_left_to_right() {
     let (mut harness, engine, _dir) = window();
-    let answer = |harness: &mut Harness<'static, SmolchatApp>, text: &str| {
-        let request = engine.generate_request();
-        engine.send(Event::Finished {
-            request: request.id,
-            reason: crate::generation::FinishReason::StopToken,
-            text: text.into(),
-            stats: crate::ui::scripted_engine::stats(1),
-        });
-        harness.step();
-    };
     harness
         .state_mut()
         .execute(Action::Send("Name a colour.".into()));
-    answer(&mut harness, "Blue.");
+    answer(&mut harness, &engine, "Blue.");
     harness
         .state_mut()
         .execute(Action::EditAndResend(0, "Name a bird.".into()));
-    answer(&mut harness, "A robin.");
+    answer(&mut harness, &engine, "A robin.");
     harness.step();
     let previous = harness.get_by_label("\u{2039}").rect();
     let count = harness.get_by_label("2/2").rect();
@@ -598,20 +586,13 @@ fn ctrl_k_finds_a_chat_by_its_words_and_a_click_opens_it() {
 
 /// Two answered chats, "Capital of France?" and "A haiku", the second the current one.
 fn two_chats(harness: &mut Harness<'static, SmolchatApp>, engine: &ScriptedEngine) {
-    for (asked, answer) in [
+    for (asked, answered) in [
         ("Capital of France?", "Paris is the capital."),
         ("A haiku", "Rain falls"),
     ] {
         harness.state_mut().execute(UiCommand::NewConversation);
         harness.state_mut().execute(Action::Send(asked.into()));
-        let request = engine.generate_request();
-        engine.send(Event::Finished {
-            request: request.id,
-            reason: crate::generation::FinishReason::StopToken,
-            text: answer.into(),
-            stats: crate::ui::scripted_engine::stats(1),
-        });
-        harness.step();
+        answer(harness, engine, answered);
     }
 }
 
