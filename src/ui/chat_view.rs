@@ -594,6 +594,11 @@ fn generation_details(ui: &mut egui::Ui, record: &GenerationRecord) {
 }
 
 pub fn stats_line(stats: &MessageStats) -> String {
+    stats_figures(stats).join(" \u{b7} ")
+}
+
+/// The figures of [`stats_line`], apart: the status bar keeps each on one line.
+pub fn stats_figures(stats: &MessageStats) -> Vec<String> {
     let rate = |value: Option<f64>| value.map_or("\u{2013}".to_string(), |v| format!("{v:.1}"));
     // With the conversation in the cache only the new turn is prefilled; one token is not a
     // prefill speed worth showing.
@@ -602,14 +607,13 @@ pub fn stats_line(stats: &MessageStats) -> String {
         (speed, 0) => format!("prefill {} tok/s", rate(speed)),
         (speed, reused) => format!("prefill {} tok/s ({reused} cached)", rate(speed)),
     };
-    format!(
-        "TTFT {:.0} ms \u{b7} {prefill} \u{b7} decode {} tok/s \u{b7} {} tokens \u{b7} context {}/{}",
-        stats.time_to_first_token_ms,
-        rate(stats.decode_tokens_per_second),
-        stats.generated_tokens,
-        stats.context_used,
-        stats.context_limit
-    )
+    vec![
+        format!("TTFT {:.0} ms", stats.time_to_first_token_ms),
+        prefill,
+        format!("decode {} tok/s", rate(stats.decode_tokens_per_second)),
+        format!("{} tokens", stats.generated_tokens),
+        format!("context {}/{}", stats.context_used, stats.context_limit),
+    ]
 }
 
 #[cfg(test)]

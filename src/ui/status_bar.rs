@@ -61,12 +61,21 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
         if let Some(live) = state.live() {
             ui.separator();
             let stats = MessageStats::from_generation(&live.generation, live.resident_bytes);
-            ui.label(super::chat_view::stats_line(&stats));
+            // A figure apiece, each kept on one line: as one label, a narrow window broke the
+            // line inside a figure ("decode" at the end of a row, "1.2 tok/s" on the next).
+            let mut figures = super::chat_view::stats_figures(&stats);
             if let Some(bytes) = live.resident_bytes {
-                ui.label(format!("\u{b7} memory {:.0} MiB", memory::mib(bytes)));
+                figures.push(format!("memory {:.0} MiB", memory::mib(bytes)));
             }
             if let Some(bytes) = live.device_bytes {
-                ui.label(format!("\u{b7} GPU memory {:.0} MiB", memory::mib(bytes)));
+                figures.push(format!("GPU memory {:.0} MiB", memory::mib(bytes)));
+            }
+            for (index, figure) in figures.into_iter().enumerate() {
+                let text = match index {
+                    0 => figure,
+                    _ => format!("\u{b7} {figure}"),
+                };
+                ui.add(egui::Label::new(text).extend());
             }
         }
         if let ServerStatus::Serving(address) = state.server() {

@@ -484,6 +484,30 @@ fn an_edited_messages_switcher_reads_left_to_right() {
     );
 }
 
+/// In a narrow window the status bar broke its figures apart ("decode" at the end of a row,
+/// "1.2 tok/s" on the next): each figure is now a label of one line.
+#[test]
+fn the_status_bars_figures_each_stay_on_one_line() {
+    let (mut harness, engine, _dir) = window_of_size([560.0, 600.0]);
+    harness.state_mut().execute(Action::Send("Hello".into()));
+    answer(&mut harness, &engine, "Hi");
+    harness.step();
+    let live = crate::ui::scripted_engine::stats(1);
+    let stats = crate::store::MessageStats::from_generation(&live.generation, live.resident_bytes);
+    let one_line = harness.get_by_label("Charts").rect().height() * 1.5;
+    for (index, figure) in crate::ui::chat_view::stats_figures(&stats)
+        .iter()
+        .enumerate()
+    {
+        let label = match index {
+            0 => figure.clone(),
+            _ => format!("\u{b7} {figure}"),
+        };
+        let rect = harness.get_by_label(&label).rect();
+        assert!(rect.height() < one_line, "{label}: {rect:?}");
+    }
+}
+
 /// The shortcuts sheet ran past the bottom of an 800x600 window, its last rows out of reach.
 #[test]
 fn the_shortcuts_sheet_fits_a_small_window() {
