@@ -166,9 +166,9 @@ xdotool mousemove 345 148 click 1
 say "Brief"
 key Return
 key ctrl+n
-xdotool mousemove 335 148 click 1
+xdotool mousemove 390 148 click 1
 sleep 1
-xdotool mousemove 320 181 click 1
+xdotool mousemove 375 181 click 1
 sleep 1
 shot presets-800x600-dark
 key ctrl+l

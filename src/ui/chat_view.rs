@@ -259,6 +259,9 @@ fn action_button(ui: &mut egui::Ui, label: &str, hint: &str) -> bool {
         .clicked()
 }
 
+/// What the Presets list shows while the chat's prompt is none of them.
+const NO_PRESET: &str = "choose\u{2026}";
+
 /// The chat's system prompt, folded to one line at the top; edits apply from the next reply.
 fn system_prompt(
     ui: &mut egui::Ui,
@@ -297,8 +300,11 @@ fn system_prompt(
             ui.horizontal_wrapped(|ui| {
                 let presets = &state.settings().prompt_presets;
                 if !presets.is_empty() {
+                    // The preset this chat's prompt is, by name, as a picker shows its choice.
+                    let chosen = presets.iter().find(|preset| preset.text == current);
+                    let label = ui.label("Preset");
                     egui::ComboBox::from_id_salt("presets")
-                        .selected_text("Presets")
+                        .selected_text(chosen.map_or(NO_PRESET, |preset| preset.name.as_str()))
                         .show_ui(ui, |ui| {
                             for (index, preset) in presets.iter().enumerate() {
                                 ui.horizontal(|ui| {
@@ -318,7 +324,9 @@ fn system_prompt(
                                     }
                                 });
                             }
-                        });
+                        })
+                        .response
+                        .labelled_by(label.id);
                 }
                 let name = ui.add(
                     egui::TextEdit::singleline(&mut view.preset_name)

@@ -508,6 +508,38 @@ fn the_status_bars_figures_each_stay_on_one_line() {
     }
 }
 
+/// A chat's Presets list named no preset after one was picked: it now shows the one the
+/// chat's system prompt is.
+#[test]
+fn the_presets_list_shows_the_preset_a_chat_uses() {
+    let (mut harness, _engine, _dir) = window();
+    let brief = "Answer in one short sentence.";
+    harness
+        .state_mut()
+        .execute(Action::SetSystemPrompt(brief.into()));
+    harness
+        .state_mut()
+        .execute(Action::SavePreset("Brief".into()));
+    harness
+        .state_mut()
+        .execute(Action::SetSystemPrompt("Answer as a pirate.".into()));
+    harness.step();
+    harness.get_by_label_contains("System prompt:").click();
+    harness.run();
+    let shown =
+        |harness: &Harness<'static, SmolchatApp>| harness.get_by_role(A11y::ComboBox).value();
+    assert_eq!(shown(&harness).as_deref(), Some("choose\u{2026}"));
+    harness
+        .state_mut()
+        .execute(Action::SetSystemPrompt(brief.into()));
+    harness.run();
+    assert_eq!(
+        shown(&harness).as_deref(),
+        Some("Brief"),
+        "the list names the preset"
+    );
+}
+
 /// The shortcuts sheet ran past the bottom of an 800x600 window, its last rows out of reach.
 #[test]
 fn the_shortcuts_sheet_fits_a_small_window() {
