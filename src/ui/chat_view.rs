@@ -182,8 +182,7 @@ fn user_turn(ui: &mut egui::Ui, turn: &Turn, view: &mut ViewState, actions: &mut
                     actions.push(Action::Fork(turn.index));
                 }
                 if action_button(ui, "Edit", "Edit this message and send it again") {
-                    view.editing = Some((turn.index, message.content.clone()));
-                    view.focus_edit = true;
+                    view.start_editing(turn.index, &message.content);
                 }
                 if action_button(ui, "Copy", "Copy this message") {
                     ui.ctx().copy_text(message.content.clone());

@@ -71,8 +71,7 @@ fn show_row(
 fn edit_last_message(state: &AppState, view: &mut ViewState) {
     let messages = &state.current().messages;
     if let Some(index) = messages.iter().rposition(|m| m.role == Role::User) {
-        view.editing = Some((index, messages[index].content.clone()));
-        view.focus_edit = true;
+        view.start_editing(index, &messages[index].content);
     }
 }
 

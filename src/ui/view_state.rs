@@ -21,7 +21,8 @@ pub struct ViewState {
     pub focus_library: bool,
     /// Index and draft text of the user message being edited.
     pub editing: Option<(usize, String)>,
-    /// Set by Edit; the edit box takes focus on the next frame.
+    /// Set by Edit and by Up in the empty message box; the edit box takes focus on the next
+    /// frame.
     pub focus_edit: bool,
     /// Whether the keyboard shortcuts sheet is open.
     pub shortcuts_open: bool,
@@ -53,4 +54,13 @@ pub struct ViewState {
     pub dialog_requested: Option<Pick>,
     /// The dialog on screen, until the user answers it.
     pub dialog: Option<Dialog>,
+}
+
+impl ViewState {
+    /// Opens user message `index` in its edit box with `text`, the keyboard there from the
+    /// next frame: the Edit button's and Up's way in.
+    pub fn start_editing(&mut self, index: usize, text: &str) {
+        self.editing = Some((index, text.to_string()));
+        self.focus_edit = true;
+    }
 }
