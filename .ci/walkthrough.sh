@@ -42,33 +42,6 @@ settings="$SMOLCHAT_CONFIG_DIR/settings.json"
 
 source .ci/xvfb-window.sh
 
-# Waits until the newest conversation's last reply has finished (or, with "stopped", until
-# it has text to stop).
-wait_reply() {
-  for _ in $(seq 600); do
-    if python3 - "$SMOLCHAT_DATA_DIR/conversations" "${1:-finished}" <<'PY'
-import json, pathlib, sys
-files = sorted(pathlib.Path(sys.argv[1]).glob("*.json"), key=lambda p: p.stat().st_mtime)
-if not files:
-    sys.exit(1)
-# A snapshot line, then a line for each second of a reply streaming.
-lines = files[-1].read_text().splitlines()
-last = json.loads(lines[0])["messages"][-1]
-generation = last.get("generation") or {}
-if sys.argv[2] == "stopped":
-    sys.exit(0 if len(lines) > 1 or (last["role"] == "assistant" and last["content"]) else 1)
-if len(lines) > 1:
-    sys.exit(1)
-sys.exit(0 if generation.get("finish_reason") else 1)
-PY
-    then return; fi
-    sleep 0.5
-  done
-  import -window root "$out/no-reply.png"
-  echo "no reply within 5 minutes; the window then: $out/no-reply.png" >&2
-  exit 1
-}
-
 key() { xdotool key --clearmodifiers "$@"; sleep 0.5; }
 # A key that starts a reply: the conversation file shows it within a second or two.
 start() { key "$@"; sleep 2; }

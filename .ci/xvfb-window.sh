@@ -1,4 +1,4 @@
-# Sourced by .ci/walkthrough.sh and benches/window_speed.sh: the smolchat window on a virtual
+# Sourced by .ci/walkthrough.sh and the window's benches: the smolchat window on a virtual
 # X display. The caller sets `root` (a scratch folder) and `bin` (the smolchat binary).
 
 # Starts Xvfb at WIDTHxHEIGHT (stopping the one before) and points DISPLAY at it.
@@ -77,5 +77,37 @@ wait_loaded() {
     sleep 0.5
   done
   echo "the model did not load in 150 s" >&2
+  exit 1
+}
+
+# Waits until the newest conversation's last reply has finished (or, with "stopped", until
+# it has text to stop), read from the files in $SMOLCHAT_DATA_DIR. Where the caller sets `out`
+# (a folder), a reply that never comes leaves a screenshot there.
+wait_reply() {
+  for _ in $(seq 600); do
+    if python3 - "$SMOLCHAT_DATA_DIR/conversations" "${1:-finished}" <<'PY'
+import json, pathlib, sys
+files = sorted(pathlib.Path(sys.argv[1]).glob("*.json"), key=lambda p: p.stat().st_mtime)
+if not files:
+    sys.exit(1)
+# A snapshot line, then a line for each second of a reply streaming.
+lines = files[-1].read_text().splitlines()
+last = json.loads(lines[0])["messages"][-1]
+generation = last.get("generation") or {}
+if sys.argv[2] == "stopped":
+    sys.exit(0 if len(lines) > 1 or (last["role"] == "assistant" and last["content"]) else 1)
+if len(lines) > 1:
+    sys.exit(1)
+sys.exit(0 if generation.get("finish_reason") else 1)
+PY
+    then return; fi
+    sleep 0.5
+  done
+  if [ -n "${out:-}" ]; then
+    import -window root "$out/no-reply.png"
+    echo "no reply within 5 minutes; the window then: $out/no-reply.png" >&2
+  else
+    echo "no reply within 5 minutes" >&2
+  fi
   exit 1
 }

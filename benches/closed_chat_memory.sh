@@ -30,23 +30,6 @@ printf '{"model_folder": "%s", "max_new_tokens": 16}\n' "$model" >"$SMOLCHAT_CON
 
 rss_mib() { awk '/^VmRSS/ {printf "%.0f", $2 / 1024}' "/proc/$app_pid/status"; }
 
-# Waits until the newest conversation file holds a finished last reply, written in one line.
-wait_reply() {
-  for _ in $(seq 600); do
-    if python3 - "$conversations" <<'PY'
-import json, pathlib, sys
-files = sorted(pathlib.Path(sys.argv[1]).glob("*.json"), key=lambda p: p.stat().st_mtime)
-lines = files[-1].read_text().splitlines()
-last = json.loads(lines[0])["messages"][-1]
-sys.exit(0 if len(lines) == 1 and (last.get("generation") or {}).get("finish_reason") else 1)
-PY
-    then return; fi
-    sleep 0.5
-  done
-  echo "no reply within 5 minutes" >&2
-  exit 1
-}
-
 key() { xdotool key --clearmodifiers "$@"; sleep 0.5; }
 send() { key ctrl+l; xdotool type --delay 20 "$1"; key Return; sleep 2; wait_reply; sleep 2; }
 
