@@ -66,16 +66,13 @@ impl Mlp {
             let up = gate_up.narrow(1, self.intermediate, self.intermediate);
             (gate, up)
         };
-        match self.activation {
-            Activation::Silu => cpu::swiglu(&gate_up).unwrap_or_else(|| {
-                let (gate, up) = halves(gate_up);
-                silu(gate) * up
-            }),
-            Activation::GeluTanh => {
-                let (gate, up) = halves(gate_up);
-                gelu_tanh(gate) * up
+        cpu::gated(&gate_up, self.activation).unwrap_or_else(|| {
+            let (gate, up) = halves(gate_up);
+            match self.activation {
+                Activation::Silu => silu(gate) * up,
+                Activation::GeluTanh => gelu_tanh(gate) * up,
             }
-        }
+        })
     }
 }
 

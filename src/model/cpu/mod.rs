@@ -10,6 +10,7 @@
 
 mod attention_kernel;
 mod features;
+mod gated;
 mod host;
 mod math;
 mod matmul;
@@ -18,16 +19,15 @@ mod pool;
 mod projection;
 mod quantize;
 mod rms_norm;
-mod swiglu;
 mod threads;
 mod weights;
 
 pub use attention_kernel::{HeadLayout, self_attention};
+pub use gated::gated;
 pub use host::{is_host, reads_shared_weights_in_place};
 pub use projection::project;
 pub use quantize::quantize;
 pub use rms_norm::rms_norm;
-pub use swiglu::swiglu;
 pub use weights::{BlockFactors, IntegerValues, IntegerWeights, Weight};
 
 /// Deterministic values in [-1, 1) that differ for every index: the kernels' test inputs.
