@@ -2,23 +2,19 @@
 //! SmolLM3 with its unrotated layers, Phi-3 with its fused projections and LongRoPE, Gemma 3
 //! with its four norms a layer, GELU and sliding windows) against transformers' own float32 logits for tiny random
 //! checkpoints written by `tests/reference/families_reference.py`: on every backend, a prompt in
-//! one pass and token by token through the KV cache, from the Hugging Face folder and from a
-//! GGUF file holding the same weights under llama.cpp's names.
+//! one pass and token by token through the KV cache, from the Hugging Face folder and from the
+//! GGUF files llama.cpp's converter and quantizer make of it.
 
 use std::path::{Path, PathBuf};
 
 use burn::tensor::DType;
-use safetensors::SafeTensors;
 use smolchat::backend::BackendKind;
-use smolchat::gguf::{GgufConfig, GgufFile, qk_gguf_row};
-use smolchat::model::checkpoint::gguf::GgufCheckpoint;
-use smolchat::model::checkpoint::{LayerRole, TensorRole};
-use smolchat::model::{
-    Architecture, Llama, Logits, ModelConfig, ModelError, Precision, logits_to_vec,
-};
+use smolchat::generation::{LoadedModel, ModelOptions};
+use smolchat::gguf::{GgufConfig, GgufFile};
+use smolchat::model::{Architecture, Llama, Logits, ModelConfig, ModelError, logits_to_vec};
+use smolchat::text::ChatMessage;
 
 use crate::common::{self, assert_close, full_forward, greedy_ids, one_token_at_a_time};
-use crate::gguf::builder::{Builder, V};
 
 const FAMILIES: [&str; 7] = [
     "qwen2", "qwen3", "smollm3", "phi3", "gemma3", "phi4", "gemma3mm",
@@ -98,147 +94,97 @@ fn each_family_matches_transformers_on_every_backend() {
     }
 }
 
-/// The same weights as a GGUF file of the family's `general.architecture`, laid out as
-/// llama.cpp's converter lays them out (query and key rows reordered where it does so).
-fn gguf_of(dir: &Path) -> GgufFile {
-    let config = ModelConfig::from_file(&dir.join("config.json")).expect("config");
-    let family = config.family().expect("family");
-    let arch = family.architecture.gguf_name();
-    let bytes = std::fs::read(dir.join("model.safetensors")).expect("weights");
-    let weights = SafeTensors::deserialize(&bytes).expect("safetensors");
-    let key = |name: &str| format!("{arch}.{name}");
-    let count = |n: usize| V::U32(n as u32);
-    let tokens: Vec<String> = (0..config.vocab_size).map(|i| format!("t{i}")).collect();
-    let tokens: Vec<&str> = tokens.iter().map(String::as_str).collect();
-    let mut builder = Builder::default()
-        .kv("general.architecture", V::str(arch))
-        .kv(
-            &key("context_length"),
-            count(config.max_position_embeddings),
-        )
-        .kv(&key("embedding_length"), count(config.hidden_size))
-        .kv(&key("block_count"), count(config.num_hidden_layers))
-        .kv(&key("feed_forward_length"), count(config.intermediate_size))
-        .kv(
-            &key("attention.head_count"),
-            count(config.num_attention_heads),
-        )
-        .kv(
-            &key("attention.head_count_kv"),
-            count(config.num_kv_heads()),
-        )
-        .kv(&key("attention.key_length"), count(config.head_dim()))
-        .kv(&key("rope.dimension_count"), count(config.rotary_dim()))
-        .kv(&key("attention.value_length"), count(config.head_dim()))
-        .kv(&key("rope.freq_base"), V::F32(config.rope_theta as f32))
-        .kv(
-            &key("attention.layer_norm_rms_epsilon"),
-            V::F32(config.rms_norm_eps as f32),
-        )
-        .kv("tokenizer.ggml.tokens", V::strs(&tokens));
-    for role in TensorRole::all(&config, &family) {
-        let view = weights
-            .tensor(&role.safetensors_name())
-            .expect("tensor in the fixture");
-        let values: Vec<f32> = view
-            .data()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect();
-        let shape = view.shape().to_vec();
-        let mut stored = values.clone();
-        // Gemma's norms as llama.cpp's converter writes them: the factor `1 + w` itself.
-        if family.gemma_norms && is_norm(role) {
-            stored.iter_mut().for_each(|w| *w += 1.0);
-        }
-        let reordered = matches!(
-            role,
-            TensorRole::Layer(_, LayerRole::Query | LayerRole::Key)
-        );
-        if reordered && family.architecture.gguf_reorders_qk() {
-            let cols = shape[1];
-            for row in 0..shape[0] {
-                let at = qk_gguf_row(row, config.head_dim());
-                stored[at * cols..(at + 1) * cols]
-                    .copy_from_slice(&values[row * cols..(row + 1) * cols]);
-            }
-        }
-        let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
-        builder = builder.f32_tensor(&role.gguf_name(), &dims, &stored);
-    }
-    // Gemma 3's windows: the width, which layers slide (as a flag per layer: the fixture's
-    // three layers are not llama.cpp's default pattern of six), the sliding layers' base.
-    if let (Some(window), Some(layer_types)) = (config.sliding_window, &config.layer_types) {
-        let flags: Vec<bool> = layer_types
-            .iter()
-            .map(|kind| kind == "sliding_attention")
-            .collect();
-        let local_base = config.rope_local_base_freq.expect("a local base") as f32;
-        builder = builder
-            .kv(&key("attention.sliding_window"), count(window))
-            .kv(&key("attention.sliding_window_pattern"), V::bools(&flags))
-            .kv(&key("rope.freq_base_swa"), V::F32(local_base));
-    }
-    // LongRoPE as llama.cpp's converter writes it: the factors as tensors, the original
-    // context and the attention factor as metadata.
-    if let Some(scaling) = config
-        .rope_scaling
-        .as_ref()
-        .filter(|s| s["rope_type"] == "longrope")
-    {
-        let original = scaling["original_max_position_embeddings"]
-            .as_u64()
-            .expect("original context") as f64;
-        let scale = config.max_position_embeddings as f64 / original;
-        let attention_factor = (1.0 + scale.ln() / original.ln()).sqrt();
-        let factors = |key: &str| -> Vec<f32> {
-            let list = scaling[key].as_array().expect("factors");
-            list.iter()
-                .map(|v| v.as_f64().expect("a factor") as f32)
-                .collect()
-        };
-        let half = [config.rotary_dim() as u64 / 2];
-        builder = builder
-            .kv(
-                &key("rope.scaling.original_context_length"),
-                V::U32(original as u32),
-            )
-            .kv(
-                &key("rope.scaling.attn_factor"),
-                V::F32(attention_factor as f32),
-            )
-            .f32_tensor("rope_factors_long.weight", &half, &factors("long_factor"))
-            .f32_tensor("rope_factors_short.weight", &half, &factors("short_factor"));
-    }
-    GgufFile::from_bytes(format!("{}.gguf", arch), builder.build()).expect("a valid GGUF image")
+/// A file llama.cpp's own tools made of a family (`tests/reference/converted_families.py`):
+/// `F32` and `Q8_0` from the family's fixture folder, `Q4_K_M` from a checkpoint of the same
+/// family at hidden 256 (K types quantize rows of 256).
+fn converted(family: &str, kind: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/fixtures/converted/{family}/{kind}.gguf"))
 }
 
+/// The converted files' reference: transformers' logits and greedy ids for the weights each
+/// file holds, dequantized; the tiny tokenizer's ids for a text and the chat template's
+/// rendering of a conversation.
+fn converted_reference(family: &str) -> serde_json::Value {
+    let path = converted(family, "F32").with_file_name("reference.json");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+    serde_json::from_str(&text).expect("reference is JSON")
+}
+
+/// Log-probabilities of each row of `logits`, `vocab` wide.
+fn log_softmax_rows<T: Copy + Into<f64>>(logits: &[T], vocab: usize) -> Vec<f64> {
+    logits
+        .chunks_exact(vocab)
+        .flat_map(|row| {
+            let row: Vec<f64> = row.iter().map(|&v| v.into()).collect();
+            let max = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let log_sum = row.iter().map(|v| (v - max).exp()).sum::<f64>().ln() + max;
+            row.into_iter().map(move |v| v - log_sum)
+        })
+        .collect()
+}
+
+/// Every family as a user's GGUF file of it: written by llama.cpp's converter, quantized by
+/// `llama-quantize`, opened as the app opens a file (config, tokenizer and chat template from
+/// the metadata). On every backend the F32 file's logits are within the float32 tolerance of
+/// transformers' and the quantized files' log-probabilities within the genuine files' bound
+/// (0.01) of transformers' on the same weights dequantized; the greedy ids are transformers'.
 #[test]
-fn each_family_from_gguf_matches_transformers() {
+fn files_llama_cpp_made_match_transformers() {
+    let chat = [
+        ChatMessage::user("Hi there"),
+        ChatMessage::assistant("Hello."),
+        ChatMessage::user("Tell me a story."),
+    ];
     for family in GGUF_FAMILIES {
-        let dir = family_dir(family);
-        let reference = Reference::load(&dir);
-        let file = gguf_of(&dir);
-        let config = ModelConfig::from_gguf(&GgufConfig::from_gguf(&file).expect("metadata"))
-            .unwrap_or_else(|err| panic!("{family}: {err}"));
-        let folder = ModelConfig::from_file(&dir.join("config.json")).expect("config");
-        let architecture = config.architecture().expect("architecture");
-        assert_eq!(architecture, folder.architecture().expect("architecture"));
-        // Phi-4-mini's partial rotation, from `rope.dimension_count`.
-        assert_eq!(config.rotary_dim(), folder.rotary_dim(), "{family}");
-        let reordered = architecture.gguf_reorders_qk().then(|| config.head_dim());
-        let checkpoint = GgufCheckpoint::new(file, reordered);
-        let device = common::device(BackendKind::Flex);
-        let model =
-            Llama::from_checkpoint(config, &checkpoint, &device, Precision::F32, &mut |_| {})
-                .unwrap_or_else(|err| panic!("{family} from GGUF: {err}"));
-        let logits = full_forward(&model, &reference.input_ids);
-        let tolerance = common::logit_tolerance(BackendKind::Flex);
-        assert_close(
-            &logits,
-            &reference.logits,
-            tolerance,
-            &format!("{family} GGUF"),
+        let reference = converted_reference(family);
+        let input: Vec<u32> = serde_json::from_value(reference["input_ids"].clone()).expect("ids");
+        for kind in ["F32", "Q8_0", "Q4_K_M"] {
+            let expected: Vec<Vec<f64>> =
+                serde_json::from_value(reference[kind]["logits"].clone()).expect("logits");
+            let vocab = expected[0].len();
+            let expected: Vec<f64> = expected.concat();
+            let greedy: Vec<u32> =
+                serde_json::from_value(reference[kind]["greedy_ids"].clone()).expect("ids");
+            for backend in BACKENDS {
+                let what = format!("{family} {kind} on {backend}");
+                let options = ModelOptions {
+                    backend,
+                    ..ModelOptions::default()
+                };
+                let loaded = LoadedModel::load(&converted(family, kind), options)
+                    .unwrap_or_else(|err| panic!("{what}: {err}"));
+                let logits = full_forward(&loaded.model, &input);
+                if kind == "F32" {
+                    let tolerance = common::logit_tolerance(backend);
+                    assert_close(&logits, &expected, tolerance, &what);
+                } else {
+                    let ours = log_softmax_rows(&logits, vocab);
+                    let theirs = log_softmax_rows(&expected, vocab);
+                    let error = ours
+                        .iter()
+                        .zip(&theirs)
+                        .map(|(a, b)| (a - b).abs())
+                        .fold(0.0, f64::max);
+                    assert!(error < 1e-2, "{what}: a log-probability off by {error}");
+                }
+                let ids = greedy_ids(&loaded.model, &input, greedy.len());
+                assert_eq!(ids, greedy, "{what}: greedy ids");
+            }
+        }
+        let loaded =
+            LoadedModel::load(&converted(family, "F32"), ModelOptions::default()).expect("loads");
+        let text = reference["text"].as_str().expect("text");
+        let ids: Vec<u32> = serde_json::from_value(reference["text_ids"].clone()).expect("ids");
+        let encoded = loaded.tokenizer.encode(text, false).expect("encodes");
+        assert_eq!(encoded, ids, "{family}: the file's tokenizer on {text:?}");
+        assert!(!loaded.template.is_fallback(), "{family}: no chat template");
+        let rendered = loaded.template.render(&chat, true).expect("renders");
+        assert_eq!(
+            rendered,
+            reference["chat"].as_str().expect("chat"),
+            "{family}"
         );
     }
 }
@@ -263,39 +209,22 @@ fn an_unsupported_architecture_is_refused_with_the_supported_list() {
     }
 }
 
-fn is_norm(role: TensorRole) -> bool {
-    matches!(
-        role,
-        TensorRole::FinalNorm
-            | TensorRole::Layer(
-                _,
-                LayerRole::AttentionNorm
-                    | LayerRole::MlpNorm
-                    | LayerRole::QueryNorm
-                    | LayerRole::KeyNorm
-                    | LayerRole::AttentionOutputNorm
-                    | LayerRole::FeedForwardNorm
-                    | LayerRole::FeedForwardOutputNorm
-            )
-    )
-}
-
-/// A Gemma 3 GGUF file reads as its `config.json` does: the same windows, bases and scale,
-/// with the query scale and activation llama.cpp implies rather than stores.
+/// A Gemma 3 GGUF file says how wide its window is and which base its sliding layers rotate
+/// by, but not which layers slide: as llama.cpp does, every sixth layer attends to everything
+/// (as in every Gemma 3 model), unless the file names its pattern.
 #[test]
-fn a_gemma3_gguf_file_gives_the_config_of_its_folder() {
-    let dir = family_dir("gemma3");
-    let folder = ModelConfig::from_file(&dir.join("config.json")).expect("config");
-    let file = gguf_of(&dir);
-    let gguf =
+fn a_gemma3_gguf_file_slides_all_but_every_sixth_layer() {
+    let file = GgufFile::open(converted("gemma3", "F32")).expect("opens");
+    let config =
         ModelConfig::from_gguf(&GgufConfig::from_gguf(&file).expect("metadata")).expect("config");
+    let family = config.family().expect("family");
     assert_eq!(
-        gguf.family().expect("family"),
-        folder.family().expect("family")
+        family.windows,
+        [Some(4), Some(4), Some(4), Some(4), Some(4), None]
     );
-    assert_eq!(gguf.layer_types, folder.layer_types);
-    assert_eq!(gguf.query_pre_attn_scalar, folder.query_pre_attn_scalar);
-    assert_eq!(gguf.rope_theta, folder.rope_theta);
+    assert_eq!(family.local_rope_theta, Some(10_000.0));
+    assert_eq!(config.rope_theta, 1e6);
+    assert_eq!(config.query_pre_attn_scalar, Some(16.0));
 }
 
 /// transformers 5 writes `rope_theta` inside `rope_parameters`; the fixture's Qwen3 uses a

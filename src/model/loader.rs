@@ -97,10 +97,16 @@ impl<'a> Loader<'a> {
             .iter()
             .map(|&role| (role, role.shape(self.config)))
             .collect();
-        Ok(self
-            .checkpoint
-            .integer_stacked(&shaped)?
-            .map(|weights| weights.packed().compacted()))
+        let Some(weights) = self.checkpoint.integer_stacked(&shaped)? else {
+            return Ok(None);
+        };
+        let weights = match self.rotation_order(&shaped) {
+            Some(order) => weights.with_rows_from(&order).ok_or_else(|| {
+                ModelError::Backend("cannot reorder the rotated rows of packed integers".into())
+            })?,
+            None => weights,
+        };
+        Ok(Some(weights.packed().compacted()))
     }
 
     /// [`Loader::integers`] as the kernels' weight: parts stored in different types held
@@ -171,34 +177,35 @@ impl<'a> Loader<'a> {
         })
     }
 
-    /// For a stack that starts with the query rows, with a rotation over part of each head:
-    /// where each row of the stack comes from, the query and key heads' rows laid out as
+    /// For a stack holding query or key rows, with a rotation over part of each head: where
+    /// each row of the stack comes from, the query and key heads' rows laid out as
     /// [`partial_rotation_order`] says (scores are the same, as queries and keys are
-    /// reordered alike), the value rows as they are.
+    /// reordered alike), the value rows as they are. Each part is laid out on its own, as a
+    /// projection whose parts are stored in different types holds them apart.
     fn rotation_order(&self, parts: &[(TensorRole, Vec<usize>)]) -> Option<Vec<usize>> {
         let config = self.config;
         let (head_dim, rotary_dim) = (config.head_dim(), config.rotary_dim());
-        let starts_with_queries = matches!(
-            parts.first(),
-            Some((
-                TensorRole::Layer(_, LayerRole::Query | LayerRole::QueryKeyValue),
-                _
-            ))
-        );
-        if rotary_dim == head_dim || !starts_with_queries {
+        let rotated_heads = |role: TensorRole| match role {
+            TensorRole::Layer(_, LayerRole::Query) => config.num_attention_heads,
+            TensorRole::Layer(_, LayerRole::Key) => config.num_kv_heads(),
+            TensorRole::Layer(_, LayerRole::QueryKeyValue) => {
+                config.num_attention_heads + config.num_kv_heads()
+            }
+            _ => 0,
+        };
+        if rotary_dim == head_dim || parts.iter().all(|&(role, _)| rotated_heads(role) == 0) {
             return None;
         }
-        let rows: usize = parts.iter().map(|(_, shape)| shape[0]).sum();
-        let rotated_heads = config.num_attention_heads + config.num_kv_heads();
         let within = partial_rotation_order(head_dim, rotary_dim);
-        Some(
-            (0..rows)
-                .map(|row| match row / head_dim {
-                    head if head < rotated_heads => head * head_dim + within[row % head_dim],
-                    _ => row,
-                })
-                .collect(),
-        )
+        let mut order = Vec::new();
+        for (role, shape) in parts {
+            let (first, rotated_rows) = (order.len(), rotated_heads(*role) * head_dim);
+            order.extend((0..shape[0]).map(|row| match row < rotated_rows {
+                true => first + row / head_dim * head_dim + within[row % head_dim],
+                false => first + row,
+            }));
+        }
+        Some(order)
     }
 
     /// The type a weight matrix is held in: the compute type, except where that is f32 on

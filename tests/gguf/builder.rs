@@ -79,10 +79,6 @@ impl V {
         V::Arr(8, items.iter().map(|s| V::str(s)).collect())
     }
 
-    pub fn bools(items: &[bool]) -> V {
-        V::Arr(7, items.iter().map(|&b| V::Bool(b)).collect())
-    }
-
     fn write(&self, out: &mut Vec<u8>) {
         match self {
             V::U8(v) => out.push(*v),

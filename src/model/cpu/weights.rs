@@ -393,6 +393,36 @@ impl Weight {
 impl IntegerWeights {
     /// The same weights with their scales and offsets in the smallest form that holds them
     /// exactly (see `BlockFactors`).
+    /// The same weights with row `i` taken from row `source[i]`, as a checkpoint gives them
+    /// (bytes and f32 factors, not yet packed or compacted); `None` in another form. A
+    /// rotation over part of each head reorders the query and key rows so.
+    pub fn with_rows_from(self, source: &[usize]) -> Option<Self> {
+        fn rows_from<T: Copy>(values: &[T], source: &[usize]) -> Vec<T> {
+            let width = values.len() / source.len().max(1);
+            source
+                .iter()
+                .flat_map(|&from| &values[from * width..(from + 1) * width])
+                .copied()
+                .collect()
+        }
+        let factors = |factors: BlockFactors| match factors {
+            BlockFactors::F32(values) => Some(BlockFactors::F32(rows_from(&values, source))),
+            _ => None,
+        };
+        let IntegerValues::Bytes(values) = &self.values else {
+            return None;
+        };
+        Some(Self {
+            values: IntegerValues::Bytes(rows_from(values, source)),
+            scales: factors(self.scales)?,
+            offsets: match self.offsets {
+                Some(offsets) => Some(factors(offsets)?),
+                None => None,
+            },
+            ..self
+        })
+    }
+
     pub fn compacted(self) -> Self {
         let block = self.block;
         Self {
