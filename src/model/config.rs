@@ -196,12 +196,26 @@ fn gemma3_text_defaults() -> serde_json::Value {
 
 /// A multimodal Gemma 3 config's language model, as a `Gemma3ForCausalLM` config (its
 /// weights are read without their `language_model.` prefix, see `checkpoint/safetensors.rs`);
-/// any other config as it is.
-fn language_model_config(json: serde_json::Value) -> serde_json::Value {
-    let multimodal = json["architectures"]
-        .as_array()
-        .is_some_and(|classes| classes.iter().any(|class| class == GEMMA3_MULTIMODAL));
-    if !multimodal {
+/// any other config as it is, with its class's default for a tied head.
+fn language_model_config(mut json: serde_json::Value) -> serde_json::Value {
+    let names_class = |json: &serde_json::Value, name: &str| {
+        json["architectures"]
+            .as_array()
+            .is_some_and(|classes| classes.iter().any(|class| class == name))
+    };
+    if !names_class(&json, GEMMA3_MULTIMODAL) {
+        // transformers' Gemma 3 and SmolLM3 configs tie the head to the embedding unless
+        // they say otherwise, and their checkpoints rely on it: google/gemma-3-1b-it's
+        // config leaves the key out and its weights hold no `lm_head`. Every other class
+        // here defaults to a head of its own.
+        let tied_by_default = [Architecture::Gemma3, Architecture::SmolLm3]
+            .iter()
+            .any(|architecture| names_class(&json, architecture.transformers_class()));
+        if let Some(fields) = json.as_object_mut().filter(|_| tied_by_default) {
+            fields
+                .entry("tie_word_embeddings")
+                .or_insert(serde_json::Value::Bool(true));
+        }
         return json;
     }
     let mut text = gemma3_text_defaults();
@@ -951,6 +965,32 @@ mod tests {
         assert_eq!(config.rotary_dim(), 48);
         json["partial_rotary_factor"] = 0.0.into();
         assert_eq!(rejected_field(&json.to_string()), "partial_rotary_factor");
+    }
+
+    /// A head tied to the embedding where the config leaves `tie_word_embeddings` out, as
+    /// transformers' classes have it: Gemma 3's and SmolLM3's tie, the others do not.
+    #[test]
+    fn an_unnamed_tie_follows_the_class_default() {
+        let config = |class: &str, tie: Option<bool>| {
+            let mut json: serde_json::Value = serde_json::from_str(SMOLLM2).expect("JSON");
+            json["architectures"] = serde_json::json!([class]);
+            if class.starts_with("Gemma3") {
+                json["sliding_window"] = 512.into();
+                json["hidden_activation"] = "gelu_pytorch_tanh".into();
+                json["hidden_act"] = "gelu_pytorch_tanh".into();
+            }
+            match (json.as_object_mut(), tie) {
+                (Some(fields), None) => _ = fields.remove("tie_word_embeddings"),
+                (_, Some(tie)) => json["tie_word_embeddings"] = tie.into(),
+                (None, None) => unreachable!("the fixture is an object"),
+            }
+            ModelConfig::from_json(&json.to_string()).expect("valid")
+        };
+        assert!(config("Gemma3ForCausalLM", None).tie_word_embeddings);
+        assert!(config("SmolLM3ForCausalLM", None).tie_word_embeddings);
+        assert!(!config("Gemma3ForCausalLM", Some(false)).tie_word_embeddings);
+        assert!(!config("LlamaForCausalLM", None).tie_word_embeddings);
+        assert!(!config("Qwen3ForCausalLM", None).tie_word_embeddings);
     }
 
     /// google/gemma-3-4b-it's config names only what differs from Gemma3TextConfig's
