@@ -287,7 +287,7 @@ enum IntegerKernel {
 
 /// The fastest integer kernel this CPU has for `values` in blocks of `block`: bytes in
 /// blocks of 32 (`--precision q8` and most GGUF types) or 16 (GGUF's Q6_K), 4- and 5-bit
-/// values in blocks of 32 (five bits on AVX2 alone). Other blocks take the portable kernel.
+/// values in blocks of 32. Other blocks take the portable kernel.
 fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
     let cpu = features::cpu();
     let fits = matches!(
@@ -297,12 +297,11 @@ fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
     if !cpu.avx2 || !fits {
         return None;
     }
-    match values {
-        Ints::FiveBits { .. } => Some(IntegerKernel::Avx2),
-        _ if cpu.avx512 => Some(IntegerKernel::Avx512 {
+    match cpu.avx512 {
+        true => Some(IntegerKernel::Avx512 {
             vnni: cpu.avx512_vnni,
         }),
-        _ => Some(IntegerKernel::Avx2),
+        false => Some(IntegerKernel::Avx2),
     }
 }
 
