@@ -1,8 +1,8 @@
 """smolchat next to llama.cpp at the sizes people run, in the same minutes.
 
 Writes a random checkpoint of a real model's shape (benches/shapes/NAME/config.json:
-smollm2-1.7b, qwen3-1.7b; with SmolLM2's tokenizer, which the converter pads to a larger
-vocabulary), converts it with llama.cpp's own tools to GGUF types (BF16 first, the
+smollm2-1.7b, qwen3-1.7b, gemma3-1b; with SmolLM2's tokenizer, which the converter pads to a
+larger vocabulary), converts it with llama.cpp's own tools to GGUF types (BF16 first, the
 others quantized from it), measures the machine's memory read bandwidth, then alternates
 `smolchat bench` and `llama-bench` (its defaults: weights repacked) on each file, round after
 round, and prints the medians of the rounds and their ratios, smolchat over llama.cpp.
@@ -53,7 +53,20 @@ def checkpoint(args, work):
         run([args.smolchat, "dev", "random-checkpoint", "--config", config, "--out", folder])
         for name in TOKENIZER_FILES:
             shutil.copy(REPO / "tests" / "fixtures" / "smollm2-135m-instruct" / name, folder)
+        fill_vocabulary(folder, json.loads(config.read_text())["vocab_size"])
     return folder
+
+
+def fill_vocabulary(folder, size):
+    """Gives SmolLM2's tokenizer the shape's vocabulary size with tokens no text spells:
+    Gemma's converter cuts the embedding to the tokenizer's vocabulary, which would leave a
+    file neither program opens (its head would still be 262,144 rows)."""
+    path = folder / "tokenizer.json"
+    tokenizer = json.loads(path.read_text())
+    vocab = tokenizer["model"]["vocab"]
+    missing = size - len(vocab) - len(tokenizer["added_tokens"])
+    vocab.update({f"<unused{i}>": len(vocab) + i for i in range(max(missing, 0))})
+    path.write_text(json.dumps(tokenizer))
 
 
 def gguf_files(args, work, folder):
