@@ -113,22 +113,10 @@ CHAT = [
 ]
 
 
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's map of bytes to printable characters, which byte-level BPE vocabularies use."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    chars = printable[:]
-    extra = 0
-    for b in range(256):
-        if b not in printable:
-            printable.append(b)
-            chars.append(256 + extra)
-            extra += 1
-    return dict(zip(printable, map(chr, chars)))
-
-
 def write_bpe_tokenizer(folder: pathlib.Path, template: str, tokenizer_class: str) -> None:
     """A byte-level BPE tokenizer of 3 specials, the 95 printable ASCII bytes and a few merges."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     byte_char = bytes_to_unicode()
     vocab = {token: i for i, token in enumerate(SPECIALS)}
