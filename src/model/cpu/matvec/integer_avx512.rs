@@ -154,56 +154,94 @@ macro_rules! kernel {
                                     _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), one(b), totals[0]);
                             }
                         }
-                        Ints::Nibbles {
-                            values: nibbles,
-                            zero,
-                        }
-                        | Ints::FiveBits { nibbles, zero, .. } => {
-                            // Five-bit values are these nibbles and a word of fifth bits per
-                            // block, in the order `fifth_bit` gives.
-                            let high = match weight {
-                                Ints::FiveBits { high, .. } => high.as_ptr().add(row * blocks),
-                                _ => std::ptr::null(),
+                        Ints::Nibbles { values, zero } => {
+                            let w = values.as_ptr().add(row * cols / 2);
+                            let v = paired.as_ptr();
+                            let low_bits = _mm256_set1_epi8(0x0F);
+                            let zero = _mm256_set1_epi8(zero as i8);
+                            // A block's 16 bytes hold its first 16 values in their low halves
+                            // and its last 16 in their high ones; two blocks are 32 bytes.
+                            let split = |packed: __m256i| {
+                                let low = _mm256_and_si256(packed, low_bits);
+                                let high =
+                                    _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low_bits);
+                                [
+                                    _mm512_cvtepi8_epi16(_mm256_sub_epi8(low, zero)),
+                                    _mm512_cvtepi8_epi16(_mm256_sub_epi8(high, zero)),
+                                ]
                             };
+                            while b + 2 <= blocks {
+                                prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
+                                let [first, second] =
+                                    split(_mm256_loadu_si256(w.add(b * 16).cast()));
+                                let mut sums = dot(
+                                    _mm512_setzero_si512(),
+                                    first,
+                                    _mm512_loadu_si512(v.add(b * 32).cast()),
+                                );
+                                sums = dot(
+                                    sums,
+                                    second,
+                                    _mm512_loadu_si512(v.add(b * 32 + 32).cast()),
+                                );
+                                let t = &mut totals[b / 2 % 2];
+                                *t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), two(b), *t);
+                                b += 2;
+                            }
+                            if b < blocks {
+                                // One block: its low halves, then its high ones, which are
+                                // its values in order.
+                                let packed = _mm_loadu_si128(w.add(b * 16).cast());
+                                let both = _mm256_inserti128_si256::<1>(
+                                    _mm256_castsi128_si256(packed),
+                                    _mm_srli_epi16::<4>(packed),
+                                );
+                                let ordered = _mm512_cvtepi8_epi16(_mm256_sub_epi8(
+                                    _mm256_and_si256(both, low_bits),
+                                    zero,
+                                ));
+                                let sums = dot(
+                                    _mm512_setzero_si512(),
+                                    ordered,
+                                    _mm512_loadu_si512(v.add(b * 32).cast()),
+                                );
+                                totals[0] =
+                                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), one(b), totals[0]);
+                            }
+                        }
+                        Ints::FiveBits {
+                            nibbles,
+                            high,
+                            zero,
+                        } => {
                             let w = nibbles.as_ptr().add(row * cols / 2);
+                            let h = high.as_ptr().add(row * blocks);
                             let v = paired.as_ptr();
                             let low_bits = _mm256_set1_epi8(0x0F);
                             let zero = _mm512_set1_epi16(i16::from(zero));
                             let bottoms = _mm512_set1_epi32(0x0001_0001);
                             // Sixteen where a value's fifth bit is set: lane pair `d` of each
-                            // half takes bits `shift` and `16 + shift` of the word in its
-                            // 32-bit lane; none for four-bit values.
-                            let sixteens = |words: __m512i, shifts: __m512i| match high.is_null() {
-                                true => _mm512_setzero_si512(),
-                                false => _mm512_slli_epi16::<4>(_mm512_and_si512(
-                                    _mm512_srlv_epi32(words, shifts),
-                                    bottoms,
-                                )),
+                            // half takes bits `shift` and `16 + shift` of its block's word
+                            // (see `fifth_bit`), the first half's word in `words`' low lanes.
+                            let sixteens = |words: __m512i, shifts: __m512i| {
+                                let bits =
+                                    _mm512_and_si512(_mm512_srlv_epi32(words, shifts), bottoms);
+                                _mm512_slli_epi16::<4>(bits)
                             };
-                            // The first sixteen values of a block take its word's bits 0–7
-                            // and 16–23, the last sixteen 8–15 and 24–31.
                             let firsts =
                                 _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
                             let seconds = _mm512_add_epi32(firsts, _mm512_set1_epi32(8));
-                            let word = |b: usize| match high.is_null() {
-                                true => 0,
-                                false => high.add(b).read() as i32,
-                            };
-                            // Sixteen values of each half of a vector from the low nibbles of
-                            // `bytes`, less `zero`.
-                            let widen = |bytes: __m256i, sixteens: __m512i| {
+                            let widen = |bytes: __m256i, high: __m512i| {
                                 let values =
                                     _mm512_cvtepu8_epi16(_mm256_and_si256(bytes, low_bits));
-                                _mm512_sub_epi16(_mm512_or_si512(values, sixteens), zero)
+                                _mm512_sub_epi16(_mm512_or_si512(values, high), zero)
                             };
-                            // A block's 16 bytes hold its first 16 values in their low halves
-                            // and its last 16 in their high ones; two blocks are 32 bytes.
                             while b + 2 <= blocks {
                                 prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
                                 let packed = _mm256_loadu_si256(w.add(b * 16).cast());
                                 let words = _mm512_inserti64x4::<1>(
-                                    _mm512_set1_epi32(word(b)),
-                                    _mm256_set1_epi32(word(b + 1)),
+                                    _mm512_set1_epi32(h.add(b).read() as i32),
+                                    _mm256_set1_epi32(h.add(b + 1).read() as i32),
                                 );
                                 let first = widen(packed, sixteens(words, firsts));
                                 let second =
@@ -234,8 +272,8 @@ macro_rules! kernel {
                                     firsts,
                                     _mm512_castsi512_si256(seconds),
                                 );
-                                let ordered =
-                                    widen(both, sixteens(_mm512_set1_epi32(word(b)), shifts));
+                                let word = _mm512_set1_epi32(h.add(b).read() as i32);
+                                let ordered = widen(both, sixteens(word, shifts));
                                 let sums = dot(
                                     _mm512_setzero_si512(),
                                     ordered,
