@@ -391,8 +391,6 @@ impl Weight {
 }
 
 impl IntegerWeights {
-    /// The same weights with their scales and offsets in the smallest form that holds them
-    /// exactly (see `BlockFactors`).
     /// The same weights with row `i` taken from row `source[i]`, as a checkpoint gives them
     /// (bytes and f32 factors, not yet packed or compacted); `None` in another form. A
     /// rotation over part of each head reorders the query and key rows so.
@@ -423,6 +421,8 @@ impl IntegerWeights {
         })
     }
 
+    /// The same weights with their scales and offsets in the smallest form that holds them
+    /// exactly (see `BlockFactors`).
     pub fn compacted(self) -> Self {
         let block = self.block;
         Self {
