@@ -90,6 +90,62 @@ pub unsafe fn five_bits_as_bytes(nibbles: &[u8], high: &[u32], zero: u8, bytes: 
     }
 }
 
+/// A unit of 32 six-bit values (`nibbles` and `crumbs` as `IntegerValues::SixBits` holds
+/// them) as two vectors of sixteen 16-bit values, `zero` (in every lane) taken off. The top
+/// bits of elements `8q + j` lie at bit `2q` of crumb byte `j`: widened to a 16-bit lane per
+/// byte and shifted by `4 - 2q`, each lands at bits 4–5 (a 32-bit shift, which AVX2 has,
+/// moves a lane's bits across into its neighbour only below bit 4 or above bit 5, which the
+/// mask clears).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn unpack_six_bits(
+    packed: std::arch::x86_64::__m128i,
+    crumbs: u64,
+    zero: std::arch::x86_64::__m256i,
+) -> [std::arch::x86_64::__m256i; 2] {
+    use std::arch::x86_64::*;
+    let wide = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(crumbs as i64)));
+    let tops = _mm256_set1_epi16(0x30);
+    let first = _mm256_and_si256(
+        _mm256_sllv_epi32(wide, _mm256_setr_epi32(4, 4, 4, 4, 2, 2, 2, 2)),
+        tops,
+    );
+    let second = _mm256_and_si256(
+        _mm256_srlv_epi32(wide, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2)),
+        tops,
+    );
+    let [low, upper] = unpack_nibbles(packed, _mm256_setzero_si256());
+    [
+        _mm256_sub_epi16(_mm256_or_si256(low, first), zero),
+        _mm256_sub_epi16(_mm256_or_si256(upper, second), zero),
+    ]
+}
+
+/// Units of 6-bit values (see [`unpack_six_bits`]) as one byte per value, `zero` taken off,
+/// for the prompt kernels, which unpack each tile of rows so.
+///
+/// # Safety
+/// `bytes` must hold 32 values per 8 bytes of `crumbs` and `nibbles` 16 bytes per 8.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub unsafe fn six_bits_as_bytes(nibbles: &[u8], crumbs: &[u8], zero: u8, bytes: &mut [i8]) {
+    use std::arch::x86_64::*;
+    let zero = _mm256_set1_epi16(i16::from(zero));
+    for u in 0..crumbs.len() / 8 {
+        // SAFETY: unit `u` lies inside `crumbs`, and inside `nibbles` and `bytes` as the
+        // caller guarantees.
+        unsafe {
+            let crumbs = crumbs.as_ptr().add(8 * u).cast::<u64>().read_unaligned();
+            let packed = _mm_loadu_si128(nibbles.as_ptr().add(16 * u).cast());
+            let [first, second] = unpack_six_bits(packed, crumbs, zero);
+            let ordered =
+                _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(first, second));
+            _mm256_storeu_si256(bytes.as_mut_ptr().add(32 * u).cast(), ordered);
+        }
+    }
+}
+
 /// `Σ a·b`, in eight independent partial sums, which compilers vectorize.
 #[inline(always)]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {

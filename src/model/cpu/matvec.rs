@@ -75,7 +75,7 @@ fn quantized(
             && cols.is_multiple_of(block)
             && scales.len() * block == weight.len()
             && offsets.is_none_or(|offsets| offsets.len() == scales.len())
-            && (matches!(weight, Ints::Bytes(_)) || block == NIBBLE_BLOCK),
+            && weight.read_in(block),
         "matvec: 8-bit weights, scales, offsets and block do not fit [rows, x.len()]"
     );
     let blocks_per_row = cols / block;
@@ -135,6 +135,15 @@ impl<'a> Ints<'a> {
             } => Self::FiveBits {
                 nibbles: &nibbles[first * cols / 2..(first + len) * cols / 2],
                 high: &high[first * cols / NIBBLE_BLOCK..(first + len) * cols / NIBBLE_BLOCK],
+                zero,
+            },
+            Self::SixBits {
+                nibbles,
+                crumbs,
+                zero,
+            } => Self::SixBits {
+                nibbles: &nibbles[first * cols / 2..(first + len) * cols / 2],
+                crumbs: &crumbs[first * cols / 4..(first + len) * cols / 4],
                 zero,
             },
         }
@@ -287,13 +296,13 @@ enum IntegerKernel {
 
 /// The fastest integer kernel this CPU has for `values` in blocks of `block`: bytes in
 /// blocks of 32 (`--precision q8` and most GGUF types) or 16 (GGUF's Q6_K), 4- and 5-bit
-/// values in blocks of 32. Other blocks take the portable kernel.
+/// values in blocks of 32, 6-bit ones in blocks of 16. Other blocks take the portable kernel.
 fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
     let cpu = features::cpu();
-    let fits = matches!(
-        (values, block),
-        (Ints::Bytes(_), 16 | 32) | (Ints::Nibbles { .. } | Ints::FiveBits { .. }, NIBBLE_BLOCK)
-    );
+    let fits = match values {
+        Ints::Bytes(_) => matches!(block, 16 | 32),
+        packed => packed.read_in(block),
+    };
     if !cpu.avx2 || !fits {
         return None;
     }
@@ -364,6 +373,11 @@ unsafe fn rows_dot_integer(
                         high,
                         zero,
                     } => avx2::rows_dot_packed::<$halves>(nibbles, high, zero, scales, x, $out),
+                    Ints::SixBits {
+                        nibbles,
+                        crumbs,
+                        zero,
+                    } => avx2::rows_dot_six_bits::<$halves>(nibbles, crumbs, zero, scales, x, $out),
                 }
             }};
         }
@@ -490,7 +504,9 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::{BlockInts, HostFloat};
-    use crate::model::cpu::math::{horizontal_sum, unpack_five_bits, unpack_nibbles};
+    use crate::model::cpu::math::{
+        horizontal_sum, unpack_five_bits, unpack_nibbles, unpack_six_bits,
+    };
 
     /// How far ahead of the weights being read the kernels ask for the next ones, in bytes.
     /// The hardware prefetcher restarts on every range of every matrix, and a decode step is
@@ -622,13 +638,46 @@ mod avx2 {
                     ),
                     false => row_total::<32, 5, F16_SCALES>(
                         nibbles,
-                        high.as_ptr().add(row * blocks),
+                        high.as_ptr().add(row * blocks).cast(),
                         zero,
                         scales,
                         x,
                         blocks,
                     ),
                 }
+            };
+            *y += horizontal_sum(total);
+        }
+    }
+
+    /// [`rows_dot_q8`] for 6-bit values in blocks of 16 (see `IntegerValues::SixBits`): each
+    /// unit of 32 is widened to 16 bits once, for its two blocks.
+    ///
+    /// # Safety
+    /// As [`rows_dot_q8`] with blocks of 16, `nibbles` holding half a byte per value and
+    /// `crumbs` a quarter.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn rows_dot_six_bits<const F16_SCALES: bool>(
+        nibbles: &[u8],
+        crumbs: &[u8],
+        zero: u8,
+        scales: *const u8,
+        x: &BlockInts,
+        out: &mut [f32],
+    ) {
+        let cols = x.values.len();
+        let blocks = cols / 16;
+        for (row, y) in out.iter_mut().enumerate() {
+            // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
+            let total = unsafe {
+                row_total::<16, 6, F16_SCALES>(
+                    nibbles.as_ptr().add(row * cols / 2),
+                    crumbs.as_ptr().add(row * cols / 4),
+                    zero,
+                    scales.add(row * blocks * scale_bytes::<F16_SCALES>()),
+                    x,
+                    blocks,
+                )
             };
             *y += horizontal_sum(total);
         }
@@ -645,13 +694,13 @@ mod avx2 {
     /// # Safety
     /// `row` must point to `blocks · BLOCK` integers of `BITS` bits (bytes, or in blocks of
     /// 32 nibbles, less `zero`, with `high` pointing to a word of fifth bits per block when
-    /// `BITS` is 5), `scales` to `blocks` f16 (`F16_SCALES`) or f32 values, and `x` hold as
-    /// many values and scales.
+    /// `BITS` is 5; for 6 bits, blocks of 16 and `high` the crumbs), `scales` to `blocks`
+    /// f16 (`F16_SCALES`) or f32 values, and `x` hold as many values and scales.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn row_total<const BLOCK: usize, const BITS: u32, const F16_SCALES: bool>(
         row: *const u8,
-        high: *const u32,
+        high: *const u8,
         zero: u8,
         scales: *const u8,
         x: &BlockInts,
@@ -669,7 +718,7 @@ mod avx2 {
                 let packed = _mm_loadu_si128(row.add(b * BLOCK / 2).cast::<__m128i>());
                 let halves = match BITS {
                     4 => unpack_nibbles(packed, zero),
-                    _ => unpack_five_bits(packed, high.add(b).read(), zero),
+                    _ => unpack_five_bits(packed, high.cast::<u32>().add(b).read(), zero),
                 };
                 for (step, half) in halves.into_iter().enumerate() {
                     let products = _mm256_madd_epi16(half, _mm256_loadu_si256(v.add(step)));
@@ -721,9 +770,23 @@ mod avx2 {
             // Two blocks of 32 bytes are one 64-byte line (of 16 bytes or nibbles, half).
             let bytes = if BITS < 8 { b * BLOCK / 2 } else { b * BLOCK };
             prefetch(row.wrapping_add(bytes), PREFETCH_BYTES_Q8);
-            let scales = two_scales(b);
-            for (half, (total, scale)) in totals.iter_mut().zip(scales).enumerate() {
-                *total = _mm256_fmadd_ps(block(b + half), scale, *total);
+            let sums = match BITS {
+                // SAFETY: the unit of blocks `b` and `b + 1` lies inside `row`, `high` and
+                // `values`.
+                6 => unsafe {
+                    let v = values.add(b * BLOCK).cast::<__m256i>();
+                    let packed = _mm_loadu_si128(row.add(b * BLOCK / 2).cast());
+                    let crumbs = high.add(b * BLOCK / 4).cast::<u64>().read_unaligned();
+                    let [first, second] = unpack_six_bits(packed, crumbs, zero);
+                    [
+                        _mm256_cvtepi32_ps(_mm256_madd_epi16(first, _mm256_loadu_si256(v))),
+                        _mm256_cvtepi32_ps(_mm256_madd_epi16(second, _mm256_loadu_si256(v.add(1)))),
+                    ]
+                },
+                _ => [block(b), block(b + 1)],
+            };
+            for ((total, sum), scale) in totals.iter_mut().zip(sums).zip(two_scales(b)) {
+                *total = _mm256_fmadd_ps(sum, scale, *total);
             }
             b += 2;
         }
@@ -841,8 +904,8 @@ mod tests {
     /// Each integer path against the f64 product of the values it reads: the weights as
     /// stored, and the activations as given (portable) or as rounded to 16 bits (integer);
     /// bytes, nibbles and five bits (Q4_0's and Q5_0's centred ones without offsets, others
-    /// with), with and without offsets, for the blocks of `--precision q8` and GGUF files and
-    /// others.
+    /// with) and six bits (Q6_K's, centred), with and without offsets, for the blocks of
+    /// `--precision q8` and GGUF files and others.
     #[test]
     fn every_integer_path_equals_the_product_of_what_it_reads() {
         #[cfg(target_arch = "x86_64")]
@@ -864,6 +927,14 @@ mod tests {
                 },
                 32,
             ),
+            (
+                Ints::SixBits {
+                    nibbles: &[],
+                    crumbs: &[],
+                    zero: 0,
+                },
+                16,
+            ),
         ] {
             assert_eq!(
                 integer_kernel(values, block).is_some(),
@@ -880,34 +951,45 @@ mod tests {
             (33, 576, 16),
             (33, 768, 16),
             (5, 48, 16),
+            (5, 96, 16),
             (9, 1536, 64),
             (5, 96, 48),
             (9, 40, 20),
         ];
-        let variants = cases.into_iter().flat_map(|(rows, cols, block)| {
-            let packable = block == NIBBLE_BLOCK;
-            [8, 4, 5]
-                .into_iter()
-                .filter(move |&bits| packable || bits == 8)
-                .flat_map(move |bits| {
-                    [false, true].map(|with_offsets| (rows, cols, block, bits, with_offsets))
-                })
-        });
+        let variants = cases
+            .into_iter()
+            .flat_map(|(rows, cols, block): (usize, usize, usize)| {
+                let packings = match block {
+                    32 => &[4, 5][..],
+                    16 => &[6][..],
+                    _ => &[][..],
+                };
+                [8, 4, 5, 6]
+                    .into_iter()
+                    .filter(move |bits| *bits == 8 || packings.contains(bits))
+                    .filter(move |&bits| bits != 6 || cols.is_multiple_of(NIBBLE_BLOCK))
+                    .flat_map(move |bits| {
+                        [false, true].map(|with_offsets| (rows, cols, block, bits, with_offsets))
+                    })
+            });
         for (rows, cols, block, bits, with_offsets) in variants {
             let packed = bits < 8;
             // Unsigned values with offsets, signed ones without (Q4_1, Q4_0).
             let largest = ((1 << (bits - 1)) - 1) as f32;
             let weight: Vec<i8> = values(rows * cols, 3)
                 .iter()
-                .map(|v| match with_offsets && packed {
+                .map(|v| match with_offsets && packed && bits < 6 {
                     true => v.abs() * (2.0 * largest + 1.0),
                     false => v * largest,
                 } as i8)
                 .collect();
-            let packed_weight = IntegerValues::packing(&weight);
+            let packed_weight = IntegerValues::packing(&weight, block);
             assert!(matches!(
                 (bits, &packed_weight),
-                (8, _) | (4, IntegerValues::Nibbles { .. }) | (5, IntegerValues::FiveBits { .. })
+                (8, _)
+                    | (4, IntegerValues::Nibbles { .. })
+                    | (5, IntegerValues::FiveBits { .. })
+                    | (6, IntegerValues::SixBits { .. })
             ));
             let ints = match packed {
                 true => packed_weight.borrowed(),
@@ -928,19 +1010,21 @@ mod tests {
             // Rows of whole super-blocks hold their factors as a K type's are: an f16 base per
             // 256 values times a small integer per block.
             let k_type = cols.is_multiple_of(256);
-            let scales = match k_type {
-                true => scales
+            let k_factors = |factors: Vec<f32>, unit: f32| match k_type {
+                true => factors
                     .chunks(256 / block)
                     .enumerate()
                     .flat_map(|(g, group)| {
-                        let base = as_f16(0.001 * (1 + g % 5) as f32);
+                        let base = as_f16(unit * (1 + g % 5) as f32);
                         group
                             .iter()
-                            .map(move |v| base * (v * 500.0).round().clamp(-63.0, 63.0))
+                            .map(move |v| base * (v / unit / 2.0).round().clamp(-63.0, 63.0))
                     })
                     .collect(),
-                false => scales,
+                false => factors,
             };
+            let scales = k_factors(scales, 0.001);
+            let offsets = offsets.map(|offsets| k_factors(offsets, 0.0007));
             let factors = |values: &[f32]| match (k_type, packed) {
                 (true, _) => BlockFactors::F32(values.to_vec()).compacted(block),
                 (false, true) => {
@@ -950,11 +1034,16 @@ mod tests {
             };
             let (scale_factors, offset_factors) =
                 (factors(&scales), offsets.as_deref().map(factors));
-            assert_eq!(
-                k_type,
-                matches!(scale_factors, BlockFactors::Scaled { .. }),
-                "{rows}x{cols}/{block}: K-type factors"
-            );
+            for factors in [Some(&scale_factors), offset_factors.as_ref()]
+                .into_iter()
+                .flatten()
+            {
+                assert_eq!(
+                    k_type,
+                    matches!(factors, BlockFactors::Scaled { .. }),
+                    "{rows}x{cols}/{block}: K-type factors"
+                );
+            }
             let mut x = values(cols, 5);
             x[cols / 3] = 40.0;
             // The kernels multiply the integers by the activations (rounded, in the integer

@@ -125,8 +125,9 @@ mod tests {
         }
     }
 
-    /// Parts held apart, one in 4-bit blocks of 32 and one in bytes in blocks of 16 with
-    /// offsets, multiply as their dense stack does, for a decode row and a prompt.
+    /// Parts held apart, one in 4-bit blocks of 32, one in bytes in blocks of 16 with offsets
+    /// and one in 6-bit blocks of 16, multiply as their dense stack does, for a decode row and
+    /// a prompt.
     #[test]
     fn stacked_parts_give_the_product_of_their_dense_stack() {
         use std::sync::Arc;
@@ -142,7 +143,7 @@ mod tests {
             let factors =
                 |scale: f32| (0..rows * cols / block).map(move |b| scale * (1 + b % 3) as f32);
             let values = match bits {
-                4 => IntegerValues::packing(&values),
+                4 | 6 => IntegerValues::packing(&values, block),
                 _ => IntegerValues::Bytes(values),
             };
             Weight::Integers(Arc::new(IntegerWeights {
@@ -153,12 +154,16 @@ mod tests {
                 offsets: (bits == 8).then(|| BlockFactors::F32(factors(-0.02).collect())),
             }))
         };
-        let stacked = Weight::Stacked(vec![part(5, 32, 4, 1), part(3, 16, 8, 2)]);
-        assert_eq!(stacked.dims(), [8, cols]);
+        let stacked = Weight::Stacked(vec![
+            part(5, 32, 4, 1),
+            part(3, 16, 8, 2),
+            part(4, 16, 6, 3),
+        ]);
+        assert_eq!(stacked.dims(), [12, cols]);
         let dense = stacked.dense(&device).expect("integer parts widen");
         for tokens in [1, 4] {
             let x = tensor(tokens, cols, 4, &device);
-            let residual = tensor(tokens, 8, 6, &device);
+            let residual = tensor(tokens, 12, 6, &device);
             let product = x.clone().matmul(dense.clone().transpose());
             let got = project(&stacked, &x, Some(&residual)).expect("the kernels take the parts");
             assert_close(got, product + residual);

@@ -271,10 +271,34 @@ pub enum IntegerValues {
         high: Vec<u32>,
         zero: u8,
     },
+    /// 6-bit values (Q6_K's, in blocks of 16) in units of 32: their low four bits as
+    /// [`IntegerValues::Nibbles`] holds them and their top two in 8 bytes per unit, byte `j`
+    /// holding element `j + 8q`'s in bits `2q` and `2q + 1`; each the value plus `zero` (32
+    /// for Q6_K's -32 to 31). Three quarters of the bytes of [`IntegerValues::Bytes`]: a
+    /// Q4_K_M file's output matrix, a quarter of a 1.7B model's bytes, is Q6_K.
+    SixBits {
+        nibbles: Vec<u8>,
+        crumbs: Vec<u8>,
+        zero: u8,
+    },
 }
 
-/// The block of packed 4- and 5-bit values.
+/// The block of packed 4- and 5-bit values, and the unit 6-bit values are packed in.
 pub const NIBBLE_BLOCK: usize = 32;
+
+/// The block of Q6_K's scales, half a unit of packed 6-bit values.
+pub const SIX_BIT_BLOCK: usize = 16;
+
+/// The bytes of top bits per unit of 6-bit values.
+pub const CRUMB_BYTES: usize = NIBBLE_BLOCK / 4;
+
+/// Where [`IntegerValues::SixBits`] keeps element `j`'s top two bits: the byte of its unit's
+/// crumbs, and the bit they start at. Each 64-bit word of eight consecutive elements then
+/// finds its bits in one position of every byte, so that one rotation per word and one mask
+/// put them in place (see the decode kernels).
+pub const fn crumb_at(j: usize) -> (usize, usize) {
+    (j % CRUMB_BYTES, 2 * (j / CRUMB_BYTES))
+}
 
 /// The bit of its block's word that holds element `j`'s fifth bit (see
 /// [`IntegerValues::FiveBits`]). Not ggml's order (bit `j`): the decode kernel widens sixteen
@@ -299,6 +323,12 @@ pub enum Ints<'a> {
     FiveBits {
         nibbles: &'a [u8],
         high: &'a [u32],
+        zero: u8,
+    },
+    /// See [`IntegerValues::SixBits`].
+    SixBits {
+        nibbles: &'a [u8],
+        crumbs: &'a [u8],
         zero: u8,
     },
 }
@@ -450,6 +480,9 @@ impl IntegerWeights {
         let IntegerValues::Bytes(values) = &self.values else {
             return self;
         };
+        if self.block == SIX_BIT_BLOCK {
+            return self.packed_in_six_bits();
+        }
         if self.block != NIBBLE_BLOCK {
             return self;
         }
@@ -535,6 +568,61 @@ impl IntegerWeights {
     }
 }
 
+impl IntegerWeights {
+    /// Q6_K's values (-32 to 31) in six bits, shifted up by 32, where the rows hold whole
+    /// units of 32; else as they are.
+    fn packed_in_six_bits(self) -> Self {
+        const ZERO: i8 = 32;
+        let IntegerValues::Bytes(values) = &self.values else {
+            return self;
+        };
+        // Folded over whole chunks, which the compiler vectorizes; `all` went a value at a
+        // time.
+        let fits = self.dims[1].is_multiple_of(NIBBLE_BLOCK)
+            && values.par_chunks(1 << 16).all(|chunk| {
+                let (low, high) = chunk
+                    .iter()
+                    .fold((0i8, 0i8), |(low, high), &q| (low.min(q), high.max(q)));
+                low >= -ZERO && high < ZERO
+            });
+        if !fits {
+            return self;
+        }
+        let units = values.len() / NIBBLE_BLOCK;
+        let mut nibbles = vec![0u8; values.len() / 2];
+        let mut crumbs = vec![0u8; units * CRUMB_BYTES];
+        values
+            .par_chunks_exact(NIBBLE_BLOCK)
+            .zip(nibbles.par_chunks_exact_mut(NIBBLE_BLOCK / 2))
+            .zip(crumbs.par_chunks_exact_mut(CRUMB_BYTES))
+            .for_each(|((unit, nibbles), crumbs)| {
+                // Whole arrays, which the compiler vectorizes: value at a time, packing
+                // took a second of loading a 1.7B Q4_K_M file.
+                let stored: [u8; NIBBLE_BLOCK] = std::array::from_fn(|j| (unit[j] + ZERO) as u8);
+                let (low, high) = stored.split_at(NIBBLE_BLOCK / 2);
+                for ((packed, &low), &high) in nibbles.iter_mut().zip(low).zip(high) {
+                    *packed = low & 0x0F | high << 4;
+                }
+                let tops = stored.map(|v| v >> 4);
+                for (byte, crumb) in crumbs.iter_mut().enumerate() {
+                    *crumb = (0..4).fold(0, |crumb, q| {
+                        let j = byte + CRUMB_BYTES * q;
+                        debug_assert_eq!(crumb_at(j), (byte, 2 * q));
+                        crumb | tops[j] << (2 * q)
+                    });
+                }
+            });
+        Self {
+            values: IntegerValues::SixBits {
+                nibbles,
+                crumbs,
+                zero: ZERO as u8,
+            },
+            ..self
+        }
+    }
+}
+
 /// What each block's values are shifted by to be stored in `bits` unsigned bits: 0 where they
 /// already fit, half the range where they are signed; `None` where some block fits neither.
 fn block_shifts(ranges: &[(i8, i8)], bits: u32) -> Option<Vec<u8>> {
@@ -568,17 +656,27 @@ impl IntegerValues {
                 high,
                 zero,
             },
+            &Self::SixBits {
+                ref nibbles,
+                ref crumbs,
+                zero,
+            } => Ints::SixBits {
+                nibbles,
+                crumbs,
+                zero,
+            },
         }
     }
 
-    /// `values` in blocks of 32 as [`IntegerWeights::packed`] stores them, with unit scales.
+    /// `values` in blocks of `block` as [`IntegerWeights::packed`] stores them, with unit
+    /// scales.
     #[cfg(test)]
-    pub fn packing(values: &[i8]) -> Self {
+    pub fn packing(values: &[i8], block: usize) -> Self {
         IntegerWeights {
             dims: [1, values.len()],
-            block: NIBBLE_BLOCK,
+            block,
             values: Self::Bytes(values.to_vec()),
-            scales: BlockFactors::F32(vec![1.0; values.len() / NIBBLE_BLOCK]),
+            scales: BlockFactors::F32(vec![1.0; values.len() / block]),
             offsets: None,
         }
         .packed()
@@ -591,22 +689,35 @@ impl Ints<'_> {
         match self {
             Self::Bytes(values) => values.len(),
             Self::Nibbles { values, .. } => values.len() * 2,
-            Self::FiveBits { nibbles, .. } => nibbles.len() * 2,
+            Self::FiveBits { nibbles, .. } | Self::SixBits { nibbles, .. } => nibbles.len() * 2,
         }
     }
 
-    /// The values of the `block`-long block `b`, as bytes; `unpacked` holds packed values'.
+    /// Whether the values are stored in blocks that `block` long blocks of scales can read:
+    /// bytes in any, 4- and 5-bit values in blocks of 32, 6-bit ones in blocks of 16.
+    pub fn read_in(&self, block: usize) -> bool {
+        match self {
+            Self::Bytes(_) => true,
+            Self::Nibbles { .. } | Self::FiveBits { .. } => block == NIBBLE_BLOCK,
+            Self::SixBits { .. } => block == SIX_BIT_BLOCK,
+        }
+    }
+
+    /// The values of the `block`-long block `b`, as bytes; `unpacked` holds packed values'
+    /// (the unit of 32 the block lies in).
     pub fn block<'a>(
         &'a self,
         b: usize,
         block: usize,
         unpacked: &'a mut [i8; NIBBLE_BLOCK],
     ) -> &'a [i8] {
+        let start = b * block;
         match self {
-            Self::Bytes(values) => &values[b * block..(b + 1) * block],
+            Self::Bytes(values) => &values[start..start + block],
             _ => {
-                self.unpack(b * NIBBLE_BLOCK, unpacked);
-                unpacked
+                let unit = start / NIBBLE_BLOCK * NIBBLE_BLOCK;
+                self.unpack(unit, unpacked);
+                &unpacked[start - unit..][..block]
             }
         }
     }
@@ -642,6 +753,37 @@ impl Ints<'_> {
                     unpack_block(packed, high, zero, block);
                 }
             }
+            Self::SixBits {
+                nibbles,
+                crumbs,
+                zero,
+            } => {
+                let nibbles = &nibbles[range.start / 2..range.end / 2];
+                let crumbs = &crumbs[range.start / 4..range.end / 4];
+                assert_eq!(crumbs.len() * 4, bytes.len(), "whole units");
+                #[cfg(target_arch = "x86_64")]
+                if super::features::cpu().avx2 {
+                    // SAFETY: the CPU has AVX2; the lengths are whole units, checked above.
+                    return unsafe { super::math::six_bits_as_bytes(nibbles, crumbs, zero, bytes) };
+                }
+                six_bits_as_bytes(nibbles, crumbs, zero, bytes);
+            }
+        }
+    }
+}
+
+/// Units of 6-bit values (see [`IntegerValues::SixBits`]) as one byte per value, `zero` taken
+/// off, on any CPU.
+fn six_bits_as_bytes(nibbles: &[u8], crumbs: &[u8], zero: u8, bytes: &mut [i8]) {
+    let nibbles = nibbles.chunks_exact(NIBBLE_BLOCK / 2);
+    let crumbs = crumbs.chunks_exact(CRUMB_BYTES);
+    let units = bytes.chunks_exact_mut(NIBBLE_BLOCK);
+    for ((packed, crumbs), unit) in nibbles.zip(crumbs).zip(units) {
+        unpack_block(packed, 0, 0, unit);
+        for (j, value) in unit.iter_mut().enumerate() {
+            let (byte, bit) = crumb_at(j);
+            let top = (crumbs[byte] >> bit & 3) << 4;
+            *value = (*value as u8 | top) as i8 - zero as i8;
         }
     }
 }
@@ -797,6 +939,55 @@ mod tests {
         let six_bit: Vec<i8> = (0..128).map(|i| (i % 64) as i8 - 32).collect();
         let packed = weights(six_bit, None).packed();
         assert!(matches!(packed.values, IntegerValues::Bytes(_)));
+    }
+
+    /// Q6_K's values (-32 to 31 in blocks of 16) pack into six bits that widen to the very
+    /// same weights, in rows of whole units of 32; wider values, or rows of 48, stay bytes.
+    #[test]
+    fn six_bit_blocks_of_sixteen_pack_exactly() {
+        let in_blocks_of_16 = |values: Vec<i8>, cols: usize| IntegerWeights {
+            dims: [values.len() / cols, cols],
+            block: 16,
+            scales: BlockFactors::F32((0..values.len() / 16).map(|b| 0.5 - b as f32).collect()),
+            offsets: None,
+            values: IntegerValues::Bytes(values),
+        };
+        let six_bit: Vec<i8> = (0..192).map(|i| ((i * 29) % 64) as i8 - 32).collect();
+        let bytes = in_blocks_of_16(six_bit.clone(), 64);
+        let packed = in_blocks_of_16(six_bit.clone(), 64).packed();
+        match &packed.values {
+            IntegerValues::SixBits {
+                nibbles,
+                crumbs,
+                zero: 32,
+            } => assert_eq!((nibbles.len(), crumbs.len()), (96, 48)),
+            other => panic!("packed as {other:?}"),
+        }
+        assert_eq!(widened(&packed), widened(&bytes));
+        let values = packed.values.borrowed();
+        let mut unpacked = vec![0; 64];
+        values.unpack(64, &mut unpacked);
+        assert_eq!(unpacked, six_bit[64..128]);
+        let mut unit = [0; 32];
+        assert_eq!(values.block(5, 16, &mut unit), &six_bit[80..96]);
+        // The portable unpacking, which this CPU may not take.
+        if let IntegerValues::SixBits {
+            nibbles,
+            crumbs,
+            zero,
+        } = &packed.values
+        {
+            let mut all = vec![0; six_bit.len()];
+            super::six_bits_as_bytes(nibbles, crumbs, *zero, &mut all);
+            assert_eq!(all, six_bit);
+        }
+
+        let mut wider = six_bit.clone();
+        wider[7] = 32;
+        let rows_of_48 = in_blocks_of_16(six_bit, 48).packed();
+        for weights in [in_blocks_of_16(wider, 64).packed(), rows_of_48] {
+            assert!(matches!(weights.values, IntegerValues::Bytes(_)));
+        }
     }
 
     /// A K type's factors (an f16 per super-block times small integers, signed for Q6_K's

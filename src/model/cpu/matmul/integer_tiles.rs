@@ -64,7 +64,8 @@ pub fn product(
         block,
     } = weight
         && supported()
-        && (block == BLOCK || (block == HALF_BLOCK && matches!(values, Ints::Bytes(_))))
+        && (block == BLOCK || block == HALF_BLOCK)
+        && values.read_in(block)
     {
         let weight = Weights {
             values,
@@ -732,16 +733,25 @@ mod tests {
                 .collect();
             // Q5_0's -16 to 15, stored as 0 to 31 with a zero of 16.
             let centred_fives: Vec<i8> = fives.iter().map(|&q| q - 16).collect();
+            // Q6_K's -32 to 31 in blocks of 16, stored as 0 to 63 with a zero of 32.
+            let sixes: Vec<i8> = values(rows * cols, 8)
+                .iter()
+                .map(|v| (v * 31.0) as i8)
+                .collect();
             let packings = [&fours, &centred, &fives, &centred_fives]
-                .map(|values| IntegerValues::packing(values));
+                .map(|values| IntegerValues::packing(values, BLOCK));
+            let six_bits = IntegerValues::packing(&sixes, HALF_BLOCK);
             assert!(matches!(
-                packings,
-                [
-                    IntegerValues::Nibbles { .. },
-                    IntegerValues::Nibbles { .. },
-                    IntegerValues::FiveBits { .. },
-                    IntegerValues::FiveBits { .. },
-                ]
+                (&packings, &six_bits),
+                (
+                    [
+                        IntegerValues::Nibbles { .. },
+                        IntegerValues::Nibbles { .. },
+                        IntegerValues::FiveBits { .. },
+                        IntegerValues::FiveBits { .. },
+                    ],
+                    IntegerValues::SixBits { .. }
+                )
             ));
             // f16 values, which nibbles below take as f16, as a GGUF file's are.
             let as_f16 = |v: f32| f16::from_f32(v).to_f32();
@@ -763,6 +773,7 @@ mod tests {
                     (centred_in, &centred, BLOCK),
                     (fives_in, &fives, BLOCK),
                     (centred_fives_in, &centred_fives, BLOCK),
+                    (six_bits.borrowed(), &sixes, HALF_BLOCK),
                 ] {
                     let rounded = BlockInts::of(&x, block);
                     let blocks = rows * cols / block;

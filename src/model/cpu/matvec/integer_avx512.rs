@@ -32,6 +32,44 @@ pub fn paired(x: &BlockInts) -> Vec<i16> {
     out
 }
 
+/// Adds blocks' integer sums, scaled, to `$totals`: `$pairs` gives the sums of `$step` blocks
+/// from block `$b`, a vector per pair (lanes 0–7 its first block's, 8–15 its second's), and
+/// `$rest` those of the `$rest_blocks` blocks a row may end with (1: every lane block `$b`'s;
+/// 2: a pair). `$combined` holds each block's weight scale times its activation scale.
+macro_rules! add_blocks {
+    (
+        $totals:ident, $blocks:expr, $combined:expr,
+        |$b:ident| $step:literal: $pairs:expr, $rest_blocks:literal: $rest:expr
+    ) => {{
+        let blocks: usize = $blocks;
+        let c: *const f32 = $combined;
+        // Lanes 0–7 of a pair's sums are its first block's, 8–15 its second's.
+        let pair_lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+        // The factors of blocks `b` and `b + 1` in the lanes of their sums.
+        let two = |b: usize| {
+            let both = _mm_castpd_ps(_mm_load_sd(c.add(b).cast()));
+            _mm512_permutexvar_ps(pair_lanes, _mm512_castps128_ps512(both))
+        };
+        let mut $b = 0;
+        while $b + $step <= blocks {
+            let sums: [__m512i; $step / 2] = $pairs;
+            for (i, sums) in sums.into_iter().enumerate() {
+                let t = &mut $totals[($b / 2 + i) % 2];
+                *t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), two($b + 2 * i), *t);
+            }
+            $b += $step;
+        }
+        if $b < blocks {
+            let sums: __m512i = $rest;
+            let scale = match $rest_blocks {
+                1 => _mm512_set1_ps(*c.add($b)),
+                _ => two($b),
+            };
+            $totals[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, $totals[0]);
+        }
+    }};
+}
+
 macro_rules! kernel {
     ($name:ident, $features:literal, $dot:expr) => {
         /// Adds each row's product with `x` to `out`, offsets included. `paired` is
@@ -59,8 +97,6 @@ macro_rules! kernel {
                 combined.resize(blocks, 0.0);
             }
             let combined = &mut combined[..blocks];
-            // Lanes 0–7 of a pair's sums are its first block's, 8–15 its second's.
-            let pair_lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
             // Sixteen pairs of 16-bit products, added to `sums`.
             let dot = $dot;
             for (row, y) in out.iter_mut().enumerate() {
@@ -73,141 +109,128 @@ macro_rules! kernel {
                         factor_dot(offsets.range(row_blocks), &x.sums)
                     })
                 };
-                let c = combined.as_ptr();
-                // Block `b`'s factor in every lane, and the factors of blocks `b` and `b + 1`
-                // in the lanes of their sums.
-                // SAFETY (both): the blocks lie inside `combined`.
-                let one = |b: usize| unsafe { _mm512_set1_ps(*c.add(b)) };
-                let two = |b: usize| unsafe {
-                    let both = _mm_castpd_ps(_mm_load_sd(c.add(b).cast()));
-                    _mm512_permutexvar_ps(pair_lanes, _mm512_castps128_ps512(both))
-                };
                 let mut totals = [_mm512_setzero_ps(); 2];
-                let mut b = 0;
-                // SAFETY: every read below lies inside the row's weights and `x`: `b + 2 <=
-                // blocks` in the loops, `b < blocks` after them.
+                let combined = combined.as_ptr();
+                // SAFETY: every read below lies inside the row's weights and `x`: `add_blocks`
+                // asks for the blocks from `b` that the row holds.
                 unsafe {
                     match weight {
                         Ints::Bytes(values) if x.block == 16 => {
                             let w = values.as_ptr().add(row * cols);
                             let v = x.values.as_ptr();
-                            while b + 2 <= blocks {
-                                prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
-                                let ws =
-                                    _mm512_cvtepi8_epi16(_mm256_loadu_si256(w.add(b * 16).cast()));
-                                let sums = dot(
-                                    _mm512_setzero_si512(),
-                                    ws,
-                                    _mm512_loadu_si512(v.add(b * 16).cast()),
-                                );
-                                let t = &mut totals[b / 2 % 2];
-                                *t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), two(b), *t);
-                                b += 2;
-                            }
-                            if b < blocks {
-                                let ws =
-                                    _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(b * 16).cast()));
-                                let xs = _mm256_loadu_si256(v.add(b * 16).cast());
-                                let sums = dot(
-                                    _mm512_setzero_si512(),
-                                    _mm512_zextsi256_si512(ws),
-                                    _mm512_zextsi256_si512(xs),
-                                );
-                                totals[0] =
-                                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), one(b), totals[0]);
-                            }
+                            add_blocks!(
+                                totals,
+                                blocks,
+                                combined,
+                                |b| 2: [{
+                                    prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
+                                    let ws = _mm512_cvtepi8_epi16(_mm256_loadu_si256(
+                                        w.add(b * 16).cast(),
+                                    ));
+                                    dot(
+                                        _mm512_setzero_si512(),
+                                        ws,
+                                        _mm512_loadu_si512(v.add(b * 16).cast()),
+                                    )
+                                }],
+                                1: {
+                                    let ws =
+                                        _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(b * 16).cast()));
+                                    let xs = _mm256_loadu_si256(v.add(b * 16).cast());
+                                    dot(
+                                        _mm512_setzero_si512(),
+                                        _mm512_zextsi256_si512(ws),
+                                        _mm512_zextsi256_si512(xs),
+                                    )
+                                }
+                            );
                         }
                         Ints::Bytes(values) => {
                             let w = values.as_ptr().add(row * cols);
                             let v = paired.as_ptr();
-                            while b + 2 <= blocks {
-                                let at = w.add(b * 32);
-                                prefetch(at, PREFETCH_BYTES_Q8);
-                                let halves = |h: usize| {
-                                    let first = _mm_loadu_si128(at.add(16 * h).cast());
-                                    let second = _mm_loadu_si128(at.add(32 + 16 * h).cast());
-                                    _mm512_cvtepi8_epi16(_mm256_inserti128_si256::<1>(
-                                        _mm256_castsi128_si256(first),
-                                        second,
-                                    ))
-                                };
-                                let mut sums = dot(
-                                    _mm512_setzero_si512(),
-                                    halves(0),
-                                    _mm512_loadu_si512(v.add(b * 32).cast()),
-                                );
-                                sums = dot(
-                                    sums,
-                                    halves(1),
-                                    _mm512_loadu_si512(v.add(b * 32 + 32).cast()),
-                                );
-                                let t = &mut totals[b / 2 % 2];
-                                *t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), two(b), *t);
-                                b += 2;
-                            }
-                            if b < blocks {
-                                let ws =
-                                    _mm512_cvtepi8_epi16(_mm256_loadu_si256(w.add(b * 32).cast()));
-                                let xs = _mm512_loadu_si512(v.add(b * 32).cast());
-                                let sums = dot(_mm512_setzero_si512(), ws, xs);
-                                totals[0] =
-                                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), one(b), totals[0]);
-                            }
+                            add_blocks!(
+                                totals,
+                                blocks,
+                                combined,
+                                |b| 2: [{
+                                    let at = w.add(b * 32);
+                                    prefetch(at, PREFETCH_BYTES_Q8);
+                                    let halves = |h: usize| {
+                                        let first = _mm_loadu_si128(at.add(16 * h).cast());
+                                        let second = _mm_loadu_si128(at.add(32 + 16 * h).cast());
+                                        _mm512_cvtepi8_epi16(_mm256_inserti128_si256::<1>(
+                                            _mm256_castsi128_si256(first),
+                                            second,
+                                        ))
+                                    };
+                                    let sums = dot(
+                                        _mm512_setzero_si512(),
+                                        halves(0),
+                                        _mm512_loadu_si512(v.add(b * 32).cast()),
+                                    );
+                                    dot(
+                                        sums,
+                                        halves(1),
+                                        _mm512_loadu_si512(v.add(b * 32 + 32).cast()),
+                                    )
+                                }],
+                                1: {
+                                    let ws = _mm512_cvtepi8_epi16(_mm256_loadu_si256(
+                                        w.add(b * 32).cast(),
+                                    ));
+                                    let xs = _mm512_loadu_si512(v.add(b * 32).cast());
+                                    dot(_mm512_setzero_si512(), ws, xs)
+                                }
+                            );
                         }
                         Ints::Nibbles { values, zero } => {
                             let w = values.as_ptr().add(row * cols / 2);
                             let v = paired.as_ptr();
                             let low_bits = _mm256_set1_epi8(0x0F);
                             let zero = _mm256_set1_epi8(zero as i8);
-                            // A block's 16 bytes hold its first 16 values in their low halves
-                            // and its last 16 in their high ones; two blocks are 32 bytes.
-                            let split = |packed: __m256i| {
-                                let low = _mm256_and_si256(packed, low_bits);
-                                let high =
-                                    _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low_bits);
-                                [
-                                    _mm512_cvtepi8_epi16(_mm256_sub_epi8(low, zero)),
-                                    _mm512_cvtepi8_epi16(_mm256_sub_epi8(high, zero)),
-                                ]
-                            };
-                            while b + 2 <= blocks {
-                                prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
-                                let [first, second] =
-                                    split(_mm256_loadu_si256(w.add(b * 16).cast()));
-                                let mut sums = dot(
-                                    _mm512_setzero_si512(),
-                                    first,
-                                    _mm512_loadu_si512(v.add(b * 32).cast()),
-                                );
-                                sums = dot(
-                                    sums,
-                                    second,
-                                    _mm512_loadu_si512(v.add(b * 32 + 32).cast()),
-                                );
-                                let t = &mut totals[b / 2 % 2];
-                                *t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), two(b), *t);
-                                b += 2;
-                            }
-                            if b < blocks {
-                                // One block: its low halves, then its high ones, which are
-                                // its values in order.
-                                let packed = _mm_loadu_si128(w.add(b * 16).cast());
-                                let both = _mm256_inserti128_si256::<1>(
-                                    _mm256_castsi128_si256(packed),
-                                    _mm_srli_epi16::<4>(packed),
-                                );
-                                let ordered = _mm512_cvtepi8_epi16(_mm256_sub_epi8(
-                                    _mm256_and_si256(both, low_bits),
-                                    zero,
-                                ));
-                                let sums = dot(
-                                    _mm512_setzero_si512(),
-                                    ordered,
-                                    _mm512_loadu_si512(v.add(b * 32).cast()),
-                                );
-                                totals[0] =
-                                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), one(b), totals[0]);
-                            }
+                            add_blocks!(
+                                totals,
+                                blocks,
+                                combined,
+                                |b| 2: [{
+                                    // A block's 16 bytes hold its first 16 values in their low
+                                    // halves and its last 16 in their high ones; two blocks are
+                                    // 32 bytes.
+                                    prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
+                                    let packed = _mm256_loadu_si256(w.add(b * 16).cast());
+                                    let low = _mm256_and_si256(packed, low_bits);
+                                    let high =
+                                        _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low_bits);
+                                    let sums = dot(
+                                        _mm512_setzero_si512(),
+                                        _mm512_cvtepi8_epi16(_mm256_sub_epi8(low, zero)),
+                                        _mm512_loadu_si512(v.add(b * 32).cast()),
+                                    );
+                                    dot(
+                                        sums,
+                                        _mm512_cvtepi8_epi16(_mm256_sub_epi8(high, zero)),
+                                        _mm512_loadu_si512(v.add(b * 32 + 32).cast()),
+                                    )
+                                }],
+                                1: {
+                                    // One block: its low halves, then its high ones, which are
+                                    // its values in order.
+                                    let packed = _mm_loadu_si128(w.add(b * 16).cast());
+                                    let both = _mm256_inserti128_si256::<1>(
+                                        _mm256_castsi128_si256(packed),
+                                        _mm_srli_epi16::<4>(packed),
+                                    );
+                                    let ordered = _mm512_cvtepi8_epi16(_mm256_sub_epi8(
+                                        _mm256_and_si256(both, low_bits),
+                                        zero,
+                                    ));
+                                    dot(
+                                        _mm512_setzero_si512(),
+                                        ordered,
+                                        _mm512_loadu_si512(v.add(b * 32).cast()),
+                                    )
+                                }
+                            );
                         }
                         Ints::FiveBits {
                             nibbles,
@@ -236,52 +259,151 @@ macro_rules! kernel {
                                     _mm512_cvtepu8_epi16(_mm256_and_si256(bytes, low_bits));
                                 _mm512_sub_epi16(_mm512_or_si512(values, high), zero)
                             };
-                            while b + 2 <= blocks {
-                                prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
-                                let packed = _mm256_loadu_si256(w.add(b * 16).cast());
-                                let words = _mm512_inserti64x4::<1>(
-                                    _mm512_set1_epi32(h.add(b).read() as i32),
-                                    _mm256_set1_epi32(h.add(b + 1).read() as i32),
-                                );
-                                let first = widen(packed, sixteens(words, firsts));
-                                let second =
-                                    widen(_mm256_srli_epi16::<4>(packed), sixteens(words, seconds));
-                                let mut sums = dot(
-                                    _mm512_setzero_si512(),
-                                    first,
-                                    _mm512_loadu_si512(v.add(b * 32).cast()),
-                                );
-                                sums = dot(
-                                    sums,
-                                    second,
-                                    _mm512_loadu_si512(v.add(b * 32 + 32).cast()),
-                                );
-                                let t = &mut totals[b / 2 % 2];
-                                *t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), two(b), *t);
-                                b += 2;
-                            }
-                            if b < blocks {
-                                // One block: its low halves, then its high ones, which are
-                                // its values in order; its word's bits for both.
-                                let packed = _mm_loadu_si128(w.add(b * 16).cast());
-                                let both = _mm256_inserti128_si256::<1>(
-                                    _mm256_castsi128_si256(packed),
-                                    _mm_srli_epi16::<4>(packed),
-                                );
-                                let shifts = _mm512_inserti64x4::<1>(
-                                    firsts,
-                                    _mm512_castsi512_si256(seconds),
-                                );
-                                let word = _mm512_set1_epi32(h.add(b).read() as i32);
-                                let ordered = widen(both, sixteens(word, shifts));
-                                let sums = dot(
-                                    _mm512_setzero_si512(),
-                                    ordered,
-                                    _mm512_loadu_si512(v.add(b * 32).cast()),
-                                );
-                                totals[0] =
-                                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), one(b), totals[0]);
-                            }
+                            add_blocks!(
+                                totals,
+                                blocks,
+                                combined,
+                                |b| 2: [{
+                                    prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
+                                    let packed = _mm256_loadu_si256(w.add(b * 16).cast());
+                                    let words = _mm512_inserti64x4::<1>(
+                                        _mm512_set1_epi32(h.add(b).read() as i32),
+                                        _mm256_set1_epi32(h.add(b + 1).read() as i32),
+                                    );
+                                    let first = widen(packed, sixteens(words, firsts));
+                                    let second = widen(
+                                        _mm256_srli_epi16::<4>(packed),
+                                        sixteens(words, seconds),
+                                    );
+                                    let sums = dot(
+                                        _mm512_setzero_si512(),
+                                        first,
+                                        _mm512_loadu_si512(v.add(b * 32).cast()),
+                                    );
+                                    dot(sums, second, _mm512_loadu_si512(v.add(b * 32 + 32).cast()))
+                                }],
+                                1: {
+                                    // One block: its low halves, then its high ones, which are
+                                    // its values in order; its word's bits for both.
+                                    let packed = _mm_loadu_si128(w.add(b * 16).cast());
+                                    let both = _mm256_inserti128_si256::<1>(
+                                        _mm256_castsi128_si256(packed),
+                                        _mm_srli_epi16::<4>(packed),
+                                    );
+                                    let shifts = _mm512_inserti64x4::<1>(
+                                        firsts,
+                                        _mm512_castsi512_si256(seconds),
+                                    );
+                                    let word = _mm512_set1_epi32(h.add(b).read() as i32);
+                                    let ordered = widen(both, sixteens(word, shifts));
+                                    dot(
+                                        _mm512_setzero_si512(),
+                                        ordered,
+                                        _mm512_loadu_si512(v.add(b * 32).cast()),
+                                    )
+                                }
+                            );
+                        }
+                        Ints::SixBits {
+                            nibbles,
+                            crumbs,
+                            zero,
+                        } => {
+                            // A unit of 32 values is two blocks of 16: 16 bytes of nibbles
+                            // and 8 of crumbs. Two units at a time, as 64 bytes in order.
+                            let w = nibbles.as_ptr().add(row * cols / 2);
+                            let c = crumbs.as_ptr().add(row * cols / 4);
+                            let v = x.values.as_ptr();
+                            let low_bits = _mm512_set1_epi8(0x0F);
+                            let top_bits = _mm512_set1_epi8(0x30);
+                            let zero = _mm512_set1_epi16(i16::from(zero));
+                            // Each unit's 16 bytes twice, the second copy's high nibbles
+                            // shifted down: its low nibbles, then its high ones.
+                            let twice = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+                            let four = 0x0004_0004_0004_0004;
+                            let nibble_shifts = _mm512_setr_epi64(0, 0, four, four, 0, 0, four, four);
+                            // Each unit's crumbs in the four words of its values; word `q`
+                            // finds element `8q + j`'s top bits at bit `2q` of byte `j` (see
+                            // `crumb_at`) and rotates them to bits 4 and 5.
+                            let crumb_words = _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1);
+                            let rotations = _mm512_setr_epi64(4, 2, 0, 62, 4, 2, 0, 62);
+                            add_blocks!(
+                                totals,
+                                blocks,
+                                combined,
+                                |b| 4: {
+                                    prefetch(w.add(b * 8), PREFETCH_BYTES_Q8);
+                                    let packed = _mm512_permutexvar_epi64(
+                                        twice,
+                                        _mm512_castsi256_si512(_mm256_loadu_si256(
+                                            w.add(b * 8).cast(),
+                                        )),
+                                    );
+                                    let lows = _mm512_srlv_epi16(packed, nibble_shifts);
+                                    let crumbs = _mm512_permutexvar_epi64(
+                                        crumb_words,
+                                        _mm512_castsi128_si512(_mm_loadu_si128(
+                                            c.add(b * 4).cast(),
+                                        )),
+                                    );
+                                    let tops = _mm512_and_si512(
+                                        _mm512_rolv_epi64(crumbs, rotations),
+                                        top_bits,
+                                    );
+                                    // (lows & low_bits) | tops
+                                    let bytes =
+                                        _mm512_ternarylogic_epi32::<0xEA>(lows, low_bits, tops);
+                                    let first = _mm512_sub_epi16(
+                                        _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes)),
+                                        zero,
+                                    );
+                                    let second = _mm512_sub_epi16(
+                                        _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(
+                                            bytes,
+                                        )),
+                                        zero,
+                                    );
+                                    [
+                                        dot(
+                                            _mm512_setzero_si512(),
+                                            first,
+                                            _mm512_loadu_si512(v.add(b * 16).cast()),
+                                        ),
+                                        dot(
+                                            _mm512_setzero_si512(),
+                                            second,
+                                            _mm512_loadu_si512(v.add(b * 16 + 32).cast()),
+                                        ),
+                                    ]
+                                },
+                                2: {
+                                    // One unit: its low halves, then its high ones.
+                                    let packed = _mm_loadu_si128(w.add(b * 8).cast());
+                                    let lows = _mm256_inserti128_si256::<1>(
+                                        _mm256_castsi128_si256(packed),
+                                        _mm_srli_epi16::<4>(packed),
+                                    );
+                                    let crumbs =
+                                        _mm256_set1_epi64x(c.add(b * 4).cast::<i64>().read_unaligned());
+                                    let tops = _mm256_and_si256(
+                                        _mm256_rolv_epi64(
+                                            crumbs,
+                                            _mm512_castsi512_si256(rotations),
+                                        ),
+                                        _mm512_castsi512_si256(top_bits),
+                                    );
+                                    let bytes = _mm256_ternarylogic_epi32::<0xEA>(
+                                        lows,
+                                        _mm512_castsi512_si256(low_bits),
+                                        tops,
+                                    );
+                                    dot(
+                                        _mm512_setzero_si512(),
+                                        _mm512_sub_epi16(_mm512_cvtepu8_epi16(bytes), zero),
+                                        _mm512_loadu_si512(v.add(b * 16).cast()),
+                                    )
+                                }
+                            );
                         }
                     }
                 }
