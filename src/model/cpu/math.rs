@@ -90,6 +90,48 @@ pub unsafe fn five_bits_as_bytes(nibbles: &[u8], high: &[u32], zero: u8, bytes: 
     }
 }
 
+/// Blocks of 4-bit values (see [`unpack_nibbles`]) as one byte per value, `zero` taken off,
+/// two blocks at a time, for the prompt kernels, which unpack each tile of rows so: the
+/// compiled loop took a tenth of a Q4_K_M prompt's time.
+///
+/// # Safety
+/// `bytes` must hold two values per byte of `nibbles`, in whole blocks of 32.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub unsafe fn nibbles_as_bytes(nibbles: &[u8], zero: u8, bytes: &mut [i8]) {
+    use std::arch::x86_64::*;
+    let (mask, zero) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(zero as i8));
+    let (pairs, rest) = (nibbles.len() / 32, nibbles.len() % 32);
+    for p in 0..pairs {
+        // SAFETY: blocks `2p` and `2p + 1` lie inside `nibbles` and `bytes`.
+        unsafe {
+            let packed = _mm256_loadu_si256(nibbles.as_ptr().add(32 * p).cast());
+            let low = _mm256_sub_epi8(_mm256_and_si256(packed, mask), zero);
+            let high =
+                _mm256_sub_epi8(_mm256_and_si256(_mm256_srli_epi16::<4>(packed), mask), zero);
+            // Each block's low halves then its high ones are its values in order.
+            let out = bytes.as_mut_ptr().add(64 * p);
+            _mm256_storeu_si256(out.cast(), _mm256_permute2x128_si256::<0x20>(low, high));
+            _mm256_storeu_si256(
+                out.add(32).cast(),
+                _mm256_permute2x128_si256::<0x31>(low, high),
+            );
+        }
+    }
+    if rest > 0 {
+        // SAFETY: the last block lies inside `nibbles` and `bytes`.
+        unsafe {
+            let packed = _mm_loadu_si128(nibbles.as_ptr().add(32 * pairs).cast());
+            let both = _mm256_inserti128_si256::<1>(
+                _mm256_castsi128_si256(packed),
+                _mm_srli_epi16::<4>(packed),
+            );
+            let values = _mm256_sub_epi8(_mm256_and_si256(both, mask), zero);
+            _mm256_storeu_si256(bytes.as_mut_ptr().add(64 * pairs).cast(), values);
+        }
+    }
+}
+
 /// A unit of 32 six-bit values (`nibbles` and `crumbs` as `IntegerValues::SixBits` holds
 /// them) as two vectors of sixteen 16-bit values, `zero` (in every lane) taken off. The top
 /// bits of elements `8q + j` lie at bit `2q` of crumb byte `j`: widened to a 16-bit lane per

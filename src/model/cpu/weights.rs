@@ -729,10 +729,14 @@ impl Ints<'_> {
         match *self {
             Self::Bytes(values) => bytes.copy_from_slice(&values[range]),
             Self::Nibbles { values, zero } => {
-                let nibbles = values[range.start / 2..range.end / 2].chunks_exact(NIBBLE_BLOCK / 2);
-                for (packed, block) in nibbles.zip(bytes.chunks_exact_mut(NIBBLE_BLOCK)) {
-                    unpack_block(packed, 0, zero, block);
+                let nibbles = &values[range.start / 2..range.end / 2];
+                assert_eq!(nibbles.len() * 2, bytes.len(), "whole blocks");
+                #[cfg(target_arch = "x86_64")]
+                if super::features::cpu().avx2 {
+                    // SAFETY: the CPU has AVX2; the lengths are whole blocks, checked above.
+                    return unsafe { super::math::nibbles_as_bytes(nibbles, zero, bytes) };
                 }
+                nibbles_as_bytes(nibbles, zero, bytes);
             }
             Self::FiveBits {
                 nibbles,
@@ -769,6 +773,15 @@ impl Ints<'_> {
                 six_bits_as_bytes(nibbles, crumbs, zero, bytes);
             }
         }
+    }
+}
+
+/// Blocks of 4-bit values (see [`IntegerValues::Nibbles`]) as one byte per value, `zero`
+/// taken off, on any CPU.
+fn nibbles_as_bytes(nibbles: &[u8], zero: u8, bytes: &mut [i8]) {
+    let nibbles = nibbles.chunks_exact(NIBBLE_BLOCK / 2);
+    for (packed, block) in nibbles.zip(bytes.chunks_exact_mut(NIBBLE_BLOCK)) {
+        unpack_block(packed, 0, zero, block);
     }
 }
 
@@ -939,6 +952,30 @@ mod tests {
         let six_bit: Vec<i8> = (0..128).map(|i| (i % 64) as i8 - 32).collect();
         let packed = weights(six_bit, None).packed();
         assert!(matches!(packed.values, IntegerValues::Bytes(_)));
+    }
+
+    /// 4-bit values unpack to the very values packed, on the vectorized path and the
+    /// portable one, for even and odd counts of blocks.
+    #[test]
+    fn nibbles_unpack_to_the_values_packed() {
+        for blocks in [1, 2, 3, 6] {
+            let centred: Vec<i8> = (0..32 * blocks)
+                .map(|i| ((i * 11) % 16) as i8 - 8)
+                .collect();
+            let packed = IntegerValues::packing(&centred, 32);
+            let IntegerValues::Nibbles { values, zero } = &packed else {
+                panic!("packed as {packed:?}");
+            };
+            let mut portable = vec![0; centred.len()];
+            super::nibbles_as_bytes(values, *zero, &mut portable);
+            let mut fastest = vec![0; centred.len()];
+            packed.borrowed().unpack(0, &mut fastest);
+            assert_eq!(
+                (&portable, &fastest),
+                (&centred, &centred),
+                "{blocks} blocks"
+            );
+        }
     }
 
     /// Q6_K's values (-32 to 31 in blocks of 16) pack into six bits that widen to the very
