@@ -107,6 +107,25 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
         assert_eq!(got, want, "row {}, column {}", i / COLS, i % COLS);
     }
 
+    // A Q6_K tensor alone is split straight into six bits, which widen to the same weights.
+    let key = &shaped[1..2];
+    let six_bits = checkpoint
+        .integer_stacked(key)
+        .expect("readable")
+        .expect("Q6_K is an integer type");
+    assert!(matches!(
+        six_bits.values,
+        IntegerValues::SixBits { zero: 32, .. }
+    ));
+    let dense_key = checkpoint
+        .stacked(key, DType::F32, None)
+        .expect("readable")
+        .try_to_vec::<f32>()
+        .expect("f32");
+    let mut widened = vec![f32::NAN; dense_key.len()];
+    six_bits.rows().widen(0, &mut widened);
+    assert_eq!(widened, dense_key);
+
     // Float parts are not integers: the stack is declined, not approximated.
     let float = Builder::default()
         .f32_tensor(

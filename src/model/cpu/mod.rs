@@ -28,7 +28,9 @@ pub use host::{is_host, reads_shared_weights_in_place};
 pub use projection::project;
 pub use quantize::quantize;
 pub use rms_norm::rms_norm;
-pub use weights::{BlockFactors, IntegerValues, IntegerWeights, Weight};
+pub use weights::{
+    BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, Weight, pack_six_bits,
+};
 
 /// Deterministic values in [-1, 1) that differ for every index: the kernels' test inputs.
 #[cfg(test)]

@@ -422,7 +422,7 @@ impl Weight {
 
 impl IntegerWeights {
     /// The same weights with row `i` taken from row `source[i]`, as a checkpoint gives them
-    /// (bytes and f32 factors, not yet packed or compacted); `None` in another form. A
+    /// (bytes or six bits, and f32 factors, not yet compacted); `None` in another form. A
     /// rotation over part of each head reorders the query and key rows so.
     pub fn with_rows_from(self, source: &[usize]) -> Option<Self> {
         fn rows_from<T: Copy>(values: &[T], source: &[usize]) -> Vec<T> {
@@ -437,11 +437,22 @@ impl IntegerWeights {
             BlockFactors::F32(values) => Some(BlockFactors::F32(rows_from(&values, source))),
             _ => None,
         };
-        let IntegerValues::Bytes(values) = &self.values else {
-            return None;
+        let values = match &self.values {
+            IntegerValues::Bytes(values) => IntegerValues::Bytes(rows_from(values, source)),
+            // Rows of whole units, as the loader splits them.
+            &IntegerValues::SixBits {
+                ref nibbles,
+                ref crumbs,
+                zero,
+            } => IntegerValues::SixBits {
+                nibbles: rows_from(nibbles, source),
+                crumbs: rows_from(crumbs, source),
+                zero,
+            },
+            _ => return None,
         };
         Some(Self {
-            values: IntegerValues::Bytes(rows_from(values, source)),
+            values,
             scales: factors(self.scales)?,
             offsets: match self.offsets {
                 Some(offsets) => Some(factors(offsets)?),
@@ -572,7 +583,7 @@ impl IntegerWeights {
     /// Q6_K's values (-32 to 31) in six bits, shifted up by 32, where the rows hold whole
     /// units of 32; else as they are.
     fn packed_in_six_bits(self) -> Self {
-        const ZERO: i8 = 32;
+        const ZERO: i8 = SIX_BIT_ZERO as i8;
         let IntegerValues::Bytes(values) = &self.values else {
             return self;
         };
@@ -588,37 +599,50 @@ impl IntegerWeights {
         if !fits {
             return self;
         }
-        let units = values.len() / NIBBLE_BLOCK;
+        const CHUNK: usize = 1 << 12;
         let mut nibbles = vec![0u8; values.len() / 2];
-        let mut crumbs = vec![0u8; units * CRUMB_BYTES];
+        let mut crumbs = vec![0u8; values.len() / 4];
         values
-            .par_chunks_exact(NIBBLE_BLOCK)
-            .zip(nibbles.par_chunks_exact_mut(NIBBLE_BLOCK / 2))
-            .zip(crumbs.par_chunks_exact_mut(CRUMB_BYTES))
-            .for_each(|((unit, nibbles), crumbs)| {
-                // Whole arrays, which the compiler vectorizes: value at a time, packing
-                // took a second of loading a 1.7B Q4_K_M file.
-                let stored: [u8; NIBBLE_BLOCK] = std::array::from_fn(|j| (unit[j] + ZERO) as u8);
-                let (low, high) = stored.split_at(NIBBLE_BLOCK / 2);
-                for ((packed, &low), &high) in nibbles.iter_mut().zip(low).zip(high) {
-                    *packed = low & 0x0F | high << 4;
-                }
-                let tops = stored.map(|v| v >> 4);
-                for (byte, crumb) in crumbs.iter_mut().enumerate() {
-                    *crumb = (0..4).fold(0, |crumb, q| {
-                        let j = byte + CRUMB_BYTES * q;
-                        debug_assert_eq!(crumb_at(j), (byte, 2 * q));
-                        crumb | tops[j] << (2 * q)
-                    });
-                }
-            });
+            .par_chunks(CHUNK)
+            .zip(nibbles.par_chunks_mut(CHUNK / 2))
+            .zip(crumbs.par_chunks_mut(CHUNK / 4))
+            .for_each(|((values, nibbles), crumbs)| pack_six_bits(values, nibbles, crumbs));
         Self {
             values: IntegerValues::SixBits {
                 nibbles,
                 crumbs,
-                zero: ZERO as u8,
+                zero: SIX_BIT_ZERO,
             },
             ..self
+        }
+    }
+}
+
+/// What [`IntegerValues::SixBits`] adds to Q6_K's values (-32 to 31).
+pub const SIX_BIT_ZERO: u8 = 32;
+
+/// Packs whole units of 6-bit values (-32 to 31) as [`IntegerValues::SixBits`] holds them,
+/// with a zero of [`SIX_BIT_ZERO`]: half a byte per value into `nibbles`, a quarter into
+/// `crumbs`. The loader packs each row of a Q6_K tensor so as it splits it.
+pub fn pack_six_bits(values: &[i8], nibbles: &mut [u8], crumbs: &mut [u8]) {
+    let units = values.chunks_exact(NIBBLE_BLOCK);
+    let nibbles = nibbles.chunks_exact_mut(NIBBLE_BLOCK / 2);
+    for ((unit, nibbles), crumbs) in units.zip(nibbles).zip(crumbs.chunks_exact_mut(CRUMB_BYTES)) {
+        // Whole arrays, which the compiler vectorizes: value at a time, packing took a
+        // second of loading a 1.7B Q4_K_M file.
+        let stored: [u8; NIBBLE_BLOCK] =
+            std::array::from_fn(|j| unit[j].wrapping_add(SIX_BIT_ZERO as i8) as u8);
+        let (low, high) = stored.split_at(NIBBLE_BLOCK / 2);
+        for ((packed, &low), &high) in nibbles.iter_mut().zip(low).zip(high) {
+            *packed = low & 0x0F | high << 4;
+        }
+        let tops = stored.map(|v| v >> 4);
+        for (byte, crumb) in crumbs.iter_mut().enumerate() {
+            *crumb = (0..4).fold(0, |crumb, q| {
+                let j = byte + CRUMB_BYTES * q;
+                debug_assert_eq!(crumb_at(j), (byte, 2 * q));
+                crumb | (tops[j] & 3) << (2 * q)
+            });
         }
     }
 }
@@ -1018,6 +1042,17 @@ mod tests {
             super::six_bits_as_bytes(nibbles, crumbs, *zero, &mut all);
             assert_eq!(all, six_bit);
         }
+
+        // Reordered rows (a partial rotation's query and key rows) stay six bits.
+        let reordered = in_blocks_of_16(six_bit.clone(), 64)
+            .packed()
+            .with_rows_from(&[2, 0, 1])
+            .expect("six bits reorder by rows");
+        let want = in_blocks_of_16(six_bit.clone(), 64)
+            .with_rows_from(&[2, 0, 1])
+            .expect("bytes reorder by rows");
+        assert!(matches!(reordered.values, IntegerValues::SixBits { .. }));
+        assert_eq!(widened(&reordered), widened(&want));
 
         let mut wider = six_bit.clone();
         wider[7] = 32;
