@@ -498,9 +498,6 @@ impl IntegerWeights {
         let IntegerValues::Bytes(values) = &self.values else {
             return self;
         };
-        if self.block == SIX_BIT_BLOCK {
-            return self.packed_in_six_bits();
-        }
         if self.block != NIBBLE_BLOCK {
             return self;
         }
@@ -586,51 +583,13 @@ impl IntegerWeights {
     }
 }
 
-impl IntegerWeights {
-    /// Q6_K's values (-32 to 31) in six bits, shifted up by 32, where the rows hold whole
-    /// units of 32; else as they are.
-    fn packed_in_six_bits(self) -> Self {
-        const ZERO: i8 = SIX_BIT_ZERO as i8;
-        let IntegerValues::Bytes(values) = &self.values else {
-            return self;
-        };
-        // Folded over whole chunks, which the compiler vectorizes; `all` went a value at a
-        // time.
-        let fits = self.dims[1].is_multiple_of(NIBBLE_BLOCK)
-            && values.par_chunks(1 << 16).all(|chunk| {
-                let (low, high) = chunk
-                    .iter()
-                    .fold((0i8, 0i8), |(low, high), &q| (low.min(q), high.max(q)));
-                low >= -ZERO && high < ZERO
-            });
-        if !fits {
-            return self;
-        }
-        const CHUNK: usize = 1 << 12;
-        let mut nibbles = vec![0u8; values.len() / 2];
-        let mut crumbs = vec![0u8; values.len() / 4];
-        values
-            .par_chunks(CHUNK)
-            .zip(nibbles.par_chunks_mut(CHUNK / 2))
-            .zip(crumbs.par_chunks_mut(CHUNK / 4))
-            .for_each(|((values, nibbles), crumbs)| pack_six_bits(values, nibbles, crumbs));
-        Self {
-            values: IntegerValues::SixBits {
-                nibbles,
-                crumbs,
-                zero: SIX_BIT_ZERO,
-            },
-            ..self
-        }
-    }
-}
-
 /// What [`IntegerValues::SixBits`] adds to Q6_K's values (-32 to 31).
 pub const SIX_BIT_ZERO: u8 = 32;
 
 /// Packs whole units of 6-bit values (-32 to 31) as [`IntegerValues::SixBits`] holds them,
 /// with a zero of [`SIX_BIT_ZERO`]: half a byte per value into `nibbles`, a quarter into
-/// `crumbs`. The loader packs each row of a Q6_K tensor so as it splits it.
+/// `crumbs`. The loader packs each row of a Q6_K tensor so as it splits it, the type telling
+/// it the values fit.
 pub fn pack_six_bits(values: &[i8], nibbles: &mut [u8], crumbs: &mut [u8]) {
     let units = values.chunks_exact(NIBBLE_BLOCK);
     let nibbles = nibbles.chunks_exact_mut(NIBBLE_BLOCK / 2);
@@ -699,10 +658,21 @@ impl IntegerValues {
         }
     }
 
-    /// `values` in blocks of `block` as [`IntegerWeights::packed`] stores them, with unit
-    /// scales.
+    /// `values` in blocks of `block` as the loader holds them, with unit scales: in six bits
+    /// for blocks of 16 (Q6_K's, packed as they are split), else as
+    /// [`IntegerWeights::packed`] stores them.
     #[cfg(test)]
     pub fn packing(values: &[i8], block: usize) -> Self {
+        if block == SIX_BIT_BLOCK {
+            let mut nibbles = vec![0; values.len() / 2];
+            let mut crumbs = vec![0; values.len() / 4];
+            pack_six_bits(values, &mut nibbles, &mut crumbs);
+            return Self::SixBits {
+                nibbles,
+                crumbs,
+                zero: SIX_BIT_ZERO,
+            };
+        }
         IntegerWeights {
             dims: [1, values.len()],
             block,
@@ -1010,19 +980,22 @@ mod tests {
     }
 
     /// Q6_K's values (-32 to 31 in blocks of 16) pack into six bits that widen to the very
-    /// same weights, in rows of whole units of 32; wider values, or rows of 48, stay bytes.
+    /// same weights.
     #[test]
     fn six_bit_blocks_of_sixteen_pack_exactly() {
-        let in_blocks_of_16 = |values: Vec<i8>, cols: usize| IntegerWeights {
-            dims: [values.len() / cols, cols],
-            block: 16,
-            scales: BlockFactors::F32((0..values.len() / 16).map(|b| 0.5 - b as f32).collect()),
-            offsets: None,
-            values: IntegerValues::Bytes(values),
+        let in_blocks_of_16 = |values: IntegerValues, cols: usize| {
+            let len = values.borrowed().len();
+            IntegerWeights {
+                dims: [len / cols, cols],
+                block: 16,
+                scales: BlockFactors::F32((0..len / 16).map(|b| 0.5 - b as f32).collect()),
+                offsets: None,
+                values,
+            }
         };
         let six_bit: Vec<i8> = (0..192).map(|i| ((i * 29) % 64) as i8 - 32).collect();
-        let bytes = in_blocks_of_16(six_bit.clone(), 64);
-        let packed = in_blocks_of_16(six_bit.clone(), 64).packed();
+        let bytes = in_blocks_of_16(IntegerValues::Bytes(six_bit.clone()), 64);
+        let packed = in_blocks_of_16(IntegerValues::packing(&six_bit, 16), 64);
         match &packed.values {
             IntegerValues::SixBits {
                 nibbles,
@@ -1051,22 +1024,14 @@ mod tests {
         }
 
         // Reordered rows (a partial rotation's query and key rows) stay six bits.
-        let reordered = in_blocks_of_16(six_bit.clone(), 64)
-            .packed()
+        let reordered = packed
             .with_rows_from(&[2, 0, 1])
             .expect("six bits reorder by rows");
-        let want = in_blocks_of_16(six_bit.clone(), 64)
+        let want = bytes
             .with_rows_from(&[2, 0, 1])
             .expect("bytes reorder by rows");
         assert!(matches!(reordered.values, IntegerValues::SixBits { .. }));
         assert_eq!(widened(&reordered), widened(&want));
-
-        let mut wider = six_bit.clone();
-        wider[7] = 32;
-        let rows_of_48 = in_blocks_of_16(six_bit, 48).packed();
-        for weights in [in_blocks_of_16(wider, 64).packed(), rows_of_48] {
-            assert!(matches!(weights.values, IntegerValues::Bytes(_)));
-        }
     }
 
     /// A K type's factors (an f16 per super-block times small integers, signed for Q6_K's
