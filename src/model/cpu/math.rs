@@ -90,6 +90,17 @@ pub unsafe fn five_bits_as_bytes(nibbles: &[u8], high: &[u32], zero: u8, bytes: 
     }
 }
 
+/// A block's 16 bytes of nibbles (see [`unpack_nibbles`]) as its 32 values in order, one
+/// per byte: the low halves, then the high ones shifted down. Bits 4–7 of each byte are not
+/// yet cleared: the callers mask them, some after adding more bits.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn nibbles_in_order(packed: std::arch::x86_64::__m128i) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(packed), _mm_srli_epi16::<4>(packed))
+}
+
 /// Blocks of 4-bit values (see [`unpack_nibbles`]) as one byte per value, `zero` taken off,
 /// two blocks at a time, for the prompt kernels, which unpack each tile of rows so: the
 /// compiled loop took a tenth of a Q4_K_M prompt's time.
@@ -121,11 +132,7 @@ pub unsafe fn nibbles_as_bytes(nibbles: &[u8], zero: u8, bytes: &mut [i8]) {
     if rest > 0 {
         // SAFETY: the last block lies inside `nibbles` and `bytes`.
         unsafe {
-            let packed = _mm_loadu_si128(nibbles.as_ptr().add(32 * pairs).cast());
-            let both = _mm256_inserti128_si256::<1>(
-                _mm256_castsi128_si256(packed),
-                _mm_srli_epi16::<4>(packed),
-            );
+            let both = nibbles_in_order(_mm_loadu_si128(nibbles.as_ptr().add(32 * pairs).cast()));
             let values = _mm256_sub_epi8(_mm256_and_si256(both, mask), zero);
             _mm256_storeu_si256(bytes.as_mut_ptr().add(64 * pairs).cast(), values);
         }

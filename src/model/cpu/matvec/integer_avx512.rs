@@ -15,6 +15,7 @@ use std::arch::x86_64::*;
 
 use super::BlockInts;
 use super::avx2::{PREFETCH_BYTES_Q8, prefetch};
+use crate::model::cpu::math::nibbles_in_order;
 use crate::model::cpu::weights::{Factors, Ints};
 
 /// Activations for blocks of 32, reordered so that one vector of 32 lanes holds the same
@@ -215,11 +216,8 @@ macro_rules! kernel {
                                 1: {
                                     // One block: its low halves, then its high ones, which are
                                     // its values in order.
-                                    let packed = _mm_loadu_si128(w.add(b * 16).cast());
-                                    let both = _mm256_inserti128_si256::<1>(
-                                        _mm256_castsi128_si256(packed),
-                                        _mm_srli_epi16::<4>(packed),
-                                    );
+                                    let both =
+                                        nibbles_in_order(_mm_loadu_si128(w.add(b * 16).cast()));
                                     let ordered = _mm512_cvtepi8_epi16(_mm256_sub_epi8(
                                         _mm256_and_si256(both, low_bits),
                                         zero,
@@ -285,11 +283,8 @@ macro_rules! kernel {
                                 1: {
                                     // One block: its low halves, then its high ones, which are
                                     // its values in order; its word's bits for both.
-                                    let packed = _mm_loadu_si128(w.add(b * 16).cast());
-                                    let both = _mm256_inserti128_si256::<1>(
-                                        _mm256_castsi128_si256(packed),
-                                        _mm_srli_epi16::<4>(packed),
-                                    );
+                                    let both =
+                                        nibbles_in_order(_mm_loadu_si128(w.add(b * 16).cast()));
                                     let shifts = _mm512_inserti64x4::<1>(
                                         firsts,
                                         _mm512_castsi512_si256(seconds),
@@ -321,7 +316,8 @@ macro_rules! kernel {
                             // shifted down: its low nibbles, then its high ones.
                             let twice = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
                             let four = 0x0004_0004_0004_0004;
-                            let nibble_shifts = _mm512_setr_epi64(0, 0, four, four, 0, 0, four, four);
+                            let nibble_shifts =
+                                _mm512_setr_epi64(0, 0, four, four, 0, 0, four, four);
                             // Each unit's crumbs in the four words of its values; word `q`
                             // finds element `8q + j`'s top bits at bit `2q` of byte `j` (see
                             // `crumb_at`) and rotates them to bits 4 and 5.
@@ -378,13 +374,11 @@ macro_rules! kernel {
                                 },
                                 2: {
                                     // One unit: its low halves, then its high ones.
-                                    let packed = _mm_loadu_si128(w.add(b * 8).cast());
-                                    let lows = _mm256_inserti128_si256::<1>(
-                                        _mm256_castsi128_si256(packed),
-                                        _mm_srli_epi16::<4>(packed),
+                                    let lows =
+                                        nibbles_in_order(_mm_loadu_si128(w.add(b * 8).cast()));
+                                    let crumbs = _mm256_set1_epi64x(
+                                        c.add(b * 4).cast::<i64>().read_unaligned(),
                                     );
-                                    let crumbs =
-                                        _mm256_set1_epi64x(c.add(b * 4).cast::<i64>().read_unaligned());
                                     let tops = _mm256_and_si256(
                                         _mm256_rolv_epi64(
                                             crumbs,
