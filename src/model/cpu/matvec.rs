@@ -314,22 +314,25 @@ fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
     }
 }
 
-/// The activations rounded for an integer kernel, and in the order it reads them.
+/// The activations rounded for an integer kernel, and as it reads them.
 struct IntegerActivations {
     ints: BlockInts,
-    /// For the AVX-512 kernel and blocks of 32, `integer_avx512::paired(&ints)`; else empty.
-    paired: Vec<i16>,
+    /// For the AVX-512 kernel.
+    #[cfg(target_arch = "x86_64")]
+    avx512: Option<integer_avx512::Activations>,
 }
 
 impl IntegerActivations {
     fn of(x: &[f32], block: usize, kernel: IntegerKernel) -> Self {
         let ints = BlockInts::of(x, block);
-        let paired = match kernel {
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = kernel;
+        Self {
             #[cfg(target_arch = "x86_64")]
-            IntegerKernel::Avx512 { .. } if block == 32 => integer_avx512::paired(&ints),
-            _ => Vec::new(),
-        };
-        Self { ints, paired }
+            avx512: matches!(kernel, IntegerKernel::Avx512 { .. })
+                .then(|| integer_avx512::Activations::of(&ints)),
+            ints,
+        }
     }
 }
 
@@ -341,7 +344,8 @@ impl IntegerActivations {
 /// slower one this CPU runs), `x` hold `cols` values rounded in blocks, `weight` `out.len()`
 /// rows of `cols` values and `scales` and `offsets` one per block. The AVX2 kernels read f16
 /// and f32 scales in the loop, others widened into `buffer` first; the AVX-512 kernel
-/// multiplies a row's scales by the activations' into `buffer` first.
+/// multiplies a group of rows' scales by the activations' scales, and their offsets by the
+/// activations' sums, into `buffer` first.
 unsafe fn rows_dot_integer(
     kernel: IntegerKernel,
     weight: Ints<'_>,
@@ -354,7 +358,7 @@ unsafe fn rows_dot_integer(
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's guarantees are each kernel's.
     unsafe {
-        let (paired, x) = (&x.paired, &x.ints);
+        let (prepared, x) = (&x.avx512, &x.ints);
         macro_rules! run {
             ($halves:literal, $scales:expr, $weight:expr, $out:expr) => {{
                 let scales = $scales.as_ptr().cast::<u8>();
@@ -381,16 +385,16 @@ unsafe fn rows_dot_integer(
                 }
             }};
         }
-        match kernel {
-            IntegerKernel::Avx512 { vnni: true } => {
+        match (kernel, prepared) {
+            (IntegerKernel::Avx512 { vnni: true }, Some(prepared)) => {
                 return integer_avx512::rows_dot_vnni(
-                    weight, scales, offsets, x, paired, buffer, out,
+                    weight, scales, offsets, x, prepared, buffer, out,
                 );
             }
-            IntegerKernel::Avx512 { vnni: false } => {
-                return integer_avx512::rows_dot(weight, scales, offsets, x, paired, buffer, out);
+            (IntegerKernel::Avx512 { vnni: false }, Some(prepared)) => {
+                return integer_avx512::rows_dot(weight, scales, offsets, x, prepared, buffer, out);
             }
-            IntegerKernel::Avx2 => {}
+            _ => {}
         }
         // A few rows at a time, so that factors widened to f32 (a K type's) are still in the
         // first-level cache when the kernel reads them: widened a task's rows at once, they
