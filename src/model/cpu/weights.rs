@@ -239,16 +239,16 @@ impl<'a> Factors<'a> {
                 first,
                 per,
             } => {
-                // A group at a time: one division per group, not one per factor.
-                let mut i = 0;
-                while i < steps.len() {
-                    let group = (first + i) / per;
-                    let end = ((group + 1) * per - first).min(steps.len());
+                // A group at a time, from one division: a division per group took 3% of a
+                // Qwen3-1.7B Q4_K_M prompt.
+                let (mut group, mut start) = (first / per, 0);
+                let mut end = ((group + 1) * per - first).min(steps.len());
+                while start < steps.len() {
                     let base = bases[group].to_f32();
-                    for (out, &step) in out[i..end].iter_mut().zip(&steps[i..end]) {
+                    for (out, &step) in out[start..end].iter_mut().zip(&steps[start..end]) {
                         *out = base * f32::from(step);
                     }
-                    i = end;
+                    (group, start, end) = (group + 1, end, (end + per).min(steps.len()));
                 }
             }
         }

@@ -47,6 +47,12 @@ const GROUPS: usize = 2;
 /// once, 512 no faster.
 const CHUNK_COLS: usize = 2048;
 
+/// How far ahead of the pair of columns it multiplies the tile asks for the prompt's, which
+/// come from the L2 cache: without it the tile waited on them, and a Qwen3-1.7B Q4_K_M
+/// prompt ran at 55.8 tok/s instead of 61.6 (medians of three alternated runs; 8 and 48
+/// pairs ahead were as fast as 16). The weights' rows are in the L1 cache already.
+const PREFETCH_PAIRS: usize = 16;
+
 /// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for `x` of `shape`.
 ///
 /// # Safety
@@ -200,8 +206,15 @@ impl<'a> Stepped<'a> {
     fn bases(self, blocks: Range<usize>, buffer: &mut Vec<f32>) -> &[f32] {
         let pairs = blocks.len() / 2;
         grow(buffer, pairs);
-        for (pair, base) in buffer[..pairs].iter_mut().enumerate() {
-            *base = self.bases[(self.first + blocks.start + 2 * pair) / self.per].to_f32();
+        // A group's pairs at a time, from one division, where one per pair took 1% of a
+        // Qwen3-1.7B Q4_K_M prompt.
+        let pairs_per = self.per / 2;
+        let start = self.first + blocks.start;
+        let (mut group, mut first) = (start / self.per, 0);
+        let mut end = ((group + 1) * self.per - start).div_ceil(2).min(pairs);
+        while first < pairs {
+            buffer[first..end].fill(self.bases[group].to_f32());
+            (group, first, end) = (group + 1, end, (end + pairs_per).min(pairs));
         }
         &buffer[..pairs]
     }
@@ -378,6 +391,8 @@ unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
             // are clamped inside the buffers.
             unsafe {
                 let x: [__m512i; GROUPS] = std::array::from_fn(|g| {
+                    let ahead = x[g].wrapping_add((pair + PREFETCH_PAIRS) * LANES);
+                    _mm_prefetch::<_MM_HINT_T0>(ahead.cast::<i8>());
                     _mm512_loadu_si512(x[g].add(pair * LANES).cast::<__m512i>())
                 });
                 for (j, ints) in ints.iter_mut().enumerate() {
