@@ -517,7 +517,8 @@ macro_rules! each_sixteen {
                 // A shift: a division by `per` here cost 8% of a Qwen3-1.7B Q4_K_M decode step.
                 let per_shift = per.trailing_zeros();
                 for $at in (0..main).step_by(16) {
-                    let $mask = lanes_from($at);
+                    // Every lane: `main` is whole vectors.
+                    let $mask: __mmask16 = 0xFFFF;
                     let $vector = unsafe {
                         let steps = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
                             steps.as_ptr().add($at).cast(),
