@@ -239,20 +239,45 @@ impl<'a> Factors<'a> {
                 first,
                 per,
             } => {
-                // A group at a time, from one division: a division per group took 3% of a
-                // Qwen3-1.7B Q4_K_M prompt.
-                let (mut group, mut start) = (first / per, 0);
-                let mut end = ((group + 1) * per - first).min(steps.len());
-                while start < steps.len() {
-                    let base = bases[group].to_f32();
-                    for (out, &step) in out[start..end].iter_mut().zip(&steps[start..end]) {
-                        *out = base * f32::from(step);
+                // The group `first` falls in from there, then whole groups of a length the
+                // compiler knows, which it vectorizes: a division per group, then groups of
+                // unknown length, took 3% and 2.5% of a Qwen3-1.7B Q4_K_M prompt.
+                let head = ((per - first % per) % per).min(steps.len());
+                let group = first / per;
+                let (head_out, out) = out.split_at_mut(head);
+                for (out, &step) in head_out.iter_mut().zip(&steps[..head]) {
+                    *out = bases[group].to_f32() * f32::from(step);
+                }
+                let (bases, steps) = (&bases[group + usize::from(head > 0)..], &steps[head..]);
+                match per {
+                    8 => scale_groups::<8>(bases, steps, out),
+                    16 => scale_groups::<16>(bases, steps, out),
+                    _ => {
+                        for (i, (out, &step)) in out.iter_mut().zip(steps).enumerate() {
+                            *out = bases[i / per].to_f32() * f32::from(step);
+                        }
                     }
-                    (group, start, end) = (group + 1, end, (end + per).min(steps.len()));
                 }
             }
         }
         out
+    }
+}
+
+/// `out[i] = bases[i / N] · steps[i]`, from the start of a group.
+fn scale_groups<const N: usize>(bases: &[f16], steps: &[i8], out: &mut [f32]) {
+    let (step_groups, step_rest) = steps.as_chunks::<N>();
+    let (out_groups, out_rest) = out.as_chunks_mut::<N>();
+    for ((out, steps), base) in out_groups.iter_mut().zip(step_groups).zip(bases) {
+        let base = base.to_f32();
+        for (out, &step) in out.iter_mut().zip(steps) {
+            *out = base * f32::from(step);
+        }
+    }
+    if let Some(base) = bases.get(step_groups.len()) {
+        for (out, &step) in out_rest.iter_mut().zip(step_rest) {
+            *out = base.to_f32() * f32::from(step);
+        }
     }
 }
 
@@ -1066,14 +1091,17 @@ mod tests {
             let all: Vec<f32> = (0..values.len()).map(|i| factors.get(i)).collect();
             assert_eq!(all, values);
             let mut buffer = Vec::new();
+            // Every range, so that each may start and end part-way through a group.
             for start in 0..values.len() {
-                let range = start..values.len();
-                assert_eq!(
-                    factors.f32s(range.clone(), &mut buffer),
-                    &values[range.clone()]
-                );
-                let ranged = factors.range(range.clone());
-                assert_eq!(ranged.f32s(0..ranged.len(), &mut buffer), &values[range]);
+                for end in start..=values.len() {
+                    let range = start..end;
+                    assert_eq!(
+                        factors.f32s(range.clone(), &mut buffer),
+                        &values[range.clone()]
+                    );
+                    let ranged = factors.range(range.clone());
+                    assert_eq!(ranged.f32s(0..ranged.len(), &mut buffer), &values[range]);
+                }
             }
         }
     }
