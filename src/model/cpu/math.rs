@@ -81,13 +81,28 @@ pub unsafe fn five_bits_as_bytes(nibbles: &[u8], high: &[u32], zero: u8, bytes: 
         // SAFETY: block `b` lies inside `nibbles` and `bytes`, the caller guarantees.
         unsafe {
             let packed = _mm_loadu_si128(nibbles.as_ptr().add(16 * b).cast());
-            let [first, second] = unpack_five_bits(packed, high, zero);
-            // Packing works within 128-bit lanes; the permutation puts the halves in order.
-            let ordered =
-                _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(first, second));
-            _mm256_storeu_si256(bytes.as_mut_ptr().add(32 * b).cast(), ordered);
+            store_as_bytes(
+                unpack_five_bits(packed, high, zero),
+                bytes.as_mut_ptr().add(32 * b),
+            );
         }
     }
+}
+
+/// 32 values widened to 16 bits, in two halves in order, narrowed back to bytes at `to`.
+///
+/// # Safety
+/// `to` must hold 32 bytes; the values must fit in a byte.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn store_as_bytes(halves: [std::arch::x86_64::__m256i; 2], to: *mut i8) {
+    use std::arch::x86_64::*;
+    let [first, second] = halves;
+    // Packing works within 128-bit lanes; the permutation puts the halves in order.
+    let ordered = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(first, second));
+    // SAFETY: the caller's.
+    unsafe { _mm256_storeu_si256(to.cast(), ordered) };
 }
 
 /// A block's 16 bytes of nibbles (see [`unpack_nibbles`]) as its 32 values in order, one
@@ -187,10 +202,10 @@ pub unsafe fn six_bits_as_bytes(nibbles: &[u8], crumbs: &[u8], zero: u8, bytes: 
         unsafe {
             let crumbs = crumbs.as_ptr().add(8 * u).cast::<u64>().read_unaligned();
             let packed = _mm_loadu_si128(nibbles.as_ptr().add(16 * u).cast());
-            let [first, second] = unpack_six_bits(packed, crumbs, zero);
-            let ordered =
-                _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(first, second));
-            _mm256_storeu_si256(bytes.as_mut_ptr().add(32 * u).cast(), ordered);
+            store_as_bytes(
+                unpack_six_bits(packed, crumbs, zero),
+                bytes.as_mut_ptr().add(32 * u),
+            );
         }
     }
 }

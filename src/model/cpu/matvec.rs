@@ -115,7 +115,8 @@ fn quantized(
 thread_local! {
     /// Each thread's f32 copy of the factors of the rows it multiplies where the kernel does
     /// not read them as stored: offsets not in f32, scales in neither f16 nor f32 (and for the
-    /// portable kernel, scales not in f32).
+    /// portable kernel, scales not in f32); for the AVX-512 kernel, a group of rows' factors
+    /// times the activations' scales and sums.
     static FACTORS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 

@@ -132,6 +132,16 @@ macro_rules! kernel {
             let (combined, offset_terms) = buffer[..2 * group].split_at_mut(group);
             // Sixteen pairs of 16-bit products, added to `sums`.
             let dot = $dot;
+            // The sums of a pair of blocks of 32 from their first halves and their second
+            // halves (as `paired` orders the activations), the activations' from `at`.
+            let pair = |first: __m512i, second: __m512i, at: *const i16| {
+                // SAFETY: the callers ask for a pair of blocks the row holds, and `at` is its
+                // activations'.
+                unsafe {
+                    let sums = dot(_mm512_setzero_si512(), first, _mm512_loadu_si512(at.cast()));
+                    dot(sums, second, _mm512_loadu_si512(at.add(32).cast()))
+                }
+            };
             for (part, out) in out.chunks_mut(ROWS_AT_ONCE).enumerate() {
                 let first = part * ROWS_AT_ONCE;
                 let factors = first * blocks..(first + out.len()) * blocks;
@@ -205,16 +215,7 @@ macro_rules! kernel {
                                                 second,
                                             ))
                                         };
-                                        let sums = dot(
-                                            _mm512_setzero_si512(),
-                                            halves(0),
-                                            _mm512_loadu_si512(v.add(b * 32).cast()),
-                                        );
-                                        dot(
-                                            sums,
-                                            halves(1),
-                                            _mm512_loadu_si512(v.add(b * 32 + 32).cast()),
-                                        )
+                                        pair(halves(0), halves(1), v.add(b * 32))
                                     }],
                                     1: {
                                         let ws = _mm512_cvtepi8_epi16(_mm256_loadu_si256(
@@ -245,15 +246,10 @@ macro_rules! kernel {
                                             _mm256_srli_epi16::<4>(packed),
                                             low_bits,
                                         );
-                                        let sums = dot(
-                                            _mm512_setzero_si512(),
+                                        pair(
                                             _mm512_cvtepi8_epi16(_mm256_sub_epi8(low, zero)),
-                                            _mm512_loadu_si512(v.add(b * 32).cast()),
-                                        );
-                                        dot(
-                                            sums,
                                             _mm512_cvtepi8_epi16(_mm256_sub_epi8(high, zero)),
-                                            _mm512_loadu_si512(v.add(b * 32 + 32).cast()),
+                                            v.add(b * 32),
                                         )
                                     }],
                                     1: {
@@ -292,10 +288,9 @@ macro_rules! kernel {
                                         _mm512_and_si512(_mm512_srlv_epi32(words, shifts), bottoms);
                                     _mm512_slli_epi16::<4>(bits)
                                 };
-                                let firsts =
-                                    _mm512_setr_epi32(
-                                        0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7,
-                                    );
+                                let firsts = _mm512_setr_epi32(
+                                    0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7,
+                                );
                                 let seconds = _mm512_add_epi32(firsts, _mm512_set1_epi32(8));
                                 let widen = |bytes: __m256i, high: __m512i| {
                                     let values =
@@ -318,16 +313,7 @@ macro_rules! kernel {
                                             _mm256_srli_epi16::<4>(packed),
                                             sixteens(words, seconds),
                                         );
-                                        let sums = dot(
-                                            _mm512_setzero_si512(),
-                                            first,
-                                            _mm512_loadu_si512(v.add(b * 32).cast()),
-                                        );
-                                        dot(
-                                            sums,
-                                            second,
-                                            _mm512_loadu_si512(v.add(b * 32 + 32).cast()),
-                                        )
+                                        pair(first, second, v.add(b * 32))
                                     }],
                                     1: {
                                         // One block: its low halves, then its high ones, which are
