@@ -6,6 +6,7 @@
 mod chat_templates;
 mod cli;
 mod common;
+mod decoded_together;
 mod downloads;
 mod durability;
 mod engine_worker;

@@ -104,10 +104,7 @@ impl Attention {
     ) -> Result<Tensor<2>> {
         let [tokens, _] = x.dims();
         let start = cache.len();
-        let mut qkv = self.qkv.forward_normed(x.clone(), norm);
-        if let Some(norms) = &self.head_norms {
-            qkv = self.normalize_heads(qkv, norms);
-        }
+        let qkv = self.queries_keys_values(&x, norm);
         let context = match cache.layer(self.layer, tokens) {
             LayerCache::Host(rows) => {
                 let (cos, signed_sin) = rope.tables();
@@ -138,10 +135,59 @@ impl Attention {
             }
             LayerCache::Device(slot) => self.attend_on_device(qkv, slot, rope, mask),
         };
-        Ok(match &self.output_norm {
+        Ok(self.add_output(x, context))
+    }
+
+    /// [`Attention::add_to`] for one new token of each of several sequences on the CPU: row
+    /// `i` of `x` follows `caches[i]` and turns by `ropes[i]`. The projections take every
+    /// row at once, and each row comes out as it does alone (see `cpu::MATVEC_ROWS`).
+    pub fn add_each(
+        &self,
+        x: Tensor<2>,
+        norm: &RmsNorm,
+        ropes: &[&RopeRows],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Tensor<2>> {
+        let qkv = self.queries_keys_values(&x, norm);
+        let mut sequences = Vec::with_capacity(caches.len());
+        for (cache, rope) in caches.iter_mut().zip(ropes) {
+            let start = cache.len();
+            let LayerCache::Host(rows) = cache.layer(self.layer, 1) else {
+                return Err(ModelError::Backend(
+                    "sequences are stepped together only on the CPU".into(),
+                ));
+            };
+            let (cos, signed_sin) = rope.tables();
+            sequences.push(cpu::NextToken {
+                cos,
+                signed_sin,
+                cache: rows,
+                start,
+            });
+        }
+        let context = cpu::self_attention_each(&qkv, &mut sequences, self.layout(), self.window)
+            .ok_or_else(|| {
+                ModelError::Backend("the CPU attention kernel cannot read this tensor".into())
+            })?;
+        Ok(self.add_output(x, context))
+    }
+
+    /// The fused projection of `norm(x)`, each query and key head normalized where the
+    /// family does.
+    fn queries_keys_values(&self, x: &Tensor<2>, norm: &RmsNorm) -> Tensor<2> {
+        let qkv = self.qkv.forward_normed(x.clone(), norm);
+        match &self.head_norms {
+            Some(norms) => self.normalize_heads(qkv, norms),
+            None => qkv,
+        }
+    }
+
+    /// `x` plus the output projection of `context`.
+    fn add_output(&self, x: Tensor<2>, context: Tensor<2>) -> Tensor<2> {
+        match &self.output_norm {
             Some(norm) => x + norm.forward(self.output.forward(context)),
             None => self.output.add_to(x, context),
-        })
+        }
     }
 
     /// `[q | k | v]` with each query head and each key head normalized.

@@ -8,6 +8,7 @@ use super::attention::Attention;
 use super::checkpoint::safetensors::SafetensorsCheckpoint;
 use super::checkpoint::{Checkpoint, LayerRole, TensorRole};
 use super::config::{LongRopeScaling, ModelConfig, RopeScaling};
+use super::cpu;
 use super::embedding::Embedding;
 use super::error::{ModelError, Result};
 use super::family::Family;
@@ -66,6 +67,20 @@ impl DecoderLayer {
         let x = self
             .attention
             .add_to(x, &self.attention_norm, rope, cache, mask)?;
+        Ok(self.mlp.add_to(x, &self.mlp_norm))
+    }
+
+    /// [`DecoderLayer::forward`] for one new token of each of several sequences (see
+    /// [`Attention::add_each`]).
+    fn forward_each(
+        &self,
+        x: Tensor<2>,
+        ropes: &[&RopeRows],
+        caches: &mut [&mut KvCache],
+    ) -> Result<Tensor<2>> {
+        let x = self
+            .attention
+            .add_each(x, &self.attention_norm, ropes, caches)?;
         Ok(self.mlp.add_to(x, &self.mlp_norm))
     }
 }
@@ -309,6 +324,73 @@ impl Llama {
 
         if logits == Logits::Last {
             hidden = hidden.narrow(0, count - 1, 1);
+        }
+        let logits = self.lm_head.forward_normed(hidden, &self.norm);
+        Ok(logits.cast(DType::F32))
+    }
+
+    /// One decode step of several sequences: `tokens[i]` follows what `caches[i]` holds.
+    /// Returns their logits `[tokens.len(), vocab]` in f32, row `i` bit for bit the row
+    /// `forward(&[tokens[i]], caches[i], Logits::Last)` gives: on the CPU each weight is read
+    /// once for up to [`cpu::MATVEC_ROWS`] sequences, whose projections sum each row as
+    /// they do alone, and each attends over its own cache. Elsewhere (a GPU) each sequence
+    /// is stepped alone.
+    pub fn forward_each(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Tensor<2>> {
+        if tokens.len() != caches.len() || tokens.is_empty() {
+            return Err(ModelError::EmptyInput);
+        }
+        let together = tokens.len() > 1 && caches.iter().all(|cache| cache.is_host());
+        if !together {
+            let rows = tokens
+                .iter()
+                .zip(caches.iter_mut())
+                .map(|(&token, cache)| self.forward(&[token], cache, Logits::Last))
+                .collect::<Result<Vec<_>>>()?;
+            return Ok(Tensor::cat(rows, 0));
+        }
+        let mut rows = Vec::new();
+        for (tokens, caches) in tokens
+            .chunks(cpu::MATVEC_ROWS)
+            .zip(caches.chunks_mut(cpu::MATVEC_ROWS))
+        {
+            rows.push(self.step_together(tokens, caches)?);
+        }
+        Ok(Tensor::cat(rows, 0))
+    }
+
+    /// [`Llama::forward_each`] for at most [`cpu::MATVEC_ROWS`] sequences on host caches.
+    fn step_together(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Tensor<2>> {
+        let vocab_size = self.config.vocab_size;
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(ModelError::TokenOutOfRange { id, vocab_size });
+        }
+        if let Some(full) = caches.iter().find(|cache| cache.len() >= cache.max_len()) {
+            return Err(ModelError::ContextOverflow {
+                needed: full.len() + 1,
+                limit: full.max_len(),
+            });
+        }
+        let mut hidden = self.embedding.forward(tokens).cast(self.dtype);
+        if let Some(scale) = self.embedding_scale {
+            hidden = hidden.mul_scalar(scale as f32);
+        }
+        // Each rotation at each sequence's next position.
+        let rotations: Vec<Vec<RopeRows>> = self
+            .rotations
+            .iter()
+            .map(|rotation| {
+                caches
+                    .iter()
+                    .map(|cache| rotation.positions(cache.len()..cache.len() + 1))
+                    .collect()
+            })
+            .collect();
+        for layer in &self.layers {
+            let ropes: Vec<&RopeRows> = rotations[layer.rotation].iter().collect();
+            hidden = layer.forward_each(hidden, &ropes, caches)?;
+        }
+        for (cache, &token) in caches.iter_mut().zip(tokens) {
+            cache.advance(&[token]);
         }
         let logits = self.lm_head.forward_normed(hidden, &self.norm);
         Ok(logits.cast(DType::F32))

@@ -65,6 +65,44 @@ pub fn self_attention(
     })
 }
 
+/// One sequence's part of [`self_attention_each`]: its rotation at its next position, its
+/// layer of the cache, and that position.
+pub struct NextToken<'a> {
+    pub cos: &'a Tensor<2>,
+    pub signed_sin: &'a Tensor<2>,
+    pub cache: &'a mut CachedRows,
+    pub start: usize,
+}
+
+/// [`self_attention`] for one new token of each of several sequences: row `i` of `qkv`
+/// (`[sequences.len(), width]`) is `sequences[i]`'s, attended over its own cache. Each row
+/// goes through exactly what [`self_attention`] does for it alone.
+pub fn self_attention_each(
+    qkv: &Tensor<2>,
+    sequences: &mut [NextToken<'_>],
+    layout: HeadLayout,
+    window: Option<usize>,
+) -> Option<Tensor<2>> {
+    let [rows, width] = qkv.dims();
+    if rows != sequences.len() {
+        return None;
+    }
+    let qkv = HostTensor::of(qkv)?;
+    with_host_float!(qkv.dtype(), E => {
+        let mut context = Vec::with_capacity(rows * layout.heads * layout.head_dim);
+        for (row, next) in qkv.slice::<E>()?.chunks_exact(width).zip(sequences.iter_mut()) {
+            let (cos, signed_sin) = (HostTensor::of(next.cos)?, HostTensor::of(next.signed_sin)?);
+            let tables = RopeTables {
+                cos: cos.slice::<E>()?,
+                signed_sin: signed_sin.slice::<E>()?,
+            };
+            let queries = rotate_and_cache(row, tables, next.cache, next.start, layout);
+            context.extend(attend(&queries, next.cache, next.start, layout, window));
+        }
+        Some(qkv.tensor_like(E::narrowed(context), [rows, layout.heads * layout.head_dim]))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::{HeadLayout, RopeTables, attend, rotate_and_cache};

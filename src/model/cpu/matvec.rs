@@ -1,4 +1,4 @@
-//! `y = W x` for one activation row: the product every decode step is made of.
+//! `y = W x` for one activation row, or a few: the products every decode step is made of.
 //!
 //! The row kernels add their products to the output, so that a projection can land on the
 //! residual stream it feeds without another pass.
@@ -11,46 +11,90 @@
 //! through a wide dot product is what reaches the memory bandwidth.
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use super::features;
 use super::host::HostFloat;
 use super::math::dot;
-use super::threads::{SharedOutput, split_rows};
+use super::threads::{SharedOutput, split_ranges, split_rows};
 use super::weights::{Factors, Ints, NIBBLE_BLOCK, WeightRows};
 
 /// Products smaller than this many rows run on the calling thread alone: splitting them
 /// costs more than it saves.
 const MIN_ROWS_PER_PART: usize = 16;
 
-/// Adds `W x` to `out` (one value per row of `W`, which is `[out.len(), x.len()]`).
+/// Weight rows multiplied by every activation row in turn, when there are several: few
+/// enough that the later rows find them in the second-level cache (32 rows of 8,192 4-bit
+/// weights are 128 KB, of 2,048 bf16 ones 128 KB), and a multiple of the kernels' groups of
+/// 16 rows, so that each row falls at the same place in its group as it does alone.
+const ROWS_PER_CHUNK: usize = 32;
+
+/// Adds `W xᵥ` to `outᵥ` for `vectors` activation rows: `xs` is `[vectors, cols]`, `out`
+/// `[vectors, rows]` (for one row, `W x`, one value per row of `W`). Each weight is read from
+/// memory once for all of them, and each output is summed exactly as it is for that row
+/// alone: a sequence decoded beside others gets, bit for bit, the logits it gets alone.
 ///
 /// # Panics
 /// When the lengths do not fit those shapes: the callers take them from tensor shapes.
-pub fn matvec(weight: WeightRows<'_>, x: &[f32], out: &mut [f32]) {
-    assert_eq!(
-        weight.len(),
-        out.len() * x.len(),
-        "matvec: weight is not [out.len(), x.len()]"
+pub fn matvecs(weight: WeightRows<'_>, xs: &[f32], vectors: usize, out: &mut [f32]) {
+    let cols = xs.len() / vectors.max(1);
+    assert!(
+        vectors > 0 && cols * vectors == xs.len() && weight.len() * vectors == out.len() * cols,
+        "matvec: weight is not [out.len() / vectors, xs.len() / vectors]"
     );
+    let xs: Vec<&[f32]> = xs.chunks_exact(cols.max(1)).collect();
     match weight {
-        WeightRows::F32(weight) => dense(weight, x, out),
-        WeightRows::F16(weight) => dense(weight, x, out),
-        WeightRows::Bf16(weight) => dense(weight, x, out),
+        WeightRows::F32(weight) => dense(weight, &xs, out),
+        WeightRows::F16(weight) => dense(weight, &xs, out),
+        WeightRows::Bf16(weight) => dense(weight, &xs, out),
         WeightRows::Integers {
             values,
             scales,
             offsets,
             block,
-        } => quantized(values, scales, offsets, block, x, out),
+        } => quantized(values, scales, offsets, block, &xs, out),
     }
 }
 
-fn dense<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
-    let cols = x.len();
+/// Splits the weight's rows between the threads, each part getting its rows' outputs for
+/// every activation row, then runs `chunk(first, outs)` on runs of rows of the part: the
+/// whole part for one activation row, [`ROWS_PER_CHUNK`] for several.
+fn for_each_chunk(
+    vectors: usize,
+    out: &mut [f32],
+    chunk: &(impl Fn(usize, &mut [&mut [f32]]) + Sync),
+) {
+    let rows = out.len() / vectors;
+    let shared = SharedOutput::new(out);
+    split_ranges(rows, MIN_ROWS_PER_PART, &|part: Range<usize>| {
+        let step = if vectors == 1 {
+            part.len()
+        } else {
+            ROWS_PER_CHUNK
+        };
+        for first in part.clone().step_by(step.max(1)) {
+            let len = step.min(part.end - first);
+            let mut outs: Vec<&mut [f32]> = (0..vectors)
+                // SAFETY: `split_ranges` hands out disjoint ranges of `0..rows`, so these
+                // slices (rows `first..first + len` of each activation row's `rows` outputs)
+                // never overlap, and `out` stays mutably borrowed until every part returns.
+                .map(|v| unsafe {
+                    std::slice::from_raw_parts_mut(shared.at(v * rows + first), len)
+                })
+                .collect();
+            chunk(first, &mut outs);
+        }
+    });
+}
+
+fn dense<W: HostFloat>(weight: &[W], xs: &[&[f32]], out: &mut [f32]) {
+    let cols = xs.first().map_or(0, |x| x.len());
     let rows_dot = rows_dot_for_this_cpu::<W>();
-    split_rows(out, 1, MIN_ROWS_PER_PART, &|first, out: &mut [f32]| {
-        let weight = &weight[first * cols..(first + out.len()) * cols];
-        rows_dot(weight, x, out);
+    for_each_chunk(xs.len(), out, &|first, outs| {
+        for (x, out) in xs.iter().zip(outs.iter_mut()) {
+            let weight = &weight[first * cols..(first + out.len()) * cols];
+            rows_dot(weight, x, out);
+        }
     });
 }
 
@@ -66,10 +110,10 @@ fn quantized(
     scales: Factors<'_>,
     offsets: Option<Factors<'_>>,
     block: usize,
-    x: &[f32],
+    xs: &[&[f32]],
     out: &mut [f32],
 ) {
-    let cols = x.len();
+    let cols = xs.first().map_or(0, |x| x.len());
     assert!(
         block > 0
             && cols.is_multiple_of(block)
@@ -82,29 +126,40 @@ fn quantized(
     let block_range =
         |first: usize, len: usize| first * blocks_per_row..(first + len) * blocks_per_row;
     let kernel = integer_kernel(weight, block);
-    let integer = kernel.map(|kernel| IntegerActivations::of(x, block, kernel));
+    let integer: Vec<IntegerActivations> = match kernel {
+        Some(kernel) => xs
+            .iter()
+            .map(|x| IntegerActivations::of(x, block, kernel))
+            .collect(),
+        None => Vec::new(),
+    };
     // The rounding forms the block sums too; the portable kernel reads `x` as it is.
-    let sums: Vec<f32> = match (offsets, &integer) {
-        (Some(_), None) => x.chunks_exact(block).map(|x| x.iter().sum()).collect(),
+    let sums: Vec<Vec<f32>> = match (offsets, kernel) {
+        (Some(_), None) => xs
+            .iter()
+            .map(|x| x.chunks_exact(block).map(|x| x.iter().sum()).collect())
+            .collect(),
         _ => Vec::new(),
     };
-    split_rows(out, 1, MIN_ROWS_PER_PART, &|first, out: &mut [f32]| {
+    for_each_chunk(xs.len(), out, &|first, outs| {
         FACTORS.with_borrow_mut(|buffer| {
-            let weight = weight.rows(first, out.len(), cols);
-            let blocks = block_range(first, out.len());
-            let scales = scales.range(blocks.clone());
-            match (kernel, &integer) {
-                // SAFETY: the kernel runs on this CPU, checked above; the sizes are checked at
-                // the top.
-                (Some(kernel), Some(x)) => unsafe {
-                    let offsets = offsets.map(|offsets| offsets.range(blocks));
-                    rows_dot_integer(kernel, weight, scales, offsets, buffer, x, out)
-                },
-                _ => {
-                    let scales = scales.f32s(0..scales.len(), buffer);
-                    rows_dot_integer_portable(weight, scales, block, x, out);
-                    if let Some(offsets) = offsets {
-                        add_offset_terms(offsets.range(blocks), &sums, buffer, out);
+            for (v, out) in outs.iter_mut().enumerate() {
+                let weight = weight.rows(first, out.len(), cols);
+                let blocks = block_range(first, out.len());
+                let scales = scales.range(blocks.clone());
+                match (kernel, integer.get(v)) {
+                    // SAFETY: the kernel runs on this CPU, checked above; the sizes are
+                    // checked at the top.
+                    (Some(kernel), Some(x)) => unsafe {
+                        let offsets = offsets.map(|offsets| offsets.range(blocks));
+                        rows_dot_integer(kernel, weight, scales, offsets, buffer, x, out)
+                    },
+                    _ => {
+                        let scales = scales.f32s(0..scales.len(), buffer);
+                        rows_dot_integer_portable(weight, scales, block, xs[v], out);
+                        if let (Some(offsets), Some(sums)) = (offsets, sums.get(v)) {
+                            add_offset_terms(offsets.range(blocks), sums, buffer, out);
+                        }
                     }
                 }
             }
@@ -836,9 +891,26 @@ mod tests {
         out.iter().map(|y| y - 1.0).collect()
     }
 
+    /// The product for one activation row, checked to be bit for bit what the same row
+    /// gets between two others.
     fn product(weight: WeightRows<'_>, x: &[f32]) -> Vec<f32> {
-        let mut out = vec![1.0; weight.len() / x.len()];
-        matvec(weight, x, &mut out);
+        let rows = weight.len() / x.len();
+        let mut out = vec![1.0; rows];
+        matvecs(weight, x, 1, &mut out);
+        let others: (Vec<f32>, Vec<f32>) = (
+            x.iter().rev().map(|v| v * 3.0).collect(),
+            x.iter().map(|v| 0.5 - v).collect(),
+        );
+        let xs = [others.0.as_slice(), x, &others.1].concat();
+        let mut together = vec![1.0; 3 * rows];
+        matvecs(weight, &xs, 3, &mut together);
+        let beside = &together[rows..2 * rows];
+        assert!(
+            out.iter()
+                .zip(beside)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{rows} rows: a row beside others differs from the row alone"
+        );
         out.iter().map(|y| y - 1.0).collect()
     }
 
@@ -1164,8 +1236,8 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "matvec: weight is not [out.len(), x.len()]")]
+    #[should_panic(expected = "matvec: weight is not [out.len() / vectors, xs.len() / vectors]")]
     fn a_weight_of_the_wrong_size_is_a_programming_error() {
-        matvec(WeightRows::F32(&[0.0; 10]), &[0.0; 3], &mut [0.0; 3]);
+        matvecs(WeightRows::F32(&[0.0; 10]), &[0.0; 3], 1, &mut [0.0; 3]);
     }
 }

@@ -1,5 +1,6 @@
-//! Projections `x Wᵀ` on the CPU: one activation row (every projection of a decode step)
-//! streams the weight through [`matvec`]; several rows (a prompt) go to [`bf16_matmul`] when
+//! Projections `x Wᵀ` on the CPU: up to [`MATVEC_ROWS`] activation rows (the projections of
+//! a decode step, for one sequence or several decoded together) stream the weight through
+//! [`matvecs`]; more rows (a prompt) go to [`bf16_matmul`] when
 //! both are bf16, to [`integer_matmul`] when the weight is integers in blocks of 32 or 16, to
 //! [`float_matmul`] for float weights on AVX-512 and short prompts, and to [`matmul`]
 //! (gemm) otherwise.
@@ -12,8 +13,14 @@ use half::bf16;
 
 use super::host::{HostFloat, HostTensor, with_host_float};
 use super::matmul::{bf16_matmul, float_matmul, integer_matmul, matmul};
-use super::matvec::matvec;
+use super::matvec::matvecs;
 use super::weights::{Weight, WeightRows};
+
+/// The most activation rows multiplied as decode steps: each row then gets exactly the sums it
+/// gets alone, whatever rows are beside it, so sequences can be decoded together (see
+/// `Llama::forward_each`). The arithmetic grows with the rows while the weights are read once;
+/// past eight rows, a prompt's tiles are faster.
+pub const MATVEC_ROWS: usize = 8;
 
 /// `x Wᵀ`, plus `residual` when given, for `x`: `[tokens, in]`, `W`: `[out, in]` and
 /// `residual`: `[tokens, out]`; `None` when the kernels do not apply. The sum is formed in
@@ -44,8 +51,8 @@ pub fn project(weight: &Weight, x: &Tensor<2>, residual: Option<&Tensor<2>>) -> 
             None => vec![0.0; tokens * rows],
         };
         let accumulate = residual.is_some();
-        if tokens == 1 {
-            matvec(weight, &widened::<E>(&x)?, &mut y);
+        if tokens <= MATVEC_ROWS {
+            matvecs(weight, &widened::<E>(&x)?, tokens, &mut y);
         } else if !bf16_product(weight, &x, tokens, &mut y, accumulate) {
             let x = widened::<E>(&x)?;
             // Each tile kernel declines the other's weights.
