@@ -359,9 +359,18 @@ fn collect_client(client: &Client, request: RequestId) -> Reply {
     }
 }
 
+/// An engine that runs one generation at a time, so that the next ones wait.
+fn one_at_a_time() -> EngineHandle {
+    let options = EngineOptions {
+        parallel: 1,
+        ..EngineOptions::default()
+    };
+    EngineHandle::spawn_with(options, || {}).expect("spawn")
+}
+
 #[test]
 fn a_second_generate_while_one_runs_is_queued_and_served_after_it() {
-    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    let engine = one_at_a_time();
     load_tiny(&engine);
     let first = engine.generate(
         vec![ChatMessage::user("one")],
@@ -386,7 +395,7 @@ fn a_second_generate_while_one_runs_is_queued_and_served_after_it() {
 /// moves up.
 #[test]
 fn waiting_requests_are_told_their_place_as_the_queue_moves() {
-    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    let engine = one_at_a_time();
     load_tiny(&engine);
     let ask_for = |text: &str, tokens| {
         engine.generate(
@@ -467,7 +476,11 @@ fn interleaved_conversations_of_two_clients_each_get_their_own_correct_replies()
 
 #[test]
 fn a_full_queue_refuses_with_busy_and_stop_is_per_request() {
-    let engine = EngineHandle::spawn_with(EngineOptions { queue_limit: 1 }, || {}).expect("spawn");
+    let options = EngineOptions {
+        queue_limit: 1,
+        parallel: 1,
+    };
+    let engine = EngineHandle::spawn_with(options, || {}).expect("spawn");
     load_tiny(&engine);
     let (long, queued, refused) = (
         engine.clone_client(),
@@ -699,4 +712,161 @@ fn an_overflowing_conversation_drops_old_turns_visibly_or_stops_with_a_message()
         EngineError::ContextFull { limit, .. } => assert_eq!(limit, 160),
         other => panic!("expected a full context, got {other:?}"),
     }
+}
+
+/// What one request gave: each token and the bits of its log-probability.
+#[derive(Debug, Default, PartialEq)]
+struct Answer {
+    tokens: Vec<(u32, u32)>,
+    finished: bool,
+}
+
+/// A request and the client it came from, as its events arrive.
+struct Stream {
+    client: Client,
+    id: RequestId,
+    answer: Answer,
+}
+
+impl Stream {
+    fn send(engine: &EngineHandle, request: &GenerateRequest) -> Self {
+        let client = engine.clone_client();
+        let id = client.submit(request.clone()).expect("the engine runs");
+        Self {
+            client,
+            id,
+            answer: Answer::default(),
+        }
+    }
+
+    /// Takes one event in.
+    fn pump(&mut self) {
+        match self
+            .client
+            .events()
+            .recv_timeout(TIMEOUT)
+            .expect("an event in time")
+        {
+            Event::Token { request, token } if request == self.id => {
+                let logprob = token.logprobs.expect("asked for").logprob;
+                self.answer.tokens.push((token.id, logprob.to_bits()));
+            }
+            Event::Finished { request, .. } if request == self.id => self.answer.finished = true,
+            Event::Error { error, .. } => panic!("{error}"),
+            Event::Busy { .. } => panic!("refused"),
+            _ => {}
+        }
+    }
+
+    fn finish(mut self) -> Answer {
+        while !self.answer.finished {
+            self.pump();
+        }
+        self.answer
+    }
+}
+
+/// Eight greedy and eight seeded sampled requests of different lengths, with
+/// log-probabilities.
+fn mixed_requests(tokens: usize) -> Vec<GenerateRequest> {
+    let texts = [
+        "Hi",
+        "What is the capital of France?",
+        "Write a haiku about the sea.",
+        "Explain how a rainbow forms, step by step, for a child of seven.",
+        "2+2=",
+        "List three fruits.",
+        "Tell me a story about a brave little toaster that wanted to see the world.",
+        "Why?",
+    ];
+    let sampled = |seed: u64| SamplingParams {
+        temperature: 0.9,
+        top_p: 0.95,
+        seed,
+        ..SamplingParams::default()
+    };
+    (0..16)
+        .map(|i| {
+            let sampling = match i < 8 {
+                true => greedy(),
+                false => sampled(i as u64),
+            };
+            let mut request = GenerateRequest::chat(
+                vec![ChatMessage::user(texts[i % 8])],
+                sampling,
+                tokens - i % 3,
+                OverflowPolicy::Stop,
+            );
+            request.logprobs = Some(2);
+            request
+        })
+        .collect()
+}
+
+/// Each request alone (one at a time), then with 1, 3 and 7 others running beside it, which
+/// join one or two tokens apart: the same tokens, with bit-identical log-probabilities.
+fn together_as_alone(source: ModelSource, tokens: usize) {
+    let requests = mixed_requests(tokens);
+    let load = |engine: &EngineHandle| {
+        assert!(engine.load_model(source.clone(), ModelOptions::default()));
+        loop {
+            match next_event(engine) {
+                Event::ModelReady(_) => break,
+                Event::Error { error, .. } => panic!("{error}"),
+                _ => {}
+            }
+        }
+    };
+    let engine = one_at_a_time();
+    load(&engine);
+    let alone: Vec<Answer> = requests
+        .iter()
+        .map(|request| Stream::send(&engine, request).finish())
+        .collect();
+    drop(engine);
+
+    let options = EngineOptions {
+        parallel: 8,
+        ..EngineOptions::default()
+    };
+    let engine = EngineHandle::spawn_with(options, || {}).expect("spawn");
+    load(&engine);
+    for group in [2, 4, 8] {
+        let indices: Vec<usize> = (0..requests.len()).collect();
+        for members in indices.chunks(group) {
+            let mut streams: Vec<Stream> = Vec::new();
+            for (k, &i) in members.iter().enumerate() {
+                if let Some(previous) = streams.last_mut() {
+                    while !previous.answer.finished && previous.answer.tokens.len() < 1 + k % 2 {
+                        previous.pump();
+                    }
+                }
+                streams.push(Stream::send(&engine, &requests[i]));
+            }
+            for (stream, &i) in streams.into_iter().zip(members) {
+                let answer = stream.finish();
+                assert!(!answer.tokens.is_empty());
+                assert!(
+                    answer == alone[i],
+                    "request {i} beside {} others: {:?}\nalone: {:?}",
+                    group - 1,
+                    answer.tokens,
+                    alone[i].tokens
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn requests_run_together_answer_bit_for_bit_as_alone() {
+    together_as_alone(ModelSource::Folder(tiny_model_dir()), 12);
+}
+
+/// The same on the genuine SmolLM2 file, whose integer weights take the integer kernels.
+#[test]
+fn requests_run_together_answer_bit_for_bit_as_alone_on_the_genuine_file() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    together_as_alone(ModelSource::GgufFile(file), 6);
 }

@@ -37,7 +37,12 @@ impl Fixture {
         api_key: Option<&str>,
         configure: impl FnOnce(&mut ServerConfig),
     ) -> Self {
-        let engine = EngineHandle::spawn_with(EngineOptions { queue_limit }, || {}).expect("spawn");
+        // One request at a time, so that a second one waits in the queue.
+        let options = EngineOptions {
+            queue_limit,
+            parallel: 1,
+        };
+        let engine = EngineHandle::spawn_with(options, || {}).expect("spawn");
         engine.load_model(
             ModelSource::Folder(tiny_model_dir()),
             ModelOptions::default(),

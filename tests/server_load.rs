@@ -133,6 +133,7 @@ fn concurrent_streams_are_all_served_a_burst_is_refused_and_memory_returns() {
     let engine = EngineHandle::spawn_with(
         EngineOptions {
             queue_limit: QUEUE_LIMIT,
+            ..EngineOptions::default()
         },
         || {},
     )

@@ -5,7 +5,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::backend::BackendKind;
-use crate::engine::{DEFAULT_QUEUE_LIMIT, EngineHandle, EngineOptions, Event};
+use crate::engine::{DEFAULT_PARALLEL, DEFAULT_QUEUE_LIMIT, EngineHandle, EngineOptions, Event};
 use crate::generation::ModelOptions;
 use crate::model::Precision;
 use crate::model_files::model_name;
@@ -35,9 +35,14 @@ pub struct ServeArgs {
     /// front of a loopback server; repeat it for more.
     #[arg(long, value_name = "NAME")]
     allowed_hosts: Vec<String>,
-    /// Requests that may wait behind the running one; more get 503 with Retry-After.
+    /// Requests that may wait for a free slot; more get 503 with Retry-After.
     #[arg(long, default_value_t = DEFAULT_QUEUE_LIMIT)]
     queue: usize,
+    /// How many requests are answered at once, each with its own KV cache: their tokens
+    /// are decoded together, one read of the weights serving all of them.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_PARALLEL as u16,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
+    parallel: u16,
     /// Open connections at once; when all are taken, the one idle longest is closed.
     #[arg(long, default_value_t = ServerLimits::default().max_connections)]
     max_connections: usize,
@@ -88,6 +93,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
     let engine = EngineHandle::spawn_with(
         EngineOptions {
             queue_limit: args.queue,
+            parallel: usize::from(args.parallel),
         },
         || {},
     )

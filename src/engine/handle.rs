@@ -12,21 +12,29 @@ use crate::generation::ModelOptions;
 use crate::model_source::ModelSource;
 use crate::text::{ChatMessage, OverflowPolicy, SamplingParams};
 
-/// Generations that may wait behind the running one before the engine refuses more with
+/// Generations that may wait for a slot before the engine refuses more with
 /// [`Event::Busy`]: enough for a few API clients and the window, few enough that a refused
 /// client hears so at once instead of waiting minutes.
 pub const DEFAULT_QUEUE_LIMIT: usize = 32;
+
+/// Generations that run at once, each with its own KV cache: the window's conversation and
+/// a few API clients, decoded together. A decode step reads every weight once however many
+/// sequences it serves, so each one more costs the arithmetic, not the memory traffic.
+pub const DEFAULT_PARALLEL: usize = 4;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineOptions {
     /// See [`DEFAULT_QUEUE_LIMIT`].
     pub queue_limit: usize,
+    /// See [`DEFAULT_PARALLEL`].
+    pub parallel: usize,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
             queue_limit: DEFAULT_QUEUE_LIMIT,
+            parallel: DEFAULT_PARALLEL,
         }
     }
 }
@@ -176,7 +184,7 @@ impl Client {
             .clone()
     }
 
-    /// Generations waiting behind the running one, from every client.
+    /// Generations waiting for a slot, from every client.
     pub fn queued(&self) -> usize {
         self.shared.queued.load(Ordering::SeqCst)
     }
@@ -230,6 +238,7 @@ impl EngineHandle {
             Box::new(notify),
             Arc::clone(&shared),
             options.queue_limit,
+            options.parallel,
         );
         let thread = std::thread::Builder::new()
             .name("smolchat-inference".into())

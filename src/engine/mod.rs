@@ -5,12 +5,16 @@
 mod error;
 mod handle;
 mod protocol;
+mod queue;
 mod shared;
+mod slots;
 mod source;
 mod worker;
 
 pub use error::EngineError;
-pub use handle::{Client, DEFAULT_QUEUE_LIMIT, EngineHandle, EngineOptions, Stopper};
+pub use handle::{
+    Client, DEFAULT_PARALLEL, DEFAULT_QUEUE_LIMIT, EngineHandle, EngineOptions, Stopper,
+};
 pub use protocol::{
     Command, Event, GenerateRequest, LiveStats, ModelInfo, Prompt, Reply, RequestId,
 };

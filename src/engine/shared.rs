@@ -11,7 +11,7 @@ use super::protocol::ModelInfo;
 #[derive(Debug)]
 pub(super) struct Shared {
     pub(super) model: Mutex<Option<ModelInfo>>,
-    /// Generations waiting behind the running one.
+    /// Generations waiting for a slot.
     pub(super) queued: AtomicUsize,
     /// Tokens generated since the engine started, for every client together.
     pub(super) generated_tokens: AtomicU64,

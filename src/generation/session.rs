@@ -7,7 +7,7 @@ use super::stats::GenerationStats;
 use crate::backend::BackendKind;
 use burn::tensor::Tensor;
 
-use crate::model::{KvCache, Logits, logits_to_vec, top_entries};
+use crate::model::{KvCache, Logits, ModelError, logits_to_vec, top_entries};
 use crate::text::{Sampler, SamplingParams, StreamDecoder, TopLogits, log_softmax_top};
 
 /// Why a generation ended.
@@ -97,18 +97,52 @@ pub struct PromptProgress {
 /// fraction of the vocabulary's bytes.
 const TOP_TOKENS_READ: usize = 64;
 
-/// A generation in progress: the prompt is prefilled, then each [`step`](Self::step) samples
-/// one token and runs it through the model.
+/// A prompt that fits a context, and a sampler made from valid settings: what
+/// [`GenerationSession::begin_checked`] starts from.
+pub struct CheckedPrompt {
+    prompt: Vec<u32>,
+    sampler: Sampler,
+}
+
+impl CheckedPrompt {
+    /// Refuses an empty prompt, one that leaves no room in a context of `limit` tokens, and
+    /// sampling settings the sampler does not take.
+    pub fn new(
+        prompt: &[u32],
+        limit: usize,
+        params: &SamplingParams,
+    ) -> Result<Self, GenerationError> {
+        if prompt.is_empty() {
+            return Err(GenerationError::EmptyPrompt);
+        }
+        if prompt.len() >= limit {
+            return Err(GenerationError::PromptTooLong {
+                prompt: prompt.len(),
+                limit,
+            });
+        }
+        Ok(Self {
+            prompt: prompt.to_vec(),
+            sampler: Sampler::new(params.clone())?,
+        })
+    }
+}
+
+/// A generation in progress: the prompt is read in passes, then each [`step`](Self::step)
+/// samples one token and runs it through the model ([`step_together`] for several sessions
+/// at once).
 ///
-/// Nothing runs between steps, so a caller cancels by simply not calling `step` again (and
-/// reporting [`FinishReason::Stopped`]). The KV cache is borrowed, not owned: it outlives the
+/// Nothing runs between passes and steps, so a caller cancels by simply not calling them
+/// again (and reporting [`FinishReason::Stopped`]). The KV cache is borrowed, not owned: it outlives the
 /// session, so the next turn of a conversation prefills only its new tokens.
 pub struct GenerationSession<'a> {
     loaded: &'a LoadedModel,
     cache: &'a mut KvCache,
     sampler: Sampler,
     decoder: StreamDecoder<'a>,
-    /// What the model predicts after the last cached token.
+    /// The whole prompt; the cache holds its first `cache.len()` tokens while it is read.
+    prompt: Vec<u32>,
+    /// What the model predicts after the last cached token, once the prompt is read.
     next: Prediction,
     max_new_tokens: usize,
     /// How many top tokens to report log-probabilities for; `None` computes none.
@@ -145,63 +179,115 @@ impl<'a> GenerationSession<'a> {
         max_new_tokens: usize,
         progress: &mut dyn FnMut(PromptProgress) -> ControlFlow<()>,
     ) -> Result<Self, GenerationError> {
-        let started = Instant::now();
-        let limit = cache.max_len();
-        if prompt.is_empty() {
-            return Err(GenerationError::EmptyPrompt);
-        }
-        if prompt.len() >= limit {
-            return Err(GenerationError::PromptTooLong {
-                prompt: prompt.len(),
-                limit,
-            });
-        }
-        // At least the last prompt token is run again: its logits are the first prediction.
-        cache.truncate(cache.reusable_prefix(prompt));
-        let reused = cache.len();
-        let passes = prompt[reused..].chunks(PROMPT_CHUNK);
-        let reports = passes.len() > 1;
-        let mut logits = Vec::new();
-        let mut stopped = false;
-        for pass in passes {
-            let at = PromptProgress {
-                done: cache.len(),
-                total: prompt.len(),
-            };
-            if reports && progress(at).is_break() {
-                stopped = true;
+        let mut session = Self::begin(loaded, cache, prompt, params, max_new_tokens)?;
+        while session.is_reading() {
+            if let Some(at) = session.reported_progress()
+                && progress(at).is_break()
+            {
+                session.finished = Some(FinishReason::Stopped);
                 break;
             }
-            let last = loaded.model.forward(pass, cache, Logits::Last)?;
-            if cache.len() == prompt.len() {
-                logits = logits_to_vec(last)?;
-            }
+            session.read_pass()?;
         }
+        Ok(session)
+    }
+
+    /// A session whose prompt is still to be read, pass by pass ([`read_pass`](Self::read_pass)),
+    /// reusing the longest prefix already in `cache`: what the engine starts, so that other
+    /// sequences' steps can run between the passes.
+    pub fn begin(
+        loaded: &'a LoadedModel,
+        cache: &'a mut KvCache,
+        prompt: &[u32],
+        params: &SamplingParams,
+        max_new_tokens: usize,
+    ) -> Result<Self, GenerationError> {
+        let checked = CheckedPrompt::new(prompt, cache.max_len(), params)?;
+        Ok(Self::begin_checked(loaded, cache, checked, max_new_tokens))
+    }
+
+    /// [`begin`](Self::begin) with what could refuse it already checked: it takes the cache
+    /// only once nothing can fail.
+    pub fn begin_checked(
+        loaded: &'a LoadedModel,
+        cache: &'a mut KvCache,
+        checked: CheckedPrompt,
+        max_new_tokens: usize,
+    ) -> Self {
+        let CheckedPrompt { prompt, sampler } = checked;
+        // At least the last prompt token is run again: its logits are the first prediction.
+        cache.truncate(cache.reusable_prefix(&prompt));
         let stats = GenerationStats {
             prompt_tokens: prompt.len(),
-            reused_tokens: reused,
-            prefilled_tokens: cache.len() - reused,
-            prefill_time: started.elapsed(),
+            reused_tokens: cache.len(),
             context_used: cache.len(),
-            context_limit: limit,
-            kv_cache_bytes: cache.bytes(),
+            context_limit: cache.max_len(),
             device_reads: 1,
             ..GenerationStats::default()
         };
-        Ok(Self {
+        Self {
             loaded,
-            sampler: Sampler::new(params.clone())?,
+            sampler,
             decoder: StreamDecoder::new(&loaded.tokenizer, true),
             cache,
-            next: Prediction::Logits(logits),
+            prompt,
+            next: Prediction::Logits(Vec::new()),
             max_new_tokens,
             logprobs: None,
             ends_at_stop_token: true,
             stats,
-            started,
+            started: Instant::now(),
             first_token_at: None,
-            finished: stopped.then_some(FinishReason::Stopped),
+            finished: None,
+        }
+    }
+
+    /// The cache the session held, once it is over: for the next conversation to reuse.
+    pub fn into_cache(self) -> &'a mut KvCache {
+        self.cache
+    }
+
+    /// Whether the generation is over (a step said so, or it was stopped).
+    pub fn is_finished(&self) -> bool {
+        self.finished.is_some()
+    }
+
+    /// Whether passes of the prompt are still to be read (and not stopped).
+    pub fn is_reading(&self) -> bool {
+        self.finished.is_none() && self.cache.len() < self.prompt.len()
+    }
+
+    /// How far reading has come, before the next pass: only for prompts that take several
+    /// passes, whose reading is worth showing.
+    pub fn reported_progress(&self) -> Option<PromptProgress> {
+        let unread_at_start = self.prompt.len() - self.stats.reused_tokens;
+        (self.is_reading() && unread_at_start > PROMPT_CHUNK).then(|| PromptProgress {
+            done: self.cache.len(),
+            total: self.prompt.len(),
         })
+    }
+
+    /// Reads the next pass of at most [`PROMPT_CHUNK`] prompt tokens. Passes start where
+    /// the prompt's reading began, every [`PROMPT_CHUNK`] tokens: a prompt sent again reads
+    /// in the same passes (see `KvCache::reusable_prefix`).
+    pub fn read_pass(&mut self) -> Result<(), GenerationError> {
+        if !self.is_reading() {
+            return Ok(());
+        }
+        let from = self.cache.len();
+        let to = (from + PROMPT_CHUNK).min(self.prompt.len());
+        let last = self
+            .loaded
+            .model
+            .forward(&self.prompt[from..to], self.cache, Logits::Last)?;
+        self.stats.prefilled_tokens = to - self.stats.reused_tokens;
+        self.stats.prefill_time = self.started.elapsed();
+        self.stats.context_used = to;
+        self.stats.kv_cache_bytes = self.cache.bytes();
+        if to == self.prompt.len() {
+            self.next = Prediction::Logits(logits_to_vec(last)?);
+        }
+        Ok(())
     }
 
     /// Decodes exactly `max_new_tokens` (or until the context is full): the model's own
@@ -223,7 +309,25 @@ impl<'a> GenerationSession<'a> {
     }
 
     /// Samples the next token, feeds it to the model and returns it; or says why it is over.
+    /// Whatever of the prompt is still unread is read first.
     pub fn step(&mut self) -> Result<Step, GenerationError> {
+        while self.is_reading() {
+            self.read_pass()?;
+        }
+        let step = self.choose()?;
+        if let Step::Token(token) = &step {
+            let logits = self
+                .loaded
+                .model
+                .forward(&[token.id], self.cache, Logits::Last)?;
+            self.predict(logits)?;
+        }
+        Ok(step)
+    }
+
+    /// The first half of a step: samples the next token (the model has yet to run it, see
+    /// [`predict`](Self::predict)), or says why the generation is over.
+    fn choose(&mut self) -> Result<Step, GenerationError> {
         if let Some(reason) = self.finished {
             return Ok(Step::Finished {
                 reason,
@@ -287,17 +391,18 @@ impl<'a> GenerationSession<'a> {
                     .collect(),
             }
         });
-        let event = TokenEvent {
+        Ok(Step::Token(TokenEvent {
             id: sampled.id,
             text,
             probability: sampled.probability,
             alternatives,
             logprobs,
-        };
-        let logits = self
-            .loaded
-            .model
-            .forward(&[sampled.id], self.cache, Logits::Last)?;
+        }))
+    }
+
+    /// The second half of a step: takes the logits (`[1, vocab]`) the model gave for the
+    /// token [`choose`](Self::choose) returned, which is now in the cache.
+    fn predict(&mut self, logits: Tensor<2>) -> Result<(), GenerationError> {
         self.next = match self.read_top(&logits)? {
             Some(top) => Prediction::Top { top, row: logits },
             None => Prediction::Logits(logits_to_vec(logits)?),
@@ -305,7 +410,7 @@ impl<'a> GenerationSession<'a> {
         self.stats.device_reads += 1;
         self.stats.context_used = self.cache.len();
         self.stats.kv_cache_bytes = self.cache.bytes();
-        Ok(Step::Token(event))
+        Ok(())
     }
 
     /// On a GPU, the likeliest tokens of `row` (`[1, vocab]`) and the weight of all of them
@@ -350,4 +455,56 @@ impl<'a> GenerationSession<'a> {
         let text = self.decoder.finish().ok().flatten().unwrap_or_default();
         Step::Finished { reason, text }
     }
+}
+
+/// One step of each of several sessions of one model, as [`GenerationSession::step`] would
+/// take it for each alone, bit for bit: their tokens go through the model together
+/// ([`crate::model::Llama::forward_each`]), which reads each weight once for all of them.
+/// Every session's prompt must be read.
+pub fn step_together(
+    loaded: &LoadedModel,
+    sessions: &mut [&mut GenerationSession<'_>],
+) -> Vec<Result<Step, GenerationError>> {
+    let mut steps: Vec<Result<Step, GenerationError>> = sessions
+        .iter_mut()
+        .map(|session| session.choose())
+        .collect();
+    let stepping: Vec<(usize, u32)> = steps
+        .iter()
+        .enumerate()
+        .filter_map(|(i, step)| match step {
+            Ok(Step::Token(token)) => Some((i, token.id)),
+            _ => None,
+        })
+        .collect();
+    if stepping.is_empty() {
+        return steps;
+    }
+    let tokens: Vec<u32> = stepping.iter().map(|&(_, id)| id).collect();
+    let logits = {
+        let mut caches: Vec<&mut KvCache> = Vec::with_capacity(stepping.len());
+        let mut wanted = stepping.iter().map(|&(i, _)| i).peekable();
+        for (i, session) in sessions.iter_mut().enumerate() {
+            if wanted.next_if_eq(&i).is_some() {
+                caches.push(&mut *session.cache);
+            }
+        }
+        loaded.model.forward_each(&tokens, &mut caches)
+    };
+    match logits {
+        Ok(logits) => {
+            for (row, &(i, _)) in stepping.iter().enumerate() {
+                if let Err(err) = sessions[i].predict(logits.clone().narrow(0, row, 1)) {
+                    steps[i] = Err(err);
+                }
+            }
+        }
+        Err(err) => {
+            let message = err.to_string();
+            for &(i, _) in &stepping {
+                steps[i] = Err(ModelError::Backend(message.clone()).into());
+            }
+        }
+    }
+    steps
 }

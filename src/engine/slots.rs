@@ -1,0 +1,326 @@
+//! The generations that run together: each holds one of the model's KV caches (a slot) from
+//! the time it is admitted until it ends, and every step of the loop reads one pass of a
+//! prompt and decodes one token of every sequence whose prompt is read.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::error::EngineError;
+use super::protocol::{Event, LiveStats, Reply, RequestId};
+use super::queue::{Admitted, Queue, deliver};
+use crate::generation::{
+    CheckedPrompt, FinishReason, GenerationError, GenerationSession, LoadedModel, PromptFit, Step,
+    step_together,
+};
+use crate::model::KvCache;
+use crate::stats::memory;
+
+/// How often a generation reports its live figures: as often as the window redraws for them.
+/// Per token, the extra event, memory reading and wake-up of the client's thread took time
+/// from the model's threads: on two cores the server decoded at 0.90× `generate`, and at
+/// 0.98× with this and one HTTP thread.
+const STATS_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The loaded model and its slots' caches.
+pub(super) struct Slots {
+    pub loaded: LoadedModel,
+    /// One per slot. A cache outlives its generation: the conversation's next turn, or the
+    /// same request sent again, reuses what it holds.
+    caches: Vec<KvCache>,
+    /// When each cache last served a generation (a count of admissions): of the caches that
+    /// hold nothing a prompt can reuse, the one unused longest is the one given up.
+    last_used: Vec<u64>,
+    admissions: u64,
+}
+
+impl Slots {
+    pub fn new(loaded: LoadedModel, parallel: usize) -> Self {
+        let count = parallel.max(1);
+        Self {
+            caches: (0..count).map(|_| loaded.new_cache()).collect(),
+            last_used: vec![0; count],
+            admissions: 0,
+            loaded,
+        }
+    }
+
+    /// Forgets every cached conversation.
+    pub fn clear(&mut self) {
+        for cache in &mut self.caches {
+            cache.clear();
+        }
+    }
+}
+
+/// One running generation.
+struct Running<'a> {
+    id: RequestId,
+    reply: Reply,
+    session: GenerationSession<'a>,
+    slot: usize,
+    dropped_messages: usize,
+    /// False once the client no longer listens (a disconnected API client): it is stopped
+    /// like one that pressed Stop.
+    listening: bool,
+    last_stats: Option<Instant>,
+}
+
+impl Running<'_> {
+    fn ended(&self) -> bool {
+        self.session.is_finished()
+    }
+
+    /// Tells the client the generation is over.
+    fn finished(
+        &self,
+        loaded: &LoadedModel,
+        reason: FinishReason,
+        text: String,
+        notify: &dyn Fn(),
+    ) {
+        let stats = live(loaded, &self.session);
+        let id = self.id;
+        deliver(
+            &self.reply,
+            notify,
+            Event::Finished {
+                request: id,
+                reason,
+                text,
+                stats,
+            },
+        );
+    }
+}
+
+/// The state of the loop that [`run`] drives, apart from the model it borrows.
+pub(super) struct Context<'q> {
+    pub queue: &'q mut Queue,
+    pub notify: &'q dyn Fn(),
+    /// Each generation admitted and not yet ended, so that a panic is reported to each.
+    pub running: &'q mut Vec<(RequestId, Reply)>,
+    pub shutting_down: &'q mut bool,
+}
+
+/// Runs generations from the front of the queue, as many at once as there are slots, until
+/// none runs and none can start (the queue is empty, or another command is at its front).
+pub(super) fn run(slots: &mut Slots, cx: Context<'_>) {
+    let Slots {
+        loaded,
+        caches,
+        last_used,
+        admissions,
+    } = slots;
+    let loaded = &*loaded;
+    let mut free: Vec<(usize, &mut KvCache)> = caches.iter_mut().enumerate().collect();
+    let mut active: Vec<Running<'_>> = Vec::new();
+    // Which reading prompt reads next, so that several long prompts take turns.
+    let mut turn = 0;
+    loop {
+        *cx.shutting_down |= cx.queue.receive(cx.notify);
+        while !*cx.shutting_down && !free.is_empty() {
+            let Some(admitted) = cx.queue.admit() else {
+                break;
+            };
+            *admissions += 1;
+            if let Some(running) = start(loaded, &mut free, admitted, cx.notify) {
+                last_used[running.slot] = *admissions;
+                cx.running.push((running.id, running.reply.clone()));
+                active.push(running);
+            }
+        }
+        cx.queue.announce(cx.notify);
+        if active.is_empty() {
+            return;
+        }
+        for running in &mut active {
+            let unwanted = !running.listening || running.reply.is_cancelled();
+            if (unwanted || *cx.shutting_down) && !running.ended() {
+                let step = running.session.stop();
+                if let Step::Finished { reason, text } = step {
+                    running.finished(loaded, reason, text, cx.notify);
+                }
+            }
+        }
+        let readers: Vec<usize> = (0..active.len())
+            .filter(|&i| active[i].session.is_reading())
+            .collect();
+        if !readers.is_empty() {
+            turn = (turn + 1) % readers.len();
+            read_pass(&mut active[readers[turn]], cx.notify);
+        }
+        decode_step(loaded, &mut active, cx.queue, cx.notify);
+        let (ended, still): (Vec<_>, Vec<_>) =
+            active.into_iter().partition(|running| running.ended());
+        active = still;
+        for running in ended {
+            cx.running.retain(|(id, _)| *id != running.id);
+            free.push((running.slot, running.session.into_cache()));
+        }
+    }
+}
+
+/// Fits an admitted request's prompt to the context and begins its session in the free
+/// slot whose cache it can reuse most of (else the one unused longest); `None`, with the
+/// client told why, when it cannot start.
+fn start<'a>(
+    loaded: &'a LoadedModel,
+    free: &mut Vec<(usize, &'a mut KvCache)>,
+    admitted: Admitted,
+    notify: &dyn Fn(),
+) -> Option<Running<'a>> {
+    let Admitted { id, request, reply } = admitted;
+    let fail = |error: GenerationError| {
+        let error = EngineError::from_generation(error);
+        deliver(
+            &reply,
+            notify,
+            Event::Error {
+                request: Some(id),
+                error,
+            },
+        );
+    };
+    if reply.is_cancelled() {
+        deliver(&reply, notify, super::queue::stopped_before_start(id));
+        return None;
+    }
+    let limit = free.first().map(|(_, cache)| cache.max_len())?;
+    let fit = PromptFit {
+        limit,
+        max_new_tokens: request.max_new_tokens,
+        overflow: request.overflow,
+        variables: &request.template_variables,
+    };
+    let checked = fit
+        .ids(loaded, &request.prompt)
+        .and_then(|(prompt, dropped)| {
+            Ok((
+                CheckedPrompt::new(&prompt, limit, &request.sampling)?,
+                prompt,
+                dropped,
+            ))
+        });
+    let (checked, prompt, dropped_messages) = match checked {
+        Ok(checked) => checked,
+        Err(error) => {
+            fail(error);
+            return None;
+        }
+    };
+    let best = (0..free.len()).max_by_key(|&i| {
+        let (_, cache) = &free[i];
+        (
+            cache.reusable_prefix(&prompt),
+            std::cmp::Reverse(cache.len()),
+        )
+    })?;
+    let (slot, cache) = free.swap_remove(best);
+    let max_new_tokens = request.max_new_tokens.unwrap_or(usize::MAX);
+    let session = GenerationSession::begin_checked(loaded, cache, checked, max_new_tokens)
+        .with_logprobs(request.logprobs);
+    Some(Running {
+        id,
+        reply,
+        session,
+        slot,
+        dropped_messages,
+        listening: true,
+        last_stats: None,
+    })
+}
+
+/// Reads one pass of a running generation's prompt, telling its client how far it has
+/// come before a long prompt's passes and that the prompt is read after the last.
+fn read_pass(running: &mut Running<'_>, notify: &dyn Fn()) {
+    let send = |event| deliver(&running.reply, notify, event);
+    let id = running.id;
+    if let Some(at) = running.session.reported_progress() {
+        running.listening &= send(Event::PromptProgress {
+            request: id,
+            done: at.done,
+            total: at.total,
+        });
+        // Stop pressed as the client heard of this pass ends the prompt before it.
+        if !running.listening || running.reply.is_cancelled() {
+            return;
+        }
+    }
+    if let Err(error) = running.session.read_pass() {
+        // An error ends a generation whose prompt was not read: nothing was generated.
+        let error = EngineError::from_generation(error);
+        send(Event::Error {
+            request: Some(id),
+            error,
+        });
+        running.session.stop();
+        return;
+    }
+    if !running.session.is_reading() {
+        running.listening &= send(Event::PromptProcessed {
+            request: id,
+            stats: running.session.stats().clone(),
+            dropped_messages: running.dropped_messages,
+        });
+    }
+}
+
+/// One token of every running generation whose prompt is read, through the model together;
+/// each generation's events go to its client.
+fn decode_step(loaded: &LoadedModel, active: &mut [Running<'_>], queue: &Queue, notify: &dyn Fn()) {
+    let mut decoding: Vec<&mut Running<'_>> = active
+        .iter_mut()
+        .filter(|running| !running.session.is_reading() && !running.ended())
+        .collect();
+    if decoding.is_empty() {
+        return;
+    }
+    let steps = {
+        let mut sessions: Vec<&mut GenerationSession<'_>> = decoding
+            .iter_mut()
+            .map(|running| &mut running.session)
+            .collect();
+        step_together(loaded, &mut sessions)
+    };
+    for (running, step) in decoding.into_iter().zip(steps) {
+        let id = running.id;
+        match step {
+            Ok(Step::Token(token)) => {
+                queue.shared.generated_tokens.fetch_add(1, Ordering::SeqCst);
+                running.listening &=
+                    deliver(&running.reply, notify, Event::Token { request: id, token });
+                if running
+                    .last_stats
+                    .is_none_or(|sent| sent.elapsed() >= STATS_INTERVAL)
+                {
+                    running.last_stats = Some(Instant::now());
+                    let stats = live(loaded, &running.session);
+                    running.listening &=
+                        deliver(&running.reply, notify, Event::Stats { request: id, stats });
+                }
+            }
+            Ok(Step::Finished { reason, text }) => running.finished(loaded, reason, text, notify),
+            Err(error) => {
+                let error = EngineError::from_generation(error);
+                deliver(
+                    &running.reply,
+                    notify,
+                    Event::Error {
+                        request: Some(id),
+                        error,
+                    },
+                );
+                running.session.stop();
+                running.finished(loaded, FinishReason::Stopped, String::new(), notify);
+            }
+        }
+    }
+}
+
+fn live(loaded: &LoadedModel, session: &GenerationSession<'_>) -> LiveStats {
+    LiveStats {
+        generation: session.stats().clone(),
+        resident_bytes: memory::resident_bytes(),
+        device_bytes: loaded.device.device_memory_bytes(),
+    }
+}
