@@ -479,6 +479,7 @@ fn a_full_queue_refuses_with_busy_and_stop_is_per_request() {
     let options = EngineOptions {
         queue_limit: 1,
         parallel: 1,
+        ..EngineOptions::default()
     };
     let engine = EngineHandle::spawn_with(options, || {}).expect("spawn");
     load_tiny(&engine);
@@ -869,4 +870,93 @@ fn requests_run_together_answer_bit_for_bit_as_alone_on_the_genuine_file() {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     together_as_alone(ModelSource::GgufFile(file), 6);
+}
+
+/// With three long generations streaming (API clients), a fourth (the window's message)
+/// takes the free slot at once: its whole reply comes while they still run.
+#[test]
+fn a_request_beside_three_running_ones_is_answered_before_they_end() {
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    let long: Vec<(Client, RequestId)> = (0..3)
+        .map(|i| {
+            let client = engine.clone_client();
+            let request = client.generate(
+                vec![ChatMessage::user(format!("story {i}"))],
+                greedy(),
+                2000,
+                OverflowPolicy::Stop,
+            );
+            (client, request)
+        })
+        .collect();
+    for (client, _) in &long {
+        while !matches!(
+            client.events().recv_timeout(TIMEOUT).expect("streams"),
+            Event::Token { .. }
+        ) {}
+    }
+    let window = engine.clone_client();
+    let request = window.generate(
+        vec![ChatMessage::user("hello")],
+        greedy(),
+        3,
+        OverflowPolicy::Stop,
+    );
+    let reply = collect_client(&window, request);
+    assert_eq!(reply.token_ids.len(), 3);
+    for (client, running) in &long {
+        let ended = client
+            .events()
+            .try_iter()
+            .any(|event| matches!(event, Event::Finished { request, .. } if request == *running));
+        assert!(
+            !ended,
+            "a long generation ended before the short one was answered"
+        );
+        client.stop();
+        let (reason, _) = collect_client(client, *running).finish.expect("finished");
+        assert_eq!(reason, FinishReason::Stopped);
+    }
+}
+
+/// The caches share a budget of positions: while a running generation holds it all, a new
+/// one waits its turn (and is told so), then runs once the first ends.
+#[test]
+fn a_request_waits_while_running_ones_hold_the_whole_cache_budget() {
+    let options = EngineOptions {
+        kv_budget: Some(48),
+        ..EngineOptions::default()
+    };
+    let engine = EngineHandle::spawn_with(options, || {}).expect("spawn");
+    load_tiny(&engine);
+    let (first, second) = (engine.clone_client(), engine.clone_client());
+    let running = first.generate(
+        vec![ChatMessage::user("a long story")],
+        greedy(),
+        2000,
+        OverflowPolicy::Stop,
+    );
+    // Until the first holds the budget.
+    loop {
+        if let Event::Stats { stats, .. } = first.events().recv_timeout(TIMEOUT).expect("runs")
+            && stats.generation.context_used >= 48
+        {
+            break;
+        }
+    }
+    let waiting = second.generate(
+        vec![ChatMessage::user("hi")],
+        greedy(),
+        3,
+        OverflowPolicy::Stop,
+    );
+    match second.events().recv_timeout(TIMEOUT).expect("told") {
+        Event::Waiting { request, ahead } => assert_eq!((request, ahead), (waiting, 1)),
+        other => panic!("expected to wait, got {other:?}"),
+    }
+    first.stop();
+    let (reason, _) = collect_client(&first, running).finish.expect("finished");
+    assert_eq!(reason, FinishReason::Stopped);
+    assert_eq!(collect_client(&second, waiting).token_ids.len(), 3);
 }

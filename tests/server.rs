@@ -41,6 +41,7 @@ impl Fixture {
         let options = EngineOptions {
             queue_limit,
             parallel: 1,
+            ..EngineOptions::default()
         };
         let engine = EngineHandle::spawn_with(options, || {}).expect("spawn");
         engine.load_model(

@@ -43,6 +43,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = DEFAULT_PARALLEL as u16,
           value_parser = clap::value_parser!(u16).range(1..=64))]
     parallel: u16,
+    /// Token positions the requests' KV caches may hold together (default: the model's
+    /// context): a request waits while running ones hold them all.
+    #[arg(long, value_name = "TOKENS")]
+    kv_budget: Option<usize>,
     /// Open connections at once; when all are taken, the one idle longest is closed.
     #[arg(long, default_value_t = ServerLimits::default().max_connections)]
     max_connections: usize,
@@ -94,6 +98,7 @@ pub fn run(args: ServeArgs) -> Result<(), String> {
         EngineOptions {
             queue_limit: args.queue,
             parallel: usize::from(args.parallel),
+            kv_budget: args.kv_budget,
         },
         || {},
     )

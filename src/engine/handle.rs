@@ -28,6 +28,11 @@ pub struct EngineOptions {
     pub queue_limit: usize,
     /// See [`DEFAULT_PARALLEL`].
     pub parallel: usize,
+    /// Positions the generations' KV caches may hold together: a new generation waits
+    /// while the running ones hold them all, and idle conversations' caches are given up to
+    /// make room. `None`: what one full context of the model holds, the memory announced
+    /// when it loaded.
+    pub kv_budget: Option<usize>,
 }
 
 impl Default for EngineOptions {
@@ -35,6 +40,7 @@ impl Default for EngineOptions {
         Self {
             queue_limit: DEFAULT_QUEUE_LIMIT,
             parallel: DEFAULT_PARALLEL,
+            kv_budget: None,
         }
     }
 }
@@ -239,6 +245,7 @@ impl EngineHandle {
             Arc::clone(&shared),
             options.queue_limit,
             options.parallel,
+            options.kv_budget,
         );
         let thread = std::thread::Builder::new()
             .name("smolchat-inference".into())

@@ -42,17 +42,14 @@ impl Queue {
         }
     }
 
-    /// The next command to run, waiting for one; `None` when every client is gone.
-    pub(super) fn next(&mut self, notify: &dyn Fn()) -> Option<Command> {
-        let command = match self.pending.pop_front() {
-            Some(command) => {
-                self.moved |= matches!(command, Command::Generate { .. });
-                command
-            }
-            None => self.commands.recv().ok()?,
-        };
-        self.announce(notify);
-        Some(command)
+    /// The next command to run, waiting for one; `None` when every client is gone. A
+    /// generation goes back to the front for [`admit`](Self::admit), which tells the others
+    /// their places once as many as can start have started.
+    pub(super) fn next(&mut self) -> Option<Command> {
+        match self.pending.pop_front() {
+            Some(command) => Some(command),
+            None => self.commands.recv().ok(),
+        }
     }
 
     /// The generation at the front, when a generation is at the front: one behind another

@@ -31,15 +31,22 @@ pub(super) struct Slots {
     /// hold nothing a prompt can reuse, the one unused longest is the one given up.
     last_used: Vec<u64>,
     admissions: u64,
+    /// Positions all caches may hold together. A new generation waits while the running
+    /// ones hold them all, and idle caches are given up, the one unused longest first, to
+    /// make room for it.
+    budget: usize,
 }
 
 impl Slots {
-    pub fn new(loaded: LoadedModel, parallel: usize) -> Self {
+    /// `budget`: see [`Slots::budget`]; `None` holds what one full context holds, the
+    /// memory announced for the model.
+    pub fn new(loaded: LoadedModel, parallel: usize, budget: Option<usize>) -> Self {
         let count = parallel.max(1);
         Self {
             caches: (0..count).map(|_| loaded.new_cache()).collect(),
             last_used: vec![0; count],
             admissions: 0,
+            budget: budget.unwrap_or(loaded.memory.context),
             loaded,
         }
     }
@@ -110,6 +117,7 @@ pub(super) fn run(slots: &mut Slots, cx: Context<'_>) {
         caches,
         last_used,
         admissions,
+        budget,
     } = slots;
     let loaded = &*loaded;
     let mut free: Vec<(usize, &mut KvCache)> = caches.iter_mut().enumerate().collect();
@@ -118,15 +126,26 @@ pub(super) fn run(slots: &mut Slots, cx: Context<'_>) {
     let mut turn = 0;
     loop {
         *cx.shutting_down |= cx.queue.receive(cx.notify);
-        while !*cx.shutting_down && !free.is_empty() {
+        loop {
+            let held: usize = active.iter().map(|r| r.session.positions()).sum();
+            let room = budget.saturating_sub(held);
+            let full = room == 0 && !active.is_empty();
+            if *cx.shutting_down || free.is_empty() || full {
+                break;
+            }
             let Some(admitted) = cx.queue.admit() else {
                 break;
             };
             *admissions += 1;
-            if let Some(running) = start(loaded, &mut free, admitted, cx.notify) {
-                last_used[running.slot] = *admissions;
-                cx.running.push((running.id, running.reply.clone()));
-                active.push(running);
+            // Known as running before it starts: a panic while it starts reaches it too.
+            cx.running.push((admitted.id, admitted.reply.clone()));
+            let id = admitted.id;
+            match start(loaded, &mut free, last_used, room, admitted, cx.notify) {
+                Some(running) => {
+                    last_used[running.slot] = *admissions;
+                    active.push(running);
+                }
+                None => cx.running.retain(|(running, _)| *running != id),
             }
         }
         cx.queue.announce(cx.notify);
@@ -161,11 +180,14 @@ pub(super) fn run(slots: &mut Slots, cx: Context<'_>) {
 }
 
 /// Fits an admitted request's prompt to the context and begins its session in the free
-/// slot whose cache it can reuse most of (else the one unused longest); `None`, with the
-/// client told why, when it cannot start.
+/// slot whose cache it can reuse most of (else the one unused longest), giving up other
+/// idle caches, the one unused longest first, until the prompt fits in the `room` the
+/// running generations leave; `None`, with the client told why, when it cannot start.
 fn start<'a>(
     loaded: &'a LoadedModel,
     free: &mut Vec<(usize, &'a mut KvCache)>,
+    last_used: &[u64],
+    room: usize,
     admitted: Admitted,
     notify: &dyn Fn(),
 ) -> Option<Running<'a>> {
@@ -209,13 +231,22 @@ fn start<'a>(
         }
     };
     let best = (0..free.len()).max_by_key(|&i| {
-        let (_, cache) = &free[i];
+        let (slot, cache) = &free[i];
         (
             cache.reusable_prefix(&prompt),
-            std::cmp::Reverse(cache.len()),
+            std::cmp::Reverse(last_used[*slot]),
         )
     })?;
     let (slot, cache) = free.swap_remove(best);
+    free.sort_by_key(|(slot, _)| last_used[*slot]);
+    let mut idle_held: usize = free.iter().map(|(_, cache)| cache.len()).sum();
+    for (_, idle) in free.iter_mut() {
+        if idle_held + prompt.len() <= room {
+            break;
+        }
+        idle_held -= idle.len();
+        idle.clear();
+    }
     let max_new_tokens = request.max_new_tokens.unwrap_or(usize::MAX);
     let session = GenerationSession::begin_checked(loaded, cache, checked, max_new_tokens)
         .with_logprobs(request.logprobs);

@@ -22,6 +22,8 @@ pub(super) struct Worker {
     model: Option<Slots>,
     /// How many generations run at once.
     parallel: usize,
+    /// Positions their caches may hold together; `None`: one full context.
+    kv_budget: Option<usize>,
     /// The generations running now, so that a panic among them is reported to each.
     running: Vec<(RequestId, Reply)>,
     shutting_down: bool,
@@ -43,12 +45,14 @@ impl Worker {
         shared: Arc<Shared>,
         queue_limit: usize,
         parallel: usize,
+        kv_budget: Option<usize>,
     ) -> Self {
         Self {
             queue: Queue::new(commands, queue_limit, shared),
             notify,
             model: None,
             parallel,
+            kv_budget,
             running: Vec::new(),
             shutting_down: false,
         }
@@ -62,7 +66,7 @@ impl Worker {
     pub(super) fn run(mut self) {
         let _running = RunningFlag(Arc::clone(&self.queue.shared));
         while !self.shutting_down {
-            let Some(command) = self.queue.next(&*self.notify) else {
+            let Some(command) = self.queue.next() else {
                 break;
             };
             let reply = match &command {
@@ -204,7 +208,7 @@ impl Worker {
                     sampling_defaults: loaded.sampling_defaults,
                     integer_weights: loaded.integer_types.clone(),
                 };
-                self.model = Some(Slots::new(loaded, self.parallel));
+                self.model = Some(Slots::new(loaded, self.parallel, self.kv_budget));
                 self.queue.shared.set_model(Some(info.clone()));
                 self.send(reply, Event::ModelReady(info));
             }

@@ -247,6 +247,11 @@ impl<'a> GenerationSession<'a> {
         self.cache
     }
 
+    /// The positions its cache holds, or will once the prompt is read.
+    pub fn positions(&self) -> usize {
+        self.prompt.len().max(self.cache.len())
+    }
+
     /// Whether the generation is over (a step said so, or it was stopped).
     pub fn is_finished(&self) -> bool {
         self.finished.is_some()
