@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::error::EngineError;
 use super::protocol::{Event, LiveStats, Reply, RequestId};
 use super::queue::{Admitted, Queue, deliver};
+use crate::generation::PROMPT_CHUNK;
 use crate::generation::{
     CheckedPrompt, FinishReason, GenerationError, GenerationSession, LoadedModel, PromptFit, Step,
     step_together,
@@ -122,7 +123,7 @@ pub(super) fn run(slots: &mut Slots, cx: Context<'_>) {
     let loaded = &*loaded;
     let mut free: Vec<(usize, &mut KvCache)> = caches.iter_mut().enumerate().collect();
     let mut active: Vec<Running<'_>> = Vec::new();
-    // Which reading prompt reads next, so that several long prompts take turns.
+    // Which reading prompt reads first, so that several long prompts take turns.
     let mut turn = 0;
     loop {
         *cx.shutting_down |= cx.queue.receive(cx.notify);
@@ -161,13 +162,19 @@ pub(super) fn run(slots: &mut Slots, cx: Context<'_>) {
                 }
             }
         }
+        // Passes of waiting prompts, taking turns, up to one full pass's worth of tokens:
+        // several short prompts start together, a long one reads a pass per step.
         let readers: Vec<usize> = (0..active.len())
             .filter(|&i| active[i].session.is_reading())
             .collect();
-        if !readers.is_empty() {
-            turn = (turn + 1) % readers.len();
-            read_pass(&mut active[readers[turn]], cx.notify);
+        let mut read = 0;
+        for k in 0..readers.len() {
+            if read >= PROMPT_CHUNK {
+                break;
+            }
+            read += read_pass(&mut active[readers[(turn + k) % readers.len()]], cx.notify);
         }
+        turn += 1;
         decode_step(loaded, &mut active, cx.queue, cx.notify);
         let (ended, still): (Vec<_>, Vec<_>) =
             active.into_iter().partition(|running| running.ended());
@@ -262,10 +269,12 @@ fn start<'a>(
 }
 
 /// Reads one pass of a running generation's prompt, telling its client how far it has
-/// come before a long prompt's passes and that the prompt is read after the last.
-fn read_pass(running: &mut Running<'_>, notify: &dyn Fn()) {
+/// come before a long prompt's passes and that the prompt is read after the last; returns
+/// how many tokens it read.
+fn read_pass(running: &mut Running<'_>, notify: &dyn Fn()) -> usize {
     let send = |event| deliver(&running.reply, notify, event);
     let id = running.id;
+    let before = running.session.positions_read();
     if let Some(at) = running.session.reported_progress() {
         running.listening &= send(Event::PromptProgress {
             request: id,
@@ -274,7 +283,7 @@ fn read_pass(running: &mut Running<'_>, notify: &dyn Fn()) {
         });
         // Stop pressed as the client heard of this pass ends the prompt before it.
         if !running.listening || running.reply.is_cancelled() {
-            return;
+            return 0;
         }
     }
     if let Err(error) = running.session.read_pass() {
@@ -285,7 +294,7 @@ fn read_pass(running: &mut Running<'_>, notify: &dyn Fn()) {
             error,
         });
         running.session.stop();
-        return;
+        return 0;
     }
     if !running.session.is_reading() {
         running.listening &= send(Event::PromptProcessed {
@@ -294,6 +303,7 @@ fn read_pass(running: &mut Running<'_>, notify: &dyn Fn()) {
             dropped_messages: running.dropped_messages,
         });
     }
+    running.session.positions_read() - before
 }
 
 /// One token of every running generation whose prompt is read, through the model together;

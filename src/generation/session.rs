@@ -252,6 +252,11 @@ impl<'a> GenerationSession<'a> {
         self.prompt.len().max(self.cache.len())
     }
 
+    /// The positions its cache holds now: the prompt read so far while it is read.
+    pub fn positions_read(&self) -> usize {
+        self.cache.len()
+    }
+
     /// Whether the generation is over (a step said so, or it was stopped).
     pub fn is_finished(&self) -> bool {
         self.finished.is_some()

@@ -56,13 +56,13 @@ pub fn matvecs(weight: WeightRows<'_>, xs: &[f32], vectors: usize, out: &mut [f3
     }
 }
 
-/// Splits the weight's rows between the threads, each part getting its rows' outputs for
-/// every activation row, then runs `chunk(first, outs)` on runs of rows of the part: the
-/// whole part for one activation row, [`ROWS_PER_CHUNK`] for several.
+/// Splits the weight's rows between the threads, then runs `chunk(first, v, out)` for each
+/// activation row `v` on runs of rows of each part: the whole part for one activation row,
+/// [`ROWS_PER_CHUNK`] for several. `out` is that run's outputs for row `v`.
 fn for_each_chunk(
     vectors: usize,
     out: &mut [f32],
-    chunk: &(impl Fn(usize, &mut [&mut [f32]]) + Sync),
+    chunk: &(impl Fn(usize, usize, &mut [f32]) + Sync),
 ) {
     let rows = out.len() / vectors;
     let shared = SharedOutput::new(out);
@@ -74,15 +74,14 @@ fn for_each_chunk(
         };
         for first in part.clone().step_by(step.max(1)) {
             let len = step.min(part.end - first);
-            let mut outs: Vec<&mut [f32]> = (0..vectors)
-                // SAFETY: `split_ranges` hands out disjoint ranges of `0..rows`, so these
-                // slices (rows `first..first + len` of each activation row's `rows` outputs)
-                // never overlap, and `out` stays mutably borrowed until every part returns.
-                .map(|v| unsafe {
-                    std::slice::from_raw_parts_mut(shared.at(v * rows + first), len)
-                })
-                .collect();
-            chunk(first, &mut outs);
+            for v in 0..vectors {
+                // SAFETY: `split_ranges` hands out disjoint ranges of `0..rows`, so this
+                // slice (rows `first..first + len` of activation row `v`'s `rows` outputs)
+                // is no other's, and `out` stays mutably borrowed until every part returns.
+                let out =
+                    unsafe { std::slice::from_raw_parts_mut(shared.at(v * rows + first), len) };
+                chunk(first, v, out);
+            }
         }
     });
 }
@@ -90,11 +89,9 @@ fn for_each_chunk(
 fn dense<W: HostFloat>(weight: &[W], xs: &[&[f32]], out: &mut [f32]) {
     let cols = xs.first().map_or(0, |x| x.len());
     let rows_dot = rows_dot_for_this_cpu::<W>();
-    for_each_chunk(xs.len(), out, &|first, outs| {
-        for (x, out) in xs.iter().zip(outs.iter_mut()) {
-            let weight = &weight[first * cols..(first + out.len()) * cols];
-            rows_dot(weight, x, out);
-        }
+    for_each_chunk(xs.len(), out, &|first, v, out| {
+        let weight = &weight[first * cols..(first + out.len()) * cols];
+        rows_dot(weight, xs[v], out);
     });
 }
 
@@ -141,25 +138,23 @@ fn quantized(
             .collect(),
         _ => Vec::new(),
     };
-    for_each_chunk(xs.len(), out, &|first, outs| {
+    for_each_chunk(xs.len(), out, &|first, v, out| {
         FACTORS.with_borrow_mut(|buffer| {
-            for (v, out) in outs.iter_mut().enumerate() {
-                let weight = weight.rows(first, out.len(), cols);
-                let blocks = block_range(first, out.len());
-                let scales = scales.range(blocks.clone());
-                match (kernel, integer.get(v)) {
-                    // SAFETY: the kernel runs on this CPU, checked above; the sizes are
-                    // checked at the top.
-                    (Some(kernel), Some(x)) => unsafe {
-                        let offsets = offsets.map(|offsets| offsets.range(blocks));
-                        rows_dot_integer(kernel, weight, scales, offsets, buffer, x, out)
-                    },
-                    _ => {
-                        let scales = scales.f32s(0..scales.len(), buffer);
-                        rows_dot_integer_portable(weight, scales, block, xs[v], out);
-                        if let (Some(offsets), Some(sums)) = (offsets, sums.get(v)) {
-                            add_offset_terms(offsets.range(blocks), sums, buffer, out);
-                        }
+            let weight = weight.rows(first, out.len(), cols);
+            let blocks = block_range(first, out.len());
+            let scales = scales.range(blocks.clone());
+            match (kernel, integer.get(v)) {
+                // SAFETY: the kernel runs on this CPU, checked above; the sizes are checked
+                // at the top.
+                (Some(kernel), Some(x)) => unsafe {
+                    let offsets = offsets.map(|offsets| offsets.range(blocks));
+                    rows_dot_integer(kernel, weight, scales, offsets, buffer, x, out)
+                },
+                _ => {
+                    let scales = scales.f32s(0..scales.len(), buffer);
+                    rows_dot_integer_portable(weight, scales, block, xs[v], out);
+                    if let (Some(offsets), Some(sums)) = (offsets, sums.get(v)) {
+                        add_offset_terms(offsets.range(blocks), sums, buffer, out);
                     }
                 }
             }
