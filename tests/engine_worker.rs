@@ -960,3 +960,44 @@ fn a_request_waits_while_running_ones_hold_the_whole_cache_budget() {
     assert_eq!(reason, FinishReason::Stopped);
     assert_eq!(collect_client(&second, waiting).token_ids.len(), 3);
 }
+
+/// Reply of turn two of a conversation after a long request of another client ran between
+/// its turns, on an engine whose caches may hold `budget` positions together: how many of
+/// turn two's prompt tokens came from the cache.
+fn reused_after_another_request(budget: usize) -> usize {
+    let options = EngineOptions {
+        kv_budget: Some(budget),
+        ..EngineOptions::default()
+    };
+    let engine = EngineHandle::spawn_with(options, || {}).expect("spawn");
+    load_tiny(&engine);
+    let mut messages = vec![ChatMessage::user("Hello there")];
+    let first = collect(
+        &engine,
+        engine.generate(messages.clone(), greedy(), 5, OverflowPolicy::Stop),
+    );
+    messages.push(ChatMessage::assistant(first.text));
+    let other = collect(&engine, ask(&engine, &"many words ".repeat(20), 5));
+    assert_eq!(other.token_ids.len(), 5);
+    messages.push(ChatMessage::user("And then?"));
+    let second = collect(
+        &engine,
+        engine.generate(messages, greedy(), 5, OverflowPolicy::Stop),
+    );
+    second.prompt_stats.expect("prompt read").reused_tokens
+}
+
+/// An idle conversation keeps its cache while there is room, and gives it up, before a
+/// running request would wait, when a new prompt needs the room.
+#[test]
+fn an_idle_conversations_cache_is_given_up_when_a_new_prompt_needs_the_room() {
+    assert!(
+        reused_after_another_request(2048) > 0,
+        "kept while there is room"
+    );
+    assert_eq!(
+        reused_after_another_request(64),
+        0,
+        "given up for the longer prompt"
+    );
+}
