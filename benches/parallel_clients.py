@@ -21,6 +21,8 @@ import subprocess
 import threading
 import time
 
+from server_speed import stream
+
 PROMPTS = [
     "Write a long story about a dragon who learns to bake bread.",
     "Explain how a steam engine works, in detail.",
@@ -33,43 +35,14 @@ PROMPTS = [
 ]
 
 
-def stream_chat(port, prompt, tokens):
-    """(seconds to the first token, completion tokens, the time the last token came)."""
-    body = json.dumps({
-        "messages": [{"role": "user", "content": prompt}],
-        "temperature": 0, "max_tokens": tokens, "stream": True,
-        "stream_options": {"include_usage": True},
-    })
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
-    started = time.perf_counter()
-    connection.request("POST", "/v1/chat/completions", body,
-                       {"Content-Type": "application/json"})
-    response = connection.getresponse()
-    assert response.status == 200, response.read()
-    first, usage, count = None, None, 0
-    for line in response:
-        line = line.decode().strip()
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        chunk = json.loads(line[len("data: "):])
-        if chunk.get("usage"):
-            usage = chunk["usage"]
-        if chunk.get("choices") and chunk["choices"][0]["delta"].get("content"):
-            count += 1
-            if first is None:
-                first = time.perf_counter() - started
-    ended = time.perf_counter()
-    connection.close()
-    completion = usage["completion_tokens"] if usage else count
-    return first, completion, ended
-
-
 def round_of(port, clients, tokens):
     """(aggregate tok/s, each client's time to first token)."""
     results = [None] * clients
 
     def client(index):
-        results[index] = stream_chat(port, PROMPTS[index % len(PROMPTS)], tokens)
+        asked, stamps, completion, ended = stream(
+            "127.0.0.1", port, PROMPTS[index % len(PROMPTS)], tokens)
+        results[index] = (stamps[0] - asked, completion, ended)
 
     started = time.perf_counter()
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]

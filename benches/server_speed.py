@@ -32,14 +32,15 @@ def generate(binary, model):
     return report["decode_tok_s"], len(report["token_ids"])
 
 
-def stream_chat(host, port):
-    """(decode tok/s seen by the client, completion tokens, seconds from request to end)."""
+def stream(host, port, prompt, max_tokens):
+    """Streams one greedy chat reply: (when it was asked, when each chunk with text came,
+    completion tokens, when the stream ended), in `time.perf_counter()` seconds."""
     body = json.dumps({
-        "messages": [{"role": "user", "content": PROMPT}],
-        "temperature": 0, "max_tokens": MAX_TOKENS, "stream": True,
+        "messages": [{"role": "user", "content": prompt}],
+        "temperature": 0, "max_tokens": max_tokens, "stream": True,
         "stream_options": {"include_usage": True},
     })
-    connection = http.client.HTTPConnection(host, port, timeout=600)
+    connection = http.client.HTTPConnection(host, port, timeout=900)
     started = time.perf_counter()
     connection.request("POST", "/v1/chat/completions", body,
                        {"Content-Type": "application/json"})
@@ -57,7 +58,12 @@ def stream_chat(host, port):
             stamps.append(time.perf_counter())
     ended = time.perf_counter()
     connection.close()
-    tokens = usage["completion_tokens"]
+    return started, stamps, usage["completion_tokens"], ended
+
+
+def stream_chat(host, port):
+    """(decode tok/s seen by the client, completion tokens, seconds from request to end)."""
+    started, stamps, tokens, ended = stream(host, port, PROMPT, MAX_TOKENS)
     # Chunks carry one token each, except text the detokenizer holds back: count tokens,
     # time from the first chunk.
     decode = (tokens - 1) / (stamps[-1] - stamps[0])

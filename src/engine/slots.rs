@@ -1,6 +1,7 @@
 //! The generations that run together: each holds one of the model's KV caches (a slot) from
-//! the time it is admitted until it ends, and every step of the loop reads one pass of a
-//! prompt and decodes one token of every sequence whose prompt is read.
+//! the time it is admitted until it ends, and every step of the loop reads passes of
+//! waiting prompts, up to one pass's worth of tokens, then decodes one token of every
+//! sequence whose prompt is read.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -8,10 +9,9 @@ use std::time::{Duration, Instant};
 use super::error::EngineError;
 use super::protocol::{Event, LiveStats, Reply, RequestId};
 use super::queue::{Admitted, Queue, deliver};
-use crate::generation::PROMPT_CHUNK;
 use crate::generation::{
-    CheckedPrompt, FinishReason, GenerationError, GenerationSession, LoadedModel, PromptFit, Step,
-    step_together,
+    CheckedPrompt, FinishReason, GenerationError, GenerationSession, LoadedModel, PROMPT_CHUNK,
+    PromptFit, Step, step_together,
 };
 use crate::model::KvCache;
 use crate::stats::memory;
@@ -24,7 +24,7 @@ const STATS_INTERVAL: Duration = Duration::from_millis(100);
 
 /// The loaded model and its slots' caches.
 pub(super) struct Slots {
-    pub loaded: LoadedModel,
+    loaded: LoadedModel,
     /// One per slot. A cache outlives its generation: the conversation's next turn, or the
     /// same request sent again, reuses what it holds.
     caches: Vec<KvCache>,
@@ -199,17 +199,7 @@ fn start<'a>(
     notify: &dyn Fn(),
 ) -> Option<Running<'a>> {
     let Admitted { id, request, reply } = admitted;
-    let fail = |error: GenerationError| {
-        let error = EngineError::from_generation(error);
-        deliver(
-            &reply,
-            notify,
-            Event::Error {
-                request: Some(id),
-                error,
-            },
-        );
-    };
+    let fail = |error| report(&reply, notify, id, error);
     if reply.is_cancelled() {
         deliver(&reply, notify, super::queue::stopped_before_start(id));
         return None;
@@ -225,22 +215,22 @@ fn start<'a>(
         .ids(loaded, &request.prompt)
         .and_then(|(prompt, dropped)| {
             Ok((
-                CheckedPrompt::new(&prompt, limit, &request.sampling)?,
-                prompt,
+                CheckedPrompt::new(prompt, limit, &request.sampling)?,
                 dropped,
             ))
         });
-    let (checked, prompt, dropped_messages) = match checked {
+    let (checked, dropped_messages) = match checked {
         Ok(checked) => checked,
         Err(error) => {
             fail(error);
             return None;
         }
     };
+    let prompt = checked.tokens();
     let best = (0..free.len()).max_by_key(|&i| {
         let (slot, cache) = &free[i];
         (
-            cache.reusable_prefix(&prompt),
+            cache.reusable_prefix(prompt),
             std::cmp::Reverse(last_used[*slot]),
         )
     })?;
@@ -274,7 +264,6 @@ fn start<'a>(
 fn read_pass(running: &mut Running<'_>, notify: &dyn Fn()) -> usize {
     let send = |event| deliver(&running.reply, notify, event);
     let id = running.id;
-    let before = running.session.positions_read();
     if let Some(at) = running.session.reported_progress() {
         running.listening &= send(Event::PromptProgress {
             request: id,
@@ -286,16 +275,15 @@ fn read_pass(running: &mut Running<'_>, notify: &dyn Fn()) -> usize {
             return 0;
         }
     }
-    if let Err(error) = running.session.read_pass() {
-        // An error ends a generation whose prompt was not read: nothing was generated.
-        let error = EngineError::from_generation(error);
-        send(Event::Error {
-            request: Some(id),
-            error,
-        });
-        running.session.stop();
-        return 0;
-    }
+    let read = match running.session.read_pass() {
+        Ok(read) => read,
+        Err(error) => {
+            // An error ends a generation whose prompt was not read: nothing was generated.
+            report(&running.reply, notify, id, error);
+            running.session.stop();
+            return 0;
+        }
+    };
     if !running.session.is_reading() {
         running.listening &= send(Event::PromptProcessed {
             request: id,
@@ -303,7 +291,7 @@ fn read_pass(running: &mut Running<'_>, notify: &dyn Fn()) -> usize {
             dropped_messages: running.dropped_messages,
         });
     }
-    running.session.positions_read() - before
+    read
 }
 
 /// One token of every running generation whose prompt is read, through the model together;
@@ -342,20 +330,19 @@ fn decode_step(loaded: &LoadedModel, active: &mut [Running<'_>], queue: &Queue, 
             }
             Ok(Step::Finished { reason, text }) => running.finished(loaded, reason, text, notify),
             Err(error) => {
-                let error = EngineError::from_generation(error);
-                deliver(
-                    &running.reply,
-                    notify,
-                    Event::Error {
-                        request: Some(id),
-                        error,
-                    },
-                );
+                report(&running.reply, notify, id, error);
                 running.session.stop();
                 running.finished(loaded, FinishReason::Stopped, String::new(), notify);
             }
         }
     }
+}
+
+/// Tells the client of `request` what went wrong with it.
+fn report(reply: &Reply, notify: &dyn Fn(), request: RequestId, error: GenerationError) {
+    let error = EngineError::from_generation(error);
+    let request = Some(request);
+    deliver(reply, notify, Event::Error { request, error });
 }
 
 fn live(loaded: &LoadedModel, session: &GenerationSession<'_>) -> LiveStats {

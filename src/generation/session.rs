@@ -108,7 +108,7 @@ impl CheckedPrompt {
     /// Refuses an empty prompt, one that leaves no room in a context of `limit` tokens, and
     /// sampling settings the sampler does not take.
     pub fn new(
-        prompt: &[u32],
+        prompt: Vec<u32>,
         limit: usize,
         params: &SamplingParams,
     ) -> Result<Self, GenerationError> {
@@ -122,9 +122,13 @@ impl CheckedPrompt {
             });
         }
         Ok(Self {
-            prompt: prompt.to_vec(),
+            prompt,
             sampler: Sampler::new(params.clone())?,
         })
+    }
+
+    pub fn tokens(&self) -> &[u32] {
+        &self.prompt
     }
 }
 
@@ -179,7 +183,8 @@ impl<'a> GenerationSession<'a> {
         max_new_tokens: usize,
         progress: &mut dyn FnMut(PromptProgress) -> ControlFlow<()>,
     ) -> Result<Self, GenerationError> {
-        let mut session = Self::begin(loaded, cache, prompt, params, max_new_tokens)?;
+        let checked = CheckedPrompt::new(prompt.to_vec(), cache.max_len(), params)?;
+        let mut session = Self::begin_checked(loaded, cache, checked, max_new_tokens);
         while session.is_reading() {
             if let Some(at) = session.reported_progress()
                 && progress(at).is_break()
@@ -194,20 +199,8 @@ impl<'a> GenerationSession<'a> {
 
     /// A session whose prompt is still to be read, pass by pass ([`read_pass`](Self::read_pass)),
     /// reusing the longest prefix already in `cache`: what the engine starts, so that other
-    /// sequences' steps can run between the passes.
-    pub fn begin(
-        loaded: &'a LoadedModel,
-        cache: &'a mut KvCache,
-        prompt: &[u32],
-        params: &SamplingParams,
-        max_new_tokens: usize,
-    ) -> Result<Self, GenerationError> {
-        let checked = CheckedPrompt::new(prompt, cache.max_len(), params)?;
-        Ok(Self::begin_checked(loaded, cache, checked, max_new_tokens))
-    }
-
-    /// [`begin`](Self::begin) with what could refuse it already checked: it takes the cache
-    /// only once nothing can fail.
+    /// sequences' steps can run between the passes. What could refuse it is checked first, so
+    /// it takes the cache only once nothing can fail.
     pub fn begin_checked(
         loaded: &'a LoadedModel,
         cache: &'a mut KvCache,
@@ -252,11 +245,6 @@ impl<'a> GenerationSession<'a> {
         self.prompt.len().max(self.cache.len())
     }
 
-    /// The positions its cache holds now: the prompt read so far while it is read.
-    pub fn positions_read(&self) -> usize {
-        self.cache.len()
-    }
-
     /// Whether the generation is over (a step said so, or it was stopped).
     pub fn is_finished(&self) -> bool {
         self.finished.is_some()
@@ -277,12 +265,12 @@ impl<'a> GenerationSession<'a> {
         })
     }
 
-    /// Reads the next pass of at most [`PROMPT_CHUNK`] prompt tokens. Passes start where
-    /// the prompt's reading began, every [`PROMPT_CHUNK`] tokens: a prompt sent again reads
-    /// in the same passes (see `KvCache::reusable_prefix`).
-    pub fn read_pass(&mut self) -> Result<(), GenerationError> {
+    /// Reads the next pass of at most [`PROMPT_CHUNK`] prompt tokens and returns how many it
+    /// read. Passes start where the prompt's reading began, every [`PROMPT_CHUNK`] tokens: a
+    /// prompt sent again reads in the same passes (see `KvCache::reusable_prefix`).
+    pub fn read_pass(&mut self) -> Result<usize, GenerationError> {
         if !self.is_reading() {
-            return Ok(());
+            return Ok(0);
         }
         let from = self.cache.len();
         let to = (from + PROMPT_CHUNK).min(self.prompt.len());
@@ -297,7 +285,7 @@ impl<'a> GenerationSession<'a> {
         if to == self.prompt.len() {
             self.next = Prediction::Logits(logits_to_vec(last)?);
         }
-        Ok(())
+        Ok(to - from)
     }
 
     /// Decodes exactly `max_new_tokens` (or until the context is full): the model's own
@@ -479,31 +467,30 @@ pub fn step_together(
         .iter_mut()
         .map(|session| session.choose())
         .collect();
-    let stepping: Vec<(usize, u32)> = steps
+    // The sessions that sampled a token, and their tokens.
+    let (stepping, tokens): (Vec<usize>, Vec<u32>) = steps
         .iter()
         .enumerate()
         .filter_map(|(i, step)| match step {
             Ok(Step::Token(token)) => Some((i, token.id)),
             _ => None,
         })
-        .collect();
+        .unzip();
     if stepping.is_empty() {
         return steps;
     }
-    let tokens: Vec<u32> = stepping.iter().map(|&(_, id)| id).collect();
     let logits = {
-        let mut caches: Vec<&mut KvCache> = Vec::with_capacity(stepping.len());
-        let mut wanted = stepping.iter().map(|&(i, _)| i).peekable();
-        for (i, session) in sessions.iter_mut().enumerate() {
-            if wanted.next_if_eq(&i).is_some() {
-                caches.push(&mut *session.cache);
-            }
-        }
+        let mut caches: Vec<&mut KvCache> = sessions
+            .iter_mut()
+            .zip(&steps)
+            .filter(|(_, step)| matches!(step, Ok(Step::Token(_))))
+            .map(|(session, _)| &mut *session.cache)
+            .collect();
         loaded.model.forward_each(&tokens, &mut caches)
     };
     match logits {
         Ok(logits) => {
-            for (row, &(i, _)) in stepping.iter().enumerate() {
+            for (row, &i) in stepping.iter().enumerate() {
                 if let Err(err) = sessions[i].predict(logits.clone().narrow(0, row, 1)) {
                     steps[i] = Err(err);
                 }
@@ -511,7 +498,7 @@ pub fn step_together(
         }
         Err(err) => {
             let message = err.to_string();
-            for &(i, _) in &stepping {
+            for &i in &stepping {
                 steps[i] = Err(ModelError::Backend(message.clone()).into());
             }
         }

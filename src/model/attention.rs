@@ -110,11 +110,7 @@ impl Attention {
                 let (cos, signed_sin) = rope.tables();
                 let layout = self.layout();
                 cpu::self_attention(&qkv, cos, signed_sin, rows, start, layout, self.window)
-                    .ok_or_else(|| {
-                        ModelError::Backend(
-                            "the CPU attention kernel cannot read this tensor".into(),
-                        )
-                    })?
+                    .ok_or_else(unreadable)?
             }
             // The GPU's decode kernel walks every cached position: a window it would cross
             // takes Burn's composition, which narrows the cache to it.
@@ -166,9 +162,7 @@ impl Attention {
             });
         }
         let context = cpu::self_attention_each(&qkv, &mut sequences, self.layout(), self.window)
-            .ok_or_else(|| {
-                ModelError::Backend("the CPU attention kernel cannot read this tensor".into())
-            })?;
+            .ok_or_else(unreadable)?;
         Ok(self.add_output(x, context))
     }
 
@@ -262,4 +256,9 @@ impl Attention {
             .swap_dims(0, 1)
             .reshape([tokens, heads * head_dim])
     }
+}
+
+/// What the CPU attention kernel's `None` means: a tensor it cannot read in place.
+fn unreadable() -> ModelError {
+    ModelError::Backend("the CPU attention kernel cannot read this tensor".into())
 }

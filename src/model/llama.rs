@@ -283,10 +283,7 @@ impl Llama {
         if count == 0 {
             return Err(ModelError::EmptyInput);
         }
-        let vocab_size = self.config.vocab_size;
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab_size) {
-            return Err(ModelError::TokenOutOfRange { id, vocab_size });
-        }
+        self.check_tokens(tokens)?;
         let start = cache.len();
         if start + count > cache.max_len() {
             return Err(ModelError::ContextOverflow {
@@ -294,11 +291,7 @@ impl Llama {
                 limit: cache.max_len(),
             });
         }
-        let mut hidden = self.embedding.forward(tokens).cast(self.dtype);
-        if let Some(scale) = self.embedding_scale {
-            // In the embeddings' own type, as transformers scales them.
-            hidden = hidden.mul_scalar(scale as f32);
-        }
+        let mut hidden = self.embed(tokens);
         // Burn's composition on a device cache masks prompts: causally, and for layers with
         // a window also by it.
         let masked = count > 1 && !cache.is_host();
@@ -360,20 +353,14 @@ impl Llama {
 
     /// [`Llama::forward_each`] for at most [`cpu::MATVEC_ROWS`] sequences on host caches.
     fn step_together(&self, tokens: &[u32], caches: &mut [&mut KvCache]) -> Result<Tensor<2>> {
-        let vocab_size = self.config.vocab_size;
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= vocab_size) {
-            return Err(ModelError::TokenOutOfRange { id, vocab_size });
-        }
+        self.check_tokens(tokens)?;
         if let Some(full) = caches.iter().find(|cache| cache.len() >= cache.max_len()) {
             return Err(ModelError::ContextOverflow {
                 needed: full.len() + 1,
                 limit: full.max_len(),
             });
         }
-        let mut hidden = self.embedding.forward(tokens).cast(self.dtype);
-        if let Some(scale) = self.embedding_scale {
-            hidden = hidden.mul_scalar(scale as f32);
-        }
+        let mut hidden = self.embed(tokens);
         // Each rotation at each sequence's next position.
         let rotations: Vec<Vec<RopeRows>> = self
             .rotations
@@ -394,6 +381,25 @@ impl Llama {
         }
         let logits = self.lm_head.forward_normed(hidden, &self.norm);
         Ok(logits.cast(DType::F32))
+    }
+
+    /// Refuses ids past the vocabulary.
+    fn check_tokens(&self, tokens: &[u32]) -> Result<()> {
+        let vocab_size = self.config.vocab_size;
+        match tokens.iter().find(|&&id| id as usize >= vocab_size) {
+            Some(&id) => Err(ModelError::TokenOutOfRange { id, vocab_size }),
+            None => Ok(()),
+        }
+    }
+
+    /// The embeddings of `tokens`, `[tokens, hidden]`, in the compute type.
+    fn embed(&self, tokens: &[u32]) -> Tensor<2> {
+        let hidden = self.embedding.forward(tokens).cast(self.dtype);
+        match self.embedding_scale {
+            // In the embeddings' own type, as transformers scales them.
+            Some(scale) => hidden.mul_scalar(scale as f32),
+            None => hidden,
+        }
     }
 
     /// Additive mask `[1, group · count, start + count]`: query token `t` (at position

@@ -53,16 +53,30 @@ pub fn self_attention(
 ) -> Option<Tensor<2>> {
     let [tokens, _] = qkv.dims();
     let qkv = HostTensor::of(qkv)?;
-    let (cos, signed_sin) = (HostTensor::of(cos)?, HostTensor::of(signed_sin)?);
     with_host_float!(qkv.dtype(), E => {
-        let tables = RopeTables {
-            cos: cos.slice::<E>()?,
-            signed_sin: signed_sin.slice::<E>()?,
-        };
-        let queries = rotate_and_cache(qkv.slice::<E>()?, tables, cache, start, layout);
-        let context = attend(&queries, cache, start, layout, window);
+        let tables = (cos, signed_sin);
+        let context = rotate_cache_attend(qkv.slice::<E>()?, tables, cache, start, layout, window)?;
         Some(qkv.tensor_like(E::narrowed(context), [tokens, layout.heads * layout.head_dim]))
     })
+}
+
+/// The work of [`self_attention`] on its rows as slices: rotates, caches, attends; the
+/// context in f32, or `None` when a table is not a host tensor of type `E`.
+fn rotate_cache_attend<E: HostFloat>(
+    qkv: &[E],
+    (cos, signed_sin): (&Tensor<2>, &Tensor<2>),
+    cache: &mut CachedRows,
+    start: usize,
+    layout: HeadLayout,
+    window: Option<usize>,
+) -> Option<Vec<f32>> {
+    let (cos, signed_sin) = (HostTensor::of(cos)?, HostTensor::of(signed_sin)?);
+    let tables = RopeTables {
+        cos: cos.slice::<E>()?,
+        signed_sin: signed_sin.slice::<E>()?,
+    };
+    let queries = rotate_and_cache(qkv, tables, cache, start, layout);
+    Some(attend(&queries, cache, start, layout, window))
 }
 
 /// One sequence's part of [`self_attention_each`]: its rotation at its next position, its
@@ -91,13 +105,9 @@ pub fn self_attention_each(
     with_host_float!(qkv.dtype(), E => {
         let mut context = Vec::with_capacity(rows * layout.heads * layout.head_dim);
         for (row, next) in qkv.slice::<E>()?.chunks_exact(width).zip(sequences.iter_mut()) {
-            let (cos, signed_sin) = (HostTensor::of(next.cos)?, HostTensor::of(next.signed_sin)?);
-            let tables = RopeTables {
-                cos: cos.slice::<E>()?,
-                signed_sin: signed_sin.slice::<E>()?,
-            };
-            let queries = rotate_and_cache(row, tables, next.cache, next.start, layout);
-            context.extend(attend(&queries, next.cache, next.start, layout, window));
+            let tables = (next.cos, next.signed_sin);
+            let row = rotate_cache_attend(row, tables, next.cache, next.start, layout, window)?;
+            context.extend(row);
         }
         Some(qkv.tensor_like(E::narrowed(context), [rows, layout.heads * layout.head_dim]))
     })
