@@ -22,3 +22,4 @@ mod model_variants;
 mod server;
 mod text_behaviour;
 mod text_golden;
+mod thread_counts;
