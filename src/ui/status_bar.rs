@@ -80,8 +80,22 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, actions: &mut Vec<Action>) {
         }
         if let ServerStatus::Serving(address) = state.server() {
             ui.separator();
-            ui.label(format!("API http://{address}/v1"))
-                .on_hover_text("Serve on localhost is on: other programs can use this model");
+            // The port alone on loopback, kept whole: the full address broke across two rows
+            // of a 1,000-point window beside a reply's figures. It is a click away.
+            let url = format!("http://{address}/v1");
+            let text = match address.ip().is_loopback() {
+                true => format!("API :{}", address.port()),
+                false => format!("API {address}"),
+            };
+            let label = ui
+                .add(egui::Label::new(text).extend().sense(egui::Sense::click()))
+                .on_hover_text(format!(
+                    "Serve on localhost is on: other programs can use this model at {url}\n\
+                     Click to copy the address"
+                ));
+            if label.clicked() {
+                ui.ctx().copy_text(url);
+            }
         }
         for (index, notice) in state.notices().into_iter().enumerate() {
             ui.separator();

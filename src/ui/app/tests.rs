@@ -823,3 +823,35 @@ fn a_long_chat_draws_only_the_messages_on_screen() {
         "scrolled to the top, the first message is drawn"
     );
 }
+
+#[test]
+fn the_api_address_stays_on_one_row_and_a_click_copies_it() {
+    let (mut harness, _engine, _dir) = window_of_size([1000.0, 700.0]);
+    let mut settings = harness.state().state().settings().clone();
+    settings.server.enabled = true;
+    settings.server.port = 0;
+    harness
+        .state_mut()
+        .execute(Action::UpdateSettings(settings));
+    harness.step();
+    let crate::ui::local_server::ServerStatus::Serving(address) = *harness.state().state().server()
+    else {
+        panic!("not serving: {:?}", harness.state().state().server());
+    };
+    let label = format!("API :{}", address.port());
+    let row = harness.get_by_label("Charts").rect().height();
+    let height = harness.get_by_label(&label).rect().height();
+    assert!(
+        height < 1.5 * row,
+        "{label} takes {height} points, a row {row}"
+    );
+    harness.get_by_label(&label).click();
+    harness.step();
+    let copied = harness
+        .output()
+        .platform_output
+        .commands
+        .iter()
+        .any(|command| *command == egui::OutputCommand::CopyText(format!("http://{address}/v1")));
+    assert!(copied, "clicking {label} copies the address");
+}
