@@ -921,7 +921,9 @@ fn a_request_beside_three_running_ones_is_answered_before_they_end() {
 }
 
 /// The caches share a budget of positions: while a running generation holds it all, a new
-/// one waits its turn (and is told so), then runs once the first ends.
+/// one waits its turn (and is told so), then runs once the first ends. The budget is set
+/// when the engine starts (`serve --kv-budget`), or later, before or after a model loads
+/// (the window's setting).
 #[test]
 fn a_request_waits_while_running_ones_hold_the_whole_cache_budget() {
     let options = EngineOptions {
@@ -930,6 +932,20 @@ fn a_request_waits_while_running_ones_hold_the_whole_cache_budget() {
     };
     let engine = EngineHandle::spawn_with(options, || {}).expect("spawn");
     load_tiny(&engine);
+    waits_while_another_holds_48_positions(&engine);
+
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    assert!(engine.set_kv_budget(Some(48)));
+    load_tiny(&engine);
+    waits_while_another_holds_48_positions(&engine);
+
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    assert!(engine.set_kv_budget(Some(48)));
+    waits_while_another_holds_48_positions(&engine);
+}
+
+fn waits_while_another_holds_48_positions(engine: &EngineHandle) {
     let (first, second) = (engine.clone_client(), engine.clone_client());
     let running = first.generate(
         vec![ChatMessage::user("a long story")],

@@ -181,6 +181,11 @@ impl Client {
         self.send(Command::ResetConversation)
     }
 
+    /// See [`Command::SetKvBudget`].
+    pub fn set_kv_budget(&self, budget: Option<usize>) -> bool {
+        self.send(Command::SetKvBudget(budget))
+    }
+
     /// The loaded model, whichever client loaded it; `None` while none is ready.
     pub fn model(&self) -> Option<ModelInfo> {
         self.shared

@@ -38,6 +38,10 @@ pub enum Command {
     },
     /// Forget the cached conversation, e.g. to measure a prompt from an empty cache.
     ResetConversation,
+    /// Positions the KV caches may hold together from now on, for this model and the next
+    /// (see [`super::EngineOptions::kv_budget`]); generations running hold what they hold, and
+    /// idle caches over it are given up at the next admission.
+    SetKvBudget(Option<usize>),
     Shutdown,
     /// Panics inside the worker, to prove that a bug in a command is reported and survived.
     #[cfg(test)]

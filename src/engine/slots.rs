@@ -43,13 +43,20 @@ impl Slots {
     /// memory announced for the model.
     pub fn new(loaded: LoadedModel, parallel: usize, budget: Option<usize>) -> Self {
         let count = parallel.max(1);
-        Self {
+        let mut slots = Self {
             caches: (0..count).map(|_| loaded.new_cache()).collect(),
             last_used: vec![0; count],
             admissions: 0,
-            budget: budget.unwrap_or(loaded.memory.context),
+            budget: 0,
             loaded,
-        }
+        };
+        slots.set_budget(budget);
+        slots
+    }
+
+    /// See [`Slots::new`].
+    pub fn set_budget(&mut self, budget: Option<usize>) {
+        self.budget = budget.unwrap_or(self.loaded.memory.context);
     }
 
     /// Forgets every cached conversation.

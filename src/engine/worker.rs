@@ -156,6 +156,12 @@ impl Worker {
                     slots.clear();
                 }
             }
+            Command::SetKvBudget(budget) => {
+                self.kv_budget = budget;
+                if let Some(slots) = &mut self.model {
+                    slots.set_budget(budget);
+                }
+            }
             Command::Shutdown => self.shutting_down = true,
             #[cfg(test)]
             Command::InjectPanic(_) => panic!("panic injected by Command::InjectPanic"),

@@ -43,6 +43,9 @@ pub struct Settings {
     /// System prompts saved by name, for any chat to pick, in the order saved.
     pub prompt_presets: Vec<PromptPreset>,
     pub overflow: OverflowPolicy,
+    /// Tokens the conversations' caches may hold together, the window's and API clients';
+    /// `None`: one full context of the loaded model (see `EngineOptions::kv_budget`).
+    pub kv_budget: Option<usize>,
     pub backend: BackendKind,
     pub precision: Precision,
     /// None until the user picks a folder or downloads a model: the first-run screen shows.
@@ -99,6 +102,7 @@ impl Default for Settings {
             system_prompt: String::new(),
             prompt_presets: Vec::new(),
             overflow: OverflowPolicy::default(),
+            kv_budget: None,
             backend: BackendKind::default(),
             precision: Precision::default(),
             model_folder: None,

@@ -48,4 +48,5 @@ pub mod labels {
     pub const ON_THIS_COMPUTER: &str = "On this computer";
     pub const OPEN_LOCAL_MODEL: &str = "Open";
     pub const SERVE_ON_LOCALHOST: &str = "Serve on localhost";
+    pub const CONVERSATION_MEMORY: &str = "Memory for conversations";
 }

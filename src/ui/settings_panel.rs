@@ -9,7 +9,10 @@ use super::local_server::ServerStatus;
 use super::state::{AppState, ModelStatus};
 use super::view_state::ViewState;
 use crate::backend::BackendKind;
+use crate::engine::DEFAULT_PARALLEL;
+use crate::generation::MemoryPlan;
 use crate::model::Precision;
+use crate::stats::memory;
 use crate::store::{SeedMode, Settings};
 use crate::text::OverflowPolicy;
 
@@ -63,7 +66,12 @@ pub fn show(ui: &mut egui::Ui, state: &AppState, view: &mut ViewState, actions: 
                 changed |= sampling(ui, state, &mut settings, actions)
             });
             section(ui, "Reply and context", |ui| {
-                changed |= context_and_prompt(ui, &mut settings)
+                changed |= context_and_prompt(ui, &mut settings);
+                let plan = match state.model() {
+                    ModelStatus::Ready(info) => Some(&info.memory),
+                    _ => None,
+                };
+                changed |= conversation_memory(ui, &mut settings, plan);
             });
             section(ui, "Model", |ui| {
                 changed |= model(ui, state, &mut settings, view, actions)
@@ -168,6 +176,49 @@ fn context_and_prompt(ui: &mut egui::Ui, s: &mut Settings) -> bool {
         .changed();
     changed
 }
+
+/// How many tokens the conversations' caches may hold together, and what that takes.
+fn conversation_memory(ui: &mut egui::Ui, s: &mut Settings, plan: Option<&MemoryPlan>) -> bool {
+    // Before a model is ready there is no context to measure by; a common one stands in.
+    let context = plan.map_or(8192, |plan| plan.context);
+    let mut changed = false;
+    let label = ui.label(labels::CONVERSATION_MEMORY);
+    let mut whole_context = s.kv_budget.is_none();
+    if ui
+        .checkbox(&mut whole_context, "One full context")
+        .on_hover_text(
+            "The window's chat and the local API's requests share the conversations' memory. \
+             When it is full, a new request waits for a running one to end, and the \
+             conversations unused longest are forgotten first (they are read again when \
+             continued).",
+        )
+        .changed()
+    {
+        s.kv_budget = (!whole_context).then_some(context);
+        changed = true;
+    }
+    if let Some(budget) = &mut s.kv_budget {
+        // Four slots of one context each hold at most four contexts.
+        let most = (DEFAULT_PARALLEL * context).max(*budget);
+        changed |= ui
+            .add(
+                egui::Slider::new(budget, MIN_CONVERSATION_MEMORY..=most)
+                    .logarithmic(true)
+                    .suffix(" tokens"),
+            )
+            .labelled_by(label.id)
+            .changed();
+    }
+    if let Some(plan) = plan {
+        let tokens = s.kv_budget.unwrap_or(context) as u64;
+        let bytes = tokens * plan.kv_bytes_per_token;
+        ui.label(egui::RichText::new(format!("up to {:.0} MiB", memory::mib(bytes))).weak());
+    }
+    changed
+}
+
+/// The least memory the slider offers: a short chat's worth.
+const MIN_CONVERSATION_MEMORY: usize = 512;
 
 fn overflow_name(policy: OverflowPolicy) -> &'static str {
     match policy {

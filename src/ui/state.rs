@@ -140,6 +140,9 @@ impl AppState {
             state.load_model_folder(folder);
         }
         state.sync_server();
+        if state.settings.kv_budget.is_some() {
+            state.engine.set_kv_budget(state.settings.kv_budget);
+        }
         state
     }
 
@@ -427,6 +430,9 @@ impl AppState {
         settings.model_folder = self.settings.model_folder.clone();
         let reload = settings.backend != self.settings.backend
             || settings.precision != self.settings.precision;
+        if settings.kv_budget != self.settings.kv_budget {
+            self.engine.set_kv_budget(settings.kv_budget);
+        }
         self.settings = settings;
         let saved = self.save_settings();
         if reload {

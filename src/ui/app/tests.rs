@@ -855,3 +855,38 @@ fn the_api_address_stays_on_one_row_and_a_click_copies_it() {
         .any(|command| *command == egui::OutputCommand::CopyText(format!("http://{address}/v1")));
     assert!(copied, "clicking {label} copies the address");
 }
+
+#[test]
+fn the_memory_for_conversations_is_a_whole_context_until_the_user_sets_tokens() {
+    let (mut harness, engine, _dir) = window();
+    harness.key_press_modifiers(Modifiers::COMMAND, Key::Comma);
+    harness.step();
+    harness.step();
+    assert!(
+        harness.query_by_label_contains("up to").is_some(),
+        "what it takes"
+    );
+    assert_eq!(
+        harness
+            .query_all_by_label(labels::CONVERSATION_MEMORY)
+            .count(),
+        1
+    );
+    harness.get_by_label("One full context").click();
+    harness.step();
+    // The scripted model's context, now a number of tokens the slider changes.
+    assert_eq!(harness.state().state().settings().kv_budget, Some(2048));
+    assert!(
+        engine
+            .commands()
+            .iter()
+            .any(|command| matches!(command, Command::SetKvBudget(Some(2048))))
+    );
+    // The heading and, now, the slider it names.
+    assert_eq!(
+        harness
+            .query_all_by_label(labels::CONVERSATION_MEMORY)
+            .count(),
+        2
+    );
+}

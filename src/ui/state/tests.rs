@@ -1665,3 +1665,37 @@ fn chats_in_folders_come_first_and_keys_follow_the_list() {
     assert_eq!(f.state.folders(), ["Home"]);
     assert_eq!(titles(&f), ["Middle", "Newest", "Oldest"]);
 }
+
+/// The memory for conversations goes to the engine when it changes and when the app starts
+/// again, and the app leaves the engine's own default alone until it is set.
+#[test]
+fn the_memory_for_conversations_reaches_the_engine_and_is_remembered() {
+    let mut f = Fixture::ready();
+    let budget = |commands: Vec<Command>| -> Vec<Option<usize>> {
+        commands
+            .into_iter()
+            .filter_map(|command| match command {
+                Command::SetKvBudget(budget) => Some(budget),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut settings = f.state.settings().clone();
+    settings.kv_budget = Some(4096);
+    assert!(f.state.apply(Action::UpdateSettings(settings.clone())));
+    assert_eq!(budget(f.engine.commands()), [Some(4096)]);
+    assert!(f.state.apply(Action::UpdateSettings(settings.clone())));
+    assert_eq!(budget(f.engine.commands()), [], "unchanged, not sent again");
+
+    let (handle, engine) = ScriptedEngine::new();
+    let again = AppState::new(Paths::under(f.dir.path()), handle);
+    assert_eq!(again.settings().kv_budget, Some(4096));
+    assert_eq!(budget(engine.commands()), [Some(4096)]);
+
+    settings.kv_budget = None;
+    assert!(f.state.apply(Action::UpdateSettings(settings)));
+    assert_eq!(budget(f.engine.commands()), [None]);
+    let (handle, engine) = ScriptedEngine::new();
+    let _again = AppState::new(Paths::under(f.dir.path()), handle);
+    assert_eq!(budget(engine.commands()), []);
+}
