@@ -56,13 +56,13 @@ pub fn matvecs(weight: WeightRows<'_>, xs: &[f32], vectors: usize, out: &mut [f3
     }
 }
 
-/// Splits the weight's rows between the threads, then runs `chunk(first, v, out)` for each
-/// activation row `v` on runs of rows of each part: the whole part for one activation row,
-/// [`ROWS_PER_CHUNK`] for several. `out` is that run's outputs for row `v`.
+/// Splits the weight's rows between the threads, then runs `chunk(first, outs)` on runs of
+/// rows of each part: the whole part for one activation row, [`ROWS_PER_CHUNK`] for several.
+/// `outs[v]` is that run's outputs for activation row `v`.
 fn for_each_chunk(
     vectors: usize,
     out: &mut [f32],
-    chunk: &(impl Fn(usize, usize, &mut [f32]) + Sync),
+    chunk: &(impl Fn(usize, &mut [&mut [f32]]) + Sync),
 ) {
     let rows = out.len() / vectors;
     let shared = SharedOutput::new(out);
@@ -74,14 +74,16 @@ fn for_each_chunk(
         };
         for first in part.clone().step_by(step.max(1)) {
             let len = step.min(part.end - first);
-            for v in 0..vectors {
-                // SAFETY: `split_ranges` hands out disjoint ranges of `0..rows`, so this
-                // slice (rows `first..first + len` of activation row `v`'s `rows` outputs)
-                // is no other's, and `out` stays mutably borrowed until every part returns.
-                let out =
-                    unsafe { std::slice::from_raw_parts_mut(shared.at(v * rows + first), len) };
-                chunk(first, v, out);
-            }
+            let mut outs: Vec<&mut [f32]> = (0..vectors)
+                .map(|v| {
+                    // SAFETY: `split_ranges` hands out disjoint ranges of `0..rows`, so this
+                    // slice (rows `first..first + len` of activation row `v`'s `rows`
+                    // outputs) is no other's, and `out` stays mutably borrowed until every
+                    // part returns.
+                    unsafe { std::slice::from_raw_parts_mut(shared.at(v * rows + first), len) }
+                })
+                .collect();
+            chunk(first, &mut outs);
         }
     });
 }
@@ -89,9 +91,11 @@ fn for_each_chunk(
 fn dense<W: HostFloat>(weight: &[W], xs: &[&[f32]], out: &mut [f32]) {
     let cols = xs.first().map_or(0, |x| x.len());
     let rows_dot = rows_dot_for_this_cpu::<W>();
-    for_each_chunk(xs.len(), out, &|first, v, out| {
-        let weight = &weight[first * cols..(first + out.len()) * cols];
-        rows_dot(weight, xs[v], out);
+    for_each_chunk(xs.len(), out, &|first, outs| {
+        for (x, out) in xs.iter().zip(outs.iter_mut()) {
+            let weight = &weight[first * cols..(first + out.len()) * cols];
+            rows_dot(weight, x, out);
+        }
     });
 }
 
@@ -138,23 +142,26 @@ fn quantized(
             .collect(),
         _ => Vec::new(),
     };
-    for_each_chunk(xs.len(), out, &|first, v, out| {
+    for_each_chunk(xs.len(), out, &|first, outs| {
         FACTORS.with_borrow_mut(|buffer| {
-            let weight = weight.rows(first, out.len(), cols);
-            let blocks = block_range(first, out.len());
+            let len = outs.first().map_or(0, |out| out.len());
+            let weight = weight.rows(first, len, cols);
+            let blocks = block_range(first, len);
             let scales = scales.range(blocks.clone());
-            match (kernel, integer.get(v)) {
+            let offsets = offsets.map(|offsets| offsets.range(blocks));
+            match kernel {
                 // SAFETY: the kernel runs on this CPU, checked above; the sizes are checked
                 // at the top.
-                (Some(kernel), Some(x)) => unsafe {
-                    let offsets = offsets.map(|offsets| offsets.range(blocks));
-                    rows_dot_integer(kernel, weight, scales, offsets, buffer, x, out)
+                Some(kernel) => unsafe {
+                    rows_dot_integers(kernel, weight, scales, offsets, buffer, &integer, outs)
                 },
-                _ => {
-                    let scales = scales.f32s(0..scales.len(), buffer);
-                    rows_dot_integer_portable(weight, scales, block, xs[v], out);
-                    if let (Some(offsets), Some(sums)) = (offsets, sums.get(v)) {
-                        add_offset_terms(offsets.range(blocks), sums, buffer, out);
+                None => {
+                    for (v, out) in outs.iter_mut().enumerate() {
+                        let scales = scales.f32s(0..scales.len(), buffer);
+                        rows_dot_integer_portable(weight, scales, block, xs[v], out);
+                        if let (Some(offsets), Some(sums)) = (offsets, sums.get(v)) {
+                            add_offset_terms(offsets, sums, buffer, out);
+                        }
                     }
                 }
             }
@@ -383,6 +390,86 @@ impl IntegerActivations {
             avx512: matches!(kernel, IntegerKernel::Avx512 { .. })
                 .then(|| integer_avx512::Activations::of(&ints)),
             ints,
+        }
+    }
+}
+
+/// [`rows_dot_integer`] for each activation row of `xs` into its `outs`: with the AVX-512
+/// kernel, 4-bit weights are widened once for up to [`integer_avx512::TOGETHER`] rows,
+/// which costs the later rows only their products (see `integer_avx512::nibbles_dot`).
+///
+/// # Safety
+/// As for [`rows_dot_integer`], for each activation row and its output.
+unsafe fn rows_dot_integers(
+    kernel: IntegerKernel,
+    weight: Ints<'_>,
+    scales: Factors<'_>,
+    offsets: Option<Factors<'_>>,
+    buffer: &mut Vec<f32>,
+    xs: &[IntegerActivations],
+    outs: &mut [&mut [f32]],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if let (IntegerKernel::Avx512 { vnni }, Ints::Nibbles { values, zero }, 2..) =
+        (kernel, weight, xs.len())
+    {
+        let prepared: Option<Vec<&integer_avx512::Activations>> =
+            xs.iter().map(|x| x.avx512.as_ref()).collect();
+        if let Some(prepared) = prepared {
+            let together = integer_avx512::TOGETHER;
+            for (xs, outs) in prepared.chunks(together).zip(outs.chunks_mut(together)) {
+                let nibbles = (values, zero);
+                // SAFETY: the caller's guarantees are the kernel's.
+                unsafe {
+                    match xs.len() {
+                        1 => {
+                            nibbles_together::<1>(vnni, nibbles, scales, offsets, xs, buffer, outs)
+                        }
+                        2 => {
+                            nibbles_together::<2>(vnni, nibbles, scales, offsets, xs, buffer, outs)
+                        }
+                        3 => {
+                            nibbles_together::<3>(vnni, nibbles, scales, offsets, xs, buffer, outs)
+                        }
+                        _ => {
+                            nibbles_together::<4>(vnni, nibbles, scales, offsets, xs, buffer, outs)
+                        }
+                    }
+                }
+            }
+            return;
+        }
+    }
+    for (x, out) in xs.iter().zip(outs.iter_mut()) {
+        // SAFETY: the caller's guarantees.
+        unsafe { rows_dot_integer(kernel, weight, scales, offsets, buffer, x, out) };
+    }
+}
+
+/// `integer_avx512::nibbles_dot` for `V` activation rows.
+///
+/// # Safety
+/// As for [`rows_dot_integer`]; `xs` and `outs` hold `V` rows each.
+#[cfg(target_arch = "x86_64")]
+unsafe fn nibbles_together<const V: usize>(
+    vnni: bool,
+    nibbles: (&[u8], u8),
+    scales: Factors<'_>,
+    offsets: Option<Factors<'_>>,
+    xs: &[&integer_avx512::Activations],
+    buffer: &mut Vec<f32>,
+    outs: &mut [&mut [f32]],
+) {
+    let (Ok(xs), Ok(outs)) = (<[_; V]>::try_from(xs), <&mut [_; V]>::try_from(outs)) else {
+        unreachable!("the caller passes V activation rows and V outputs");
+    };
+    // SAFETY: the caller's guarantees are the kernel's.
+    unsafe {
+        match vnni {
+            true => {
+                integer_avx512::nibbles_dot_vnni::<V>(nibbles, scales, offsets, xs, buffer, outs)
+            }
+            false => integer_avx512::nibbles_dot::<V>(nibbles, scales, offsets, xs, buffer, outs),
         }
     }
 }
@@ -887,25 +974,40 @@ mod tests {
     }
 
     /// The product for one activation row, checked to be bit for bit what the same row
-    /// gets between two others.
+    /// gets beside others: second of three, and second and fifth of six (kernels that take
+    /// a few rows at once take them four at a time).
     fn product(weight: WeightRows<'_>, x: &[f32]) -> Vec<f32> {
         let rows = weight.len() / x.len();
         let mut out = vec![1.0; rows];
         matvecs(weight, x, 1, &mut out);
-        let others: (Vec<f32>, Vec<f32>) = (
-            x.iter().rev().map(|v| v * 3.0).collect(),
-            x.iter().map(|v| 0.5 - v).collect(),
-        );
-        let xs = [others.0.as_slice(), x, &others.1].concat();
-        let mut together = vec![1.0; 3 * rows];
-        matvecs(weight, &xs, 3, &mut together);
-        let beside = &together[rows..2 * rows];
-        assert!(
-            out.iter()
-                .zip(beside)
-                .all(|(a, b)| a.to_bits() == b.to_bits()),
-            "{rows} rows: a row beside others differs from the row alone"
-        );
+        let other = |k: f32| -> Vec<f32> { x.iter().rev().map(|v| v * k - 0.5).collect() };
+        for (xs, at) in [
+            (vec![other(3.0), x.to_vec(), other(-1.0)], &[1][..]),
+            (
+                vec![
+                    other(3.0),
+                    x.to_vec(),
+                    other(-1.0),
+                    other(0.5),
+                    x.to_vec(),
+                    other(2.0),
+                ],
+                &[1, 4][..],
+            ),
+        ] {
+            let vectors = xs.len();
+            let mut together = vec![1.0; vectors * rows];
+            matvecs(weight, &xs.concat(), vectors, &mut together);
+            for &v in at {
+                let beside = &together[v * rows..(v + 1) * rows];
+                assert!(
+                    out.iter()
+                        .zip(beside)
+                        .all(|(a, b)| a.to_bits() == b.to_bits()),
+                    "{rows} rows: row {v} of {vectors} differs from the row alone"
+                );
+            }
+        }
         out.iter().map(|y| y - 1.0).collect()
     }
 

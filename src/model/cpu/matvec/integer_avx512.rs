@@ -25,6 +25,9 @@ use crate::model::cpu::weights::{Factors, Ints};
 /// first-level cache.
 const ROWS_AT_ONCE: usize = 16;
 
+/// Activation rows [`nibbles_dot`] takes at once: each keeps two totals in registers.
+pub const TOGETHER: usize = 4;
+
 /// The activations as the kernel reads them besides their values: for blocks of 32, the
 /// values [`paired`]; and their block scales and sums repeated for [`ROWS_AT_ONCE`] rows,
 /// which a group's factors multiply element by element.
@@ -452,6 +455,143 @@ macro_rules! kernel {
         }
     };
 }
+
+macro_rules! nibbles_together {
+    ($name:ident, $features:literal, $dot:expr) => {
+        /// [`rows_dot`]'s work on 4-bit weights for `V` activation rows at once: each pair of
+        /// blocks is loaded and widened once for all of them, then dotted with each row's
+        /// activations. Each row's integer sums, scalings and additions are the single-row
+        /// kernel's, in its order, so every output is bit for bit what it is alone.
+        ///
+        /// # Safety
+        /// As for [`rows_dot`], for each activation row with its output; `values` holds the
+        /// rows' 4-bit weights (zero point `zero`) in blocks of 32.
+        #[target_feature(enable = $features)]
+        pub unsafe fn $name<const V: usize>(
+            (values, zero): (&[u8], u8),
+            scales: Factors<'_>,
+            offsets: Option<Factors<'_>>,
+            xs: [&Activations; V],
+            buffer: &mut Vec<f32>,
+            outs: &mut [&mut [f32]; V],
+        ) {
+            let cols = xs[0].paired.len();
+            let blocks = cols / 32;
+            let group = ROWS_AT_ONCE * blocks;
+            if buffer.len() < 2 * V * group {
+                buffer.resize(2 * V * group, 0.0);
+            }
+            let dot = $dot;
+            let pair = |first: __m512i, second: __m512i, at: *const i16| {
+                // SAFETY: as in the single-row kernel.
+                unsafe {
+                    let sums = dot(_mm512_setzero_si512(), first, _mm512_loadu_si512(at.cast()));
+                    dot(sums, second, _mm512_loadu_si512(at.add(32).cast()))
+                }
+            };
+            let pair_lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+            let low_bits = _mm256_set1_epi8(0x0F);
+            let zero = _mm256_set1_epi8(zero as i8);
+            let rows = outs[0].len();
+            for first in (0..rows).step_by(ROWS_AT_ONCE) {
+                let in_group = ROWS_AT_ONCE.min(rows - first);
+                let factors = first * blocks..(first + in_group) * blocks;
+                let (combined, offset_terms): (Vec<&[f32]>, Vec<&[f32]>) = {
+                    let mut parts = buffer[..2 * V * group].chunks_exact_mut(group);
+                    let mut combined = Vec::with_capacity(V);
+                    let mut offset_terms = Vec::with_capacity(V);
+                    for prepared in xs {
+                        let (c, o) = (parts.next(), parts.next());
+                        let (Some(c), Some(o)) = (c, o) else { break };
+                        // SAFETY: as in the single-row kernel.
+                        unsafe {
+                            products(scales.range(factors.clone()), &prepared.scales, c);
+                            if let Some(offsets) = offsets {
+                                products(offsets.range(factors.clone()), &prepared.sums, o);
+                            }
+                        }
+                        combined.push(&*c);
+                        offset_terms.push(&*o);
+                    }
+                    (combined, offset_terms)
+                };
+                for in_part in 0..in_group {
+                    let row = first + in_part;
+                    let row_factors = in_part * blocks..(in_part + 1) * blocks;
+                    let mut totals = [[_mm512_setzero_ps(); 2]; V];
+                    let mut c = [std::ptr::null::<f32>(); V];
+                    for v in 0..V {
+                        if offsets.is_some() {
+                            totals[v][1] = lanes_sum(&offset_terms[v][row_factors.clone()]);
+                        }
+                        c[v] = combined[v][row_factors.clone()].as_ptr();
+                    }
+                    // SAFETY: every read lies inside the row's weights, each row's
+                    // activations and its factors, as in the single-row kernel.
+                    unsafe {
+                        let w = values.as_ptr().add(row * cols / 2);
+                        let two = |c: *const f32, b: usize| {
+                            let both = _mm_castpd_ps(_mm_load_sd(c.add(b).cast()));
+                            _mm512_permutexvar_ps(pair_lanes, _mm512_castps128_ps512(both))
+                        };
+                        let mut b = 0;
+                        while b + 2 <= blocks {
+                            prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
+                            let packed = _mm256_loadu_si256(w.add(b * 16).cast());
+                            let low = _mm256_and_si256(packed, low_bits);
+                            let high = _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low_bits);
+                            let first = _mm512_cvtepi8_epi16(_mm256_sub_epi8(low, zero));
+                            let second = _mm512_cvtepi8_epi16(_mm256_sub_epi8(high, zero));
+                            for v in 0..V {
+                                let sums = pair(first, second, xs[v].paired.as_ptr().add(b * 32));
+                                let [next, other] = &mut totals[v];
+                                *next =
+                                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), two(c[v], b), *next);
+                                std::mem::swap(next, other);
+                            }
+                            b += 2;
+                        }
+                        // After an odd number of pairs, total 1 is first (see `add_blocks`).
+                        if (b / 2) % 2 == 1 {
+                            for [next, other] in &mut totals {
+                                std::mem::swap(next, other);
+                            }
+                        }
+                        if b < blocks {
+                            let both = nibbles_in_order(_mm_loadu_si128(w.add(b * 16).cast()));
+                            let ordered = _mm512_cvtepi8_epi16(_mm256_sub_epi8(
+                                _mm256_and_si256(both, low_bits),
+                                zero,
+                            ));
+                            for v in 0..V {
+                                let x =
+                                    _mm512_loadu_si512(xs[v].paired.as_ptr().add(b * 32).cast());
+                                let sums = dot(_mm512_setzero_si512(), ordered, x);
+                                let scale = _mm512_set1_ps(*c[v].add(b));
+                                totals[v][0] =
+                                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, totals[v][0]);
+                            }
+                        }
+                    }
+                    for (out, [first, second]) in outs.iter_mut().zip(totals) {
+                        out[row] += _mm512_reduce_add_ps(_mm512_add_ps(first, second));
+                    }
+                }
+            }
+        }
+    };
+}
+
+nibbles_together!(
+    nibbles_dot,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
+    |sums, a, b| { _mm512_add_epi32(sums, _mm512_madd_epi16(a, b)) }
+);
+nibbles_together!(
+    nibbles_dot_vnni,
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    |sums, a, b| _mm512_dpwssd_epi32(sums, a, b)
+);
 
 kernel!(
     rows_dot,
