@@ -395,8 +395,9 @@ impl IntegerActivations {
 }
 
 /// [`rows_dot_integer`] for each activation row of `xs` into its `outs`: with the AVX-512
-/// kernel, 4-bit weights are widened once for up to [`integer_avx512::TOGETHER`] rows,
-/// which costs the later rows only their products (see `integer_avx512::nibbles_dot`).
+/// kernel, 4-bit weights and bytes in blocks of 32 are widened once for up to
+/// [`integer_avx512::TOGETHER`] rows, which costs the later rows only their products (see
+/// `integer_avx512::rows_dot_together`).
 ///
 /// # Safety
 /// As for [`rows_dot_integer`], for each activation row and its output.
@@ -410,29 +411,34 @@ unsafe fn rows_dot_integers(
     outs: &mut [&mut [f32]],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if let (IntegerKernel::Avx512 { vnni }, Ints::Nibbles { values, zero }, 2..) =
-        (kernel, weight, xs.len())
-    {
+    if let (IntegerKernel::Avx512 { vnni }, true, 2..) = (
+        kernel,
+        match weight {
+            Ints::Nibbles { .. } => true,
+            Ints::Bytes(_) => xs.first().is_some_and(|x| x.ints.block == 32),
+            _ => false,
+        },
+        xs.len(),
+    ) {
         let prepared: Option<Vec<&integer_avx512::Activations>> =
             xs.iter().map(|x| x.avx512.as_ref()).collect();
         if let Some(prepared) = prepared {
-            let together = integer_avx512::TOGETHER;
-            for (xs, outs) in prepared.chunks(together).zip(outs.chunks_mut(together)) {
-                let nibbles = (values, zero);
+            let at_once = integer_avx512::TOGETHER;
+            for (xs, outs) in prepared.chunks(at_once).zip(outs.chunks_mut(at_once)) {
                 // SAFETY: the caller's guarantees are the kernel's.
                 unsafe {
                     match xs.len() {
                         1 => {
-                            nibbles_together::<1>(vnni, nibbles, scales, offsets, xs, buffer, outs)
+                            rows_dot_together::<1>(vnni, weight, scales, offsets, xs, buffer, outs)
                         }
                         2 => {
-                            nibbles_together::<2>(vnni, nibbles, scales, offsets, xs, buffer, outs)
+                            rows_dot_together::<2>(vnni, weight, scales, offsets, xs, buffer, outs)
                         }
                         3 => {
-                            nibbles_together::<3>(vnni, nibbles, scales, offsets, xs, buffer, outs)
+                            rows_dot_together::<3>(vnni, weight, scales, offsets, xs, buffer, outs)
                         }
                         _ => {
-                            nibbles_together::<4>(vnni, nibbles, scales, offsets, xs, buffer, outs)
+                            rows_dot_together::<4>(vnni, weight, scales, offsets, xs, buffer, outs)
                         }
                     }
                 }
@@ -446,14 +452,14 @@ unsafe fn rows_dot_integers(
     }
 }
 
-/// `integer_avx512::nibbles_dot` for `V` activation rows.
+/// `integer_avx512::rows_dot_together` for `V` activation rows.
 ///
 /// # Safety
 /// As for [`rows_dot_integer`]; `xs` and `outs` hold `V` rows each.
 #[cfg(target_arch = "x86_64")]
-unsafe fn nibbles_together<const V: usize>(
+unsafe fn rows_dot_together<const V: usize>(
     vnni: bool,
-    nibbles: (&[u8], u8),
+    weight: Ints<'_>,
     scales: Factors<'_>,
     offsets: Option<Factors<'_>>,
     xs: &[&integer_avx512::Activations],
@@ -466,10 +472,12 @@ unsafe fn nibbles_together<const V: usize>(
     // SAFETY: the caller's guarantees are the kernel's.
     unsafe {
         match vnni {
-            true => {
-                integer_avx512::nibbles_dot_vnni::<V>(nibbles, scales, offsets, xs, buffer, outs)
+            true => integer_avx512::rows_dot_together_vnni::<V>(
+                weight, scales, offsets, xs, buffer, outs,
+            ),
+            false => {
+                integer_avx512::rows_dot_together::<V>(weight, scales, offsets, xs, buffer, outs)
             }
-            false => integer_avx512::nibbles_dot::<V>(nibbles, scales, offsets, xs, buffer, outs),
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::model::cpu::weights::{Factors, Ints};
 /// first-level cache.
 const ROWS_AT_ONCE: usize = 16;
 
-/// Activation rows [`nibbles_dot`] takes at once: each keeps two totals in registers.
+/// Activation rows [`rows_dot_together`] takes at once: each keeps two totals in registers.
 pub const TOGETHER: usize = 4;
 
 /// The activations as the kernel reads them besides their values: for blocks of 32, the
@@ -456,19 +456,20 @@ macro_rules! kernel {
     };
 }
 
-macro_rules! nibbles_together {
+macro_rules! kernel_together {
     ($name:ident, $features:literal, $dot:expr) => {
-        /// [`rows_dot`]'s work on 4-bit weights for `V` activation rows at once: each pair of
-        /// blocks is loaded and widened once for all of them, then dotted with each row's
-        /// activations. Each row's integer sums, scalings and additions are the single-row
-        /// kernel's, in its order, so every output is bit for bit what it is alone.
+        /// [`rows_dot`]'s work for `V` activation rows at once, on 4-bit weights or bytes in
+        /// blocks of 32: each pair of blocks is loaded and widened once for all of them, then
+        /// dotted with each row's activations. Each row's integer sums, scalings and
+        /// additions are the single-row kernel's, in its order, so every output is bit for
+        /// bit what it is alone.
         ///
         /// # Safety
-        /// As for [`rows_dot`], for each activation row with its output; `values` holds the
-        /// rows' 4-bit weights (zero point `zero`) in blocks of 32.
+        /// As for [`rows_dot`], for each activation row with its output; `weight` holds
+        /// 4-bit values or bytes, in blocks of 32.
         #[target_feature(enable = $features)]
         pub unsafe fn $name<const V: usize>(
-            (values, zero): (&[u8], u8),
+            weight: Ints<'_>,
             scales: Factors<'_>,
             offsets: Option<Factors<'_>>,
             xs: [&Activations; V],
@@ -491,7 +492,6 @@ macro_rules! nibbles_together {
             };
             let pair_lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
             let low_bits = _mm256_set1_epi8(0x0F);
-            let zero = _mm256_set1_epi8(zero as i8);
             let rows = outs[0].len();
             for first in (0..rows).step_by(ROWS_AT_ONCE) {
                 let in_group = ROWS_AT_ONCE.min(rows - first);
@@ -526,51 +526,104 @@ macro_rules! nibbles_together {
                         }
                         c[v] = combined[v][row_factors.clone()].as_ptr();
                     }
+                    // The pairs of blocks as `pair_weights(b)` widens them, then a last odd
+                    // block as `last_weights(b)` does, as the single-row kernel adds them.
+                    macro_rules! add_blocks_of_each {
+                        (|$b:ident| $pair_weights:expr, $last_weights:expr) => {{
+                            let two = |c: *const f32, b: usize| {
+                                let both = _mm_castpd_ps(_mm_load_sd(c.add(b).cast()));
+                                _mm512_permutexvar_ps(pair_lanes, _mm512_castps128_ps512(both))
+                            };
+                            let mut $b = 0;
+                            while $b + 2 <= blocks {
+                                let (first, second) = $pair_weights;
+                                for v in 0..V {
+                                    let x = xs[v].paired.as_ptr().add($b * 32);
+                                    let sums = pair(first, second, x);
+                                    let [next, other] = &mut totals[v];
+                                    let scale = two(c[v], $b);
+                                    *next = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, *next);
+                                    std::mem::swap(next, other);
+                                }
+                                $b += 2;
+                            }
+                            // After an odd number of pairs, total 1 is first (see `add_blocks`).
+                            if ($b / 2) % 2 == 1 {
+                                for [next, other] in &mut totals {
+                                    std::mem::swap(next, other);
+                                }
+                            }
+                            if $b < blocks {
+                                let ordered = $last_weights;
+                                for v in 0..V {
+                                    let x = xs[v].paired.as_ptr().add($b * 32);
+                                    let sums = dot(
+                                        _mm512_setzero_si512(),
+                                        ordered,
+                                        _mm512_loadu_si512(x.cast()),
+                                    );
+                                    let scale = _mm512_set1_ps(*c[v].add($b));
+                                    totals[v][0] = _mm512_fmadd_ps(
+                                        _mm512_cvtepi32_ps(sums),
+                                        scale,
+                                        totals[v][0],
+                                    );
+                                }
+                            }
+                        }};
+                    }
                     // SAFETY: every read lies inside the row's weights, each row's
                     // activations and its factors, as in the single-row kernel.
                     unsafe {
-                        let w = values.as_ptr().add(row * cols / 2);
-                        let two = |c: *const f32, b: usize| {
-                            let both = _mm_castpd_ps(_mm_load_sd(c.add(b).cast()));
-                            _mm512_permutexvar_ps(pair_lanes, _mm512_castps128_ps512(both))
-                        };
-                        let mut b = 0;
-                        while b + 2 <= blocks {
-                            prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
-                            let packed = _mm256_loadu_si256(w.add(b * 16).cast());
-                            let low = _mm256_and_si256(packed, low_bits);
-                            let high = _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low_bits);
-                            let first = _mm512_cvtepi8_epi16(_mm256_sub_epi8(low, zero));
-                            let second = _mm512_cvtepi8_epi16(_mm256_sub_epi8(high, zero));
-                            for v in 0..V {
-                                let sums = pair(first, second, xs[v].paired.as_ptr().add(b * 32));
-                                let [next, other] = &mut totals[v];
-                                *next =
-                                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), two(c[v], b), *next);
-                                std::mem::swap(next, other);
+                        match weight {
+                            Ints::Nibbles { values, zero } => {
+                                let w = values.as_ptr().add(row * cols / 2);
+                                let zero = _mm256_set1_epi8(zero as i8);
+                                add_blocks_of_each!(
+                                    |b| {
+                                        prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
+                                        let packed = _mm256_loadu_si256(w.add(b * 16).cast());
+                                        let low = _mm256_and_si256(packed, low_bits);
+                                        let high = _mm256_and_si256(
+                                            _mm256_srli_epi16::<4>(packed),
+                                            low_bits,
+                                        );
+                                        (
+                                            _mm512_cvtepi8_epi16(_mm256_sub_epi8(low, zero)),
+                                            _mm512_cvtepi8_epi16(_mm256_sub_epi8(high, zero)),
+                                        )
+                                    },
+                                    {
+                                        let both =
+                                            nibbles_in_order(_mm_loadu_si128(w.add(b * 16).cast()));
+                                        _mm512_cvtepi8_epi16(_mm256_sub_epi8(
+                                            _mm256_and_si256(both, low_bits),
+                                            zero,
+                                        ))
+                                    }
+                                );
                             }
-                            b += 2;
-                        }
-                        // After an odd number of pairs, total 1 is first (see `add_blocks`).
-                        if (b / 2) % 2 == 1 {
-                            for [next, other] in &mut totals {
-                                std::mem::swap(next, other);
+                            Ints::Bytes(values) => {
+                                let w = values.as_ptr().add(row * cols);
+                                add_blocks_of_each!(
+                                    |b| {
+                                        let at = w.add(b * 32);
+                                        prefetch(at, PREFETCH_BYTES_Q8);
+                                        let halves = |h: usize| {
+                                            let first = _mm_loadu_si128(at.add(16 * h).cast());
+                                            let second =
+                                                _mm_loadu_si128(at.add(32 + 16 * h).cast());
+                                            _mm512_cvtepi8_epi16(_mm256_inserti128_si256::<1>(
+                                                _mm256_castsi128_si256(first),
+                                                second,
+                                            ))
+                                        };
+                                        (halves(0), halves(1))
+                                    },
+                                    _mm512_cvtepi8_epi16(_mm256_loadu_si256(w.add(b * 32).cast()))
+                                );
                             }
-                        }
-                        if b < blocks {
-                            let both = nibbles_in_order(_mm_loadu_si128(w.add(b * 16).cast()));
-                            let ordered = _mm512_cvtepi8_epi16(_mm256_sub_epi8(
-                                _mm256_and_si256(both, low_bits),
-                                zero,
-                            ));
-                            for v in 0..V {
-                                let x =
-                                    _mm512_loadu_si512(xs[v].paired.as_ptr().add(b * 32).cast());
-                                let sums = dot(_mm512_setzero_si512(), ordered, x);
-                                let scale = _mm512_set1_ps(*c[v].add(b));
-                                totals[v][0] =
-                                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, totals[v][0]);
-                            }
+                            _ => unreachable!("the caller passes 4-bit weights or bytes"),
                         }
                     }
                     for (out, [first, second]) in outs.iter_mut().zip(totals) {
@@ -582,13 +635,13 @@ macro_rules! nibbles_together {
     };
 }
 
-nibbles_together!(
-    nibbles_dot,
+kernel_together!(
+    rows_dot_together,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
     |sums, a, b| { _mm512_add_epi32(sums, _mm512_madd_epi16(a, b)) }
 );
-nibbles_together!(
-    nibbles_dot_vnni,
+kernel_together!(
+    rows_dot_together_vnni,
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     |sums, a, b| _mm512_dpwssd_epi32(sums, a, b)
 );
