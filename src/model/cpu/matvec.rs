@@ -395,7 +395,7 @@ impl IntegerActivations {
 }
 
 /// [`rows_dot_integer`] for each activation row of `xs` into its `outs`: with the AVX-512
-/// kernel, 4-bit weights and bytes in blocks of 32 are widened once for up to
+/// kernel, 4- and 6-bit weights and bytes in blocks of 32 are widened once for up to
 /// [`integer_avx512::TOGETHER`] rows, which costs the later rows only their products (see
 /// `integer_avx512::rows_dot_together`).
 ///
@@ -414,14 +414,16 @@ unsafe fn rows_dot_integers(
     if let (IntegerKernel::Avx512 { vnni }, true, 2..) = (
         kernel,
         match weight {
-            Ints::Nibbles { .. } => true,
+            Ints::Nibbles { .. } | Ints::SixBits { .. } => true,
             Ints::Bytes(_) => xs.first().is_some_and(|x| x.ints.block == 32),
-            _ => false,
+            Ints::FiveBits { .. } => false,
         },
         xs.len(),
     ) {
-        let prepared: Option<Vec<&integer_avx512::Activations>> =
-            xs.iter().map(|x| x.avx512.as_ref()).collect();
+        let prepared: Option<Vec<(&BlockInts, &integer_avx512::Activations)>> = xs
+            .iter()
+            .map(|x| Some((&x.ints, x.avx512.as_ref()?)))
+            .collect();
         if let Some(prepared) = prepared {
             let at_once = integer_avx512::TOGETHER;
             for (xs, outs) in prepared.chunks(at_once).zip(outs.chunks_mut(at_once)) {
@@ -462,7 +464,7 @@ unsafe fn rows_dot_together<const V: usize>(
     weight: Ints<'_>,
     scales: Factors<'_>,
     offsets: Option<Factors<'_>>,
-    xs: &[&integer_avx512::Activations],
+    xs: &[(&BlockInts, &integer_avx512::Activations)],
     buffer: &mut Vec<f32>,
     outs: &mut [&mut [f32]],
 ) {

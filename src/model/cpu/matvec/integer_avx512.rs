@@ -459,25 +459,25 @@ macro_rules! kernel {
 macro_rules! kernel_together {
     ($name:ident, $features:literal, $dot:expr) => {
         /// [`rows_dot`]'s work for `V` activation rows at once, on 4-bit weights or bytes in
-        /// blocks of 32: each pair of blocks is loaded and widened once for all of them, then
+        /// blocks of 32, or 6-bit weights in blocks of 16: each pair of blocks is loaded and widened once for all of them, then
         /// dotted with each row's activations. Each row's integer sums, scalings and
         /// additions are the single-row kernel's, in its order, so every output is bit for
         /// bit what it is alone.
         ///
         /// # Safety
         /// As for [`rows_dot`], for each activation row with its output; `weight` holds
-        /// 4-bit values or bytes, in blocks of 32.
+        /// 4-bit values or bytes in blocks of 32, or 6-bit values in blocks of 16.
         #[target_feature(enable = $features)]
         pub unsafe fn $name<const V: usize>(
             weight: Ints<'_>,
             scales: Factors<'_>,
             offsets: Option<Factors<'_>>,
-            xs: [&Activations; V],
+            xs: [(&BlockInts, &Activations); V],
             buffer: &mut Vec<f32>,
             outs: &mut [&mut [f32]; V],
         ) {
-            let cols = xs[0].paired.len();
-            let blocks = cols / 32;
+            let cols = xs[0].0.values.len();
+            let blocks = cols / xs[0].0.block;
             let group = ROWS_AT_ONCE * blocks;
             if buffer.len() < 2 * V * group {
                 buffer.resize(2 * V * group, 0.0);
@@ -500,7 +500,7 @@ macro_rules! kernel_together {
                     let mut parts = buffer[..2 * V * group].chunks_exact_mut(group);
                     let mut combined = Vec::with_capacity(V);
                     let mut offset_terms = Vec::with_capacity(V);
-                    for prepared in xs {
+                    for (_, prepared) in xs {
                         let (c, o) = (parts.next(), parts.next());
                         let (Some(c), Some(o)) = (c, o) else { break };
                         // SAFETY: as in the single-row kernel.
@@ -538,7 +538,7 @@ macro_rules! kernel_together {
                             while $b + 2 <= blocks {
                                 let (first, second) = $pair_weights;
                                 for v in 0..V {
-                                    let x = xs[v].paired.as_ptr().add($b * 32);
+                                    let x = xs[v].1.paired.as_ptr().add($b * 32);
                                     let sums = pair(first, second, x);
                                     let [next, other] = &mut totals[v];
                                     let scale = two(c[v], $b);
@@ -556,7 +556,7 @@ macro_rules! kernel_together {
                             if $b < blocks {
                                 let ordered = $last_weights;
                                 for v in 0..V {
-                                    let x = xs[v].paired.as_ptr().add($b * 32);
+                                    let x = xs[v].1.paired.as_ptr().add($b * 32);
                                     let sums = dot(
                                         _mm512_setzero_si512(),
                                         ordered,
@@ -623,7 +623,123 @@ macro_rules! kernel_together {
                                     _mm512_cvtepi8_epi16(_mm256_loadu_si256(w.add(b * 32).cast()))
                                 );
                             }
-                            _ => unreachable!("the caller passes 4-bit weights or bytes"),
+                            Ints::SixBits {
+                                nibbles,
+                                crumbs,
+                                zero,
+                            } => {
+                                // As the single-row kernel: two units of 32 (four blocks of
+                                // 16) a step, a last unit alone; the activations in order.
+                                let w = nibbles.as_ptr().add(row * cols / 2);
+                                let crumbs = crumbs.as_ptr().add(row * cols / 4);
+                                let low_bits = _mm512_set1_epi8(0x0F);
+                                let top_bits = _mm512_set1_epi8(0x30);
+                                let zero = _mm512_set1_epi16(i16::from(zero));
+                                let twice = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+                                let four = 0x0004_0004_0004_0004;
+                                let nibble_shifts =
+                                    _mm512_setr_epi64(0, 0, four, four, 0, 0, four, four);
+                                let crumb_words = _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1);
+                                let rotations = _mm512_setr_epi64(4, 2, 0, 62, 4, 2, 0, 62);
+                                let two = |c: *const f32, b: usize| {
+                                    let both = _mm_castpd_ps(_mm_load_sd(c.add(b).cast()));
+                                    _mm512_permutexvar_ps(pair_lanes, _mm512_castps128_ps512(both))
+                                };
+                                let mut b = 0;
+                                while b + 4 <= blocks {
+                                    prefetch(w.add(b * 8), PREFETCH_BYTES_Q8);
+                                    let packed = _mm512_permutexvar_epi64(
+                                        twice,
+                                        _mm512_castsi256_si512(_mm256_loadu_si256(
+                                            w.add(b * 8).cast(),
+                                        )),
+                                    );
+                                    let lows = _mm512_srlv_epi16(packed, nibble_shifts);
+                                    let tops = _mm512_and_si512(
+                                        _mm512_rolv_epi64(
+                                            _mm512_permutexvar_epi64(
+                                                crumb_words,
+                                                _mm512_castsi128_si512(_mm_loadu_si128(
+                                                    crumbs.add(b * 4).cast(),
+                                                )),
+                                            ),
+                                            rotations,
+                                        ),
+                                        top_bits,
+                                    );
+                                    let bytes =
+                                        _mm512_ternarylogic_epi32::<0xEA>(lows, low_bits, tops);
+                                    let units = [
+                                        _mm512_sub_epi16(
+                                            _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes)),
+                                            zero,
+                                        ),
+                                        _mm512_sub_epi16(
+                                            _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(
+                                                bytes,
+                                            )),
+                                            zero,
+                                        ),
+                                    ];
+                                    for v in 0..V {
+                                        let x = xs[v].0.values.as_ptr().add(b * 16);
+                                        for (i, unit) in units.into_iter().enumerate() {
+                                            let xs = _mm512_loadu_si512(x.add(32 * i).cast());
+                                            let sums = dot(_mm512_setzero_si512(), unit, xs);
+                                            let [next, other] = &mut totals[v];
+                                            let scale = two(c[v], b + 2 * i);
+                                            *next = _mm512_fmadd_ps(
+                                                _mm512_cvtepi32_ps(sums),
+                                                scale,
+                                                *next,
+                                            );
+                                            std::mem::swap(next, other);
+                                        }
+                                    }
+                                    b += 4;
+                                }
+                                if (b / 2) % 2 == 1 {
+                                    for [next, other] in &mut totals {
+                                        std::mem::swap(next, other);
+                                    }
+                                }
+                                if b < blocks {
+                                    let lows =
+                                        nibbles_in_order(_mm_loadu_si128(w.add(b * 8).cast()));
+                                    let unit_crumbs = _mm256_set1_epi64x(
+                                        crumbs.add(b * 4).cast::<i64>().read_unaligned(),
+                                    );
+                                    let tops = _mm256_and_si256(
+                                        _mm256_rolv_epi64(
+                                            unit_crumbs,
+                                            _mm512_castsi512_si256(rotations),
+                                        ),
+                                        _mm512_castsi512_si256(top_bits),
+                                    );
+                                    let bytes = _mm256_ternarylogic_epi32::<0xEA>(
+                                        lows,
+                                        _mm512_castsi512_si256(low_bits),
+                                        tops,
+                                    );
+                                    let unit = _mm512_sub_epi16(_mm512_cvtepu8_epi16(bytes), zero);
+                                    for v in 0..V {
+                                        let x = xs[v].0.values.as_ptr().add(b * 16);
+                                        let sums = dot(
+                                            _mm512_setzero_si512(),
+                                            unit,
+                                            _mm512_loadu_si512(x.cast()),
+                                        );
+                                        totals[v][0] = _mm512_fmadd_ps(
+                                            _mm512_cvtepi32_ps(sums),
+                                            two(c[v], b),
+                                            totals[v][0],
+                                        );
+                                    }
+                                }
+                            }
+                            Ints::FiveBits { .. } => {
+                                unreachable!("the caller passes 4- or 6-bit weights or bytes")
+                            }
                         }
                     }
                     for (out, [first, second]) in outs.iter_mut().zip(totals) {
