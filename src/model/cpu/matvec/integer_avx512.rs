@@ -66,6 +66,163 @@ fn paired(x: &BlockInts) -> Vec<i16> {
     out
 }
 
+/// Blocks `b` and `b + 1` of a row of bytes from `w`, widened to 16 bits: each vector holds
+/// the same half of both, as [`paired`] orders the activations. Asks for the bytes ahead.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn byte_pair(w: *const i8, b: usize) -> [__m512i; 2] {
+    // SAFETY: the caller asks for two blocks the row holds.
+    unsafe {
+        let at = w.add(b * 32);
+        prefetch(at, PREFETCH_BYTES_Q8);
+        let halves = |h: usize| {
+            let first = _mm_loadu_si128(at.add(16 * h).cast());
+            let second = _mm_loadu_si128(at.add(32 + 16 * h).cast());
+            _mm512_cvtepi8_epi16(_mm256_inserti128_si256::<1>(
+                _mm256_castsi128_si256(first),
+                second,
+            ))
+        };
+        [halves(0), halves(1)]
+    }
+}
+
+/// Block `b` of a row of bytes alone, widened in order.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn byte_block(w: *const i8, b: usize) -> __m512i {
+    // SAFETY: the caller asks for a block the row holds.
+    unsafe { _mm512_cvtepi8_epi16(_mm256_loadu_si256(w.add(b * 32).cast())) }
+}
+
+/// 4-bit values as the kernels widen them, their zero point taken off.
+struct NibbleWidening {
+    low_bits: __m256i,
+    zero: __m256i,
+}
+
+impl NibbleWidening {
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    fn new(zero: u8) -> Self {
+        Self {
+            low_bits: _mm256_set1_epi8(0x0F),
+            zero: _mm256_set1_epi8(zero as i8),
+        }
+    }
+
+    /// Blocks `b` and `b + 1` from `w`: a block's 16 bytes hold its first 16 values in their
+    /// low halves and its last 16 in their high ones, so the low halves of two blocks are the
+    /// first halves of both, as [`paired`] orders the activations. Asks for the bytes ahead.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn pair(&self, w: *const u8, b: usize) -> [__m512i; 2] {
+        // SAFETY: the caller asks for two blocks the row holds.
+        unsafe {
+            prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
+            let packed = _mm256_loadu_si256(w.add(b * 16).cast());
+            let low = _mm256_and_si256(packed, self.low_bits);
+            let high = _mm256_and_si256(_mm256_srli_epi16::<4>(packed), self.low_bits);
+            [low, high].map(|half| _mm512_cvtepi8_epi16(_mm256_sub_epi8(half, self.zero)))
+        }
+    }
+
+    /// Block `b` alone: its low halves, then its high ones, which are its values in order.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn block(&self, w: *const u8, b: usize) -> __m512i {
+        // SAFETY: the caller asks for a block the row holds.
+        let both = nibbles_in_order(unsafe { _mm_loadu_si128(w.add(b * 16).cast()) });
+        _mm512_cvtepi8_epi16(_mm256_sub_epi8(
+            _mm256_and_si256(both, self.low_bits),
+            self.zero,
+        ))
+    }
+}
+
+/// 6-bit values as the kernels widen them: a unit of 32 values is two blocks of 16, 16
+/// bytes of nibbles and 8 of crumbs.
+struct SixBitWidening {
+    low_bits: __m512i,
+    top_bits: __m512i,
+    zero: __m512i,
+    /// Each unit's 16 bytes twice, the second copy's high nibbles shifted down: its low
+    /// nibbles, then its high ones.
+    twice: __m512i,
+    nibble_shifts: __m512i,
+    /// Each unit's crumbs in the four words of its values; word `q` finds element `8q + j`'s
+    /// top bits at bit `2q` of byte `j` (see `crumb_at`) and rotates them to bits 4 and 5.
+    crumb_words: __m512i,
+    rotations: __m512i,
+}
+
+impl SixBitWidening {
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    fn new(zero: u8) -> Self {
+        let four = 0x0004_0004_0004_0004;
+        Self {
+            low_bits: _mm512_set1_epi8(0x0F),
+            top_bits: _mm512_set1_epi8(0x30),
+            zero: _mm512_set1_epi16(i16::from(zero)),
+            twice: _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3),
+            nibble_shifts: _mm512_setr_epi64(0, 0, four, four, 0, 0, four, four),
+            crumb_words: _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1),
+            rotations: _mm512_setr_epi64(4, 2, 0, 62, 4, 2, 0, 62),
+        }
+    }
+
+    /// The two units from block `b` (of 16) of nibbles `w` and crumbs `c`, as 64 bytes in
+    /// order. Asks for the nibbles ahead.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn units(&self, w: *const u8, c: *const u8, b: usize) -> [__m512i; 2] {
+        // SAFETY: the caller asks for two units the row holds.
+        let (packed, crumbs) = unsafe {
+            prefetch(w.add(b * 8), PREFETCH_BYTES_Q8);
+            (
+                _mm256_loadu_si256(w.add(b * 8).cast()),
+                _mm_loadu_si128(c.add(b * 4).cast()),
+            )
+        };
+        let packed = _mm512_permutexvar_epi64(self.twice, _mm512_castsi256_si512(packed));
+        let lows = _mm512_srlv_epi16(packed, self.nibble_shifts);
+        let crumbs = _mm512_permutexvar_epi64(self.crumb_words, _mm512_castsi128_si512(crumbs));
+        let tops = _mm512_and_si512(_mm512_rolv_epi64(crumbs, self.rotations), self.top_bits);
+        // (lows & low_bits) | tops
+        let bytes = _mm512_ternarylogic_epi32::<0xEA>(lows, self.low_bits, tops);
+        [
+            _mm512_castsi512_si256(bytes),
+            _mm512_extracti64x4_epi64::<1>(bytes),
+        ]
+        .map(|half| _mm512_sub_epi16(_mm512_cvtepu8_epi16(half), self.zero))
+    }
+
+    /// The unit from block `b` alone: its low halves, then its high ones.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn unit(&self, w: *const u8, c: *const u8, b: usize) -> __m512i {
+        // SAFETY: the caller asks for a unit the row holds.
+        let (nibbles, crumbs) = unsafe {
+            (
+                _mm_loadu_si128(w.add(b * 8).cast()),
+                c.add(b * 4).cast::<i64>().read_unaligned(),
+            )
+        };
+        let lows = nibbles_in_order(nibbles);
+        let tops = _mm256_and_si256(
+            _mm256_rolv_epi64(
+                _mm256_set1_epi64x(crumbs),
+                _mm512_castsi512_si256(self.rotations),
+            ),
+            _mm512_castsi512_si256(self.top_bits),
+        );
+        let bytes =
+            _mm256_ternarylogic_epi32::<0xEA>(lows, _mm512_castsi512_si256(self.low_bits), tops);
+        _mm512_sub_epi16(_mm512_cvtepu8_epi16(bytes), self.zero)
+    }
+}
+
 /// Adds blocks' integer sums, scaled, to `$totals`: `$pairs` gives the sums of `$step` blocks
 /// from block `$b`, a vector per pair (lanes 0–7 its first block's, 8–15 its second's), and
 /// `$rest` those of the `$rest_blocks` blocks a row may end with (1: every lane block `$b`'s;
@@ -217,68 +374,30 @@ macro_rules! kernel {
                                     blocks,
                                     combined,
                                     |b| 2: [{
-                                        let at = w.add(b * 32);
-                                        prefetch(at, PREFETCH_BYTES_Q8);
-                                        let halves = |h: usize| {
-                                            let first = _mm_loadu_si128(at.add(16 * h).cast());
-                                            let second =
-                                                _mm_loadu_si128(at.add(32 + 16 * h).cast());
-                                            _mm512_cvtepi8_epi16(_mm256_inserti128_si256::<1>(
-                                                _mm256_castsi128_si256(first),
-                                                second,
-                                            ))
-                                        };
-                                        pair(halves(0), halves(1), v.add(b * 32))
+                                        let [first, second] = byte_pair(w, b);
+                                        pair(first, second, v.add(b * 32))
                                     }],
                                     1: {
-                                        let ws = _mm512_cvtepi8_epi16(_mm256_loadu_si256(
-                                            w.add(b * 32).cast(),
-                                        ));
                                         let xs = _mm512_loadu_si512(v.add(b * 32).cast());
-                                        dot(_mm512_setzero_si512(), ws, xs)
+                                        dot(_mm512_setzero_si512(), byte_block(w, b), xs)
                                     }
                                 );
                             }
                             Ints::Nibbles { values, zero } => {
                                 let w = values.as_ptr().add(row * cols / 2);
                                 let v = prepared.paired.as_ptr();
-                                let low_bits = _mm256_set1_epi8(0x0F);
-                                let zero = _mm256_set1_epi8(zero as i8);
+                                let widen = NibbleWidening::new(zero);
                                 add_blocks!(
                                     totals,
                                     blocks,
                                     combined,
                                     |b| 2: [{
-                                        // A block's 16 bytes hold its first 16 values in their low
-                                        // halves and its last 16 in their high ones; two blocks are
-                                        // 32 bytes.
-                                        prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
-                                        let packed = _mm256_loadu_si256(w.add(b * 16).cast());
-                                        let low = _mm256_and_si256(packed, low_bits);
-                                        let high = _mm256_and_si256(
-                                            _mm256_srli_epi16::<4>(packed),
-                                            low_bits,
-                                        );
-                                        pair(
-                                            _mm512_cvtepi8_epi16(_mm256_sub_epi8(low, zero)),
-                                            _mm512_cvtepi8_epi16(_mm256_sub_epi8(high, zero)),
-                                            v.add(b * 32),
-                                        )
+                                        let [first, second] = widen.pair(w, b);
+                                        pair(first, second, v.add(b * 32))
                                     }],
                                     1: {
-                                        // One block: its low halves, then its high ones, which are
-                                        // its values in order.
-                                        let both =
-                                            nibbles_in_order(_mm_loadu_si128(w.add(b * 16).cast()));
-                                        let ordered = _mm512_cvtepi8_epi16(_mm256_sub_epi8(
-                                            _mm256_and_si256(both, low_bits),
-                                            zero,
-                                        ));
-                                        dot(
-                                            _mm512_setzero_si512(),
-                                            ordered,
-                                            _mm512_loadu_si512(v.add(b * 32).cast()),
-                                        )
+                                        let xs = _mm512_loadu_si512(v.add(b * 32).cast());
+                                        dot(_mm512_setzero_si512(), widen.block(w, b), xs)
                                     }
                                 );
                             }
@@ -352,98 +471,25 @@ macro_rules! kernel {
                                 crumbs,
                                 zero,
                             } => {
-                                // A unit of 32 values is two blocks of 16: 16 bytes of nibbles
-                                // and 8 of crumbs. Two units at a time, as 64 bytes in order.
                                 let w = nibbles.as_ptr().add(row * cols / 2);
                                 let c = crumbs.as_ptr().add(row * cols / 4);
                                 let v = x.values.as_ptr();
-                                let low_bits = _mm512_set1_epi8(0x0F);
-                                let top_bits = _mm512_set1_epi8(0x30);
-                                let zero = _mm512_set1_epi16(i16::from(zero));
-                                // Each unit's 16 bytes twice, the second copy's high nibbles
-                                // shifted down: its low nibbles, then its high ones.
-                                let twice = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
-                                let four = 0x0004_0004_0004_0004;
-                                let nibble_shifts =
-                                    _mm512_setr_epi64(0, 0, four, four, 0, 0, four, four);
-                                // Each unit's crumbs in the four words of its values; word `q`
-                                // finds element `8q + j`'s top bits at bit `2q` of byte `j` (see
-                                // `crumb_at`) and rotates them to bits 4 and 5.
-                                let crumb_words = _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1);
-                                let rotations = _mm512_setr_epi64(4, 2, 0, 62, 4, 2, 0, 62);
+                                let widen = SixBitWidening::new(zero);
                                 add_blocks!(
                                     totals,
                                     blocks,
                                     combined,
                                     |b| 4: {
-                                        prefetch(w.add(b * 8), PREFETCH_BYTES_Q8);
-                                        let packed = _mm512_permutexvar_epi64(
-                                            twice,
-                                            _mm512_castsi256_si512(_mm256_loadu_si256(
-                                                w.add(b * 8).cast(),
-                                            )),
-                                        );
-                                        let lows = _mm512_srlv_epi16(packed, nibble_shifts);
-                                        let crumbs = _mm512_permutexvar_epi64(
-                                            crumb_words,
-                                            _mm512_castsi128_si512(_mm_loadu_si128(
-                                                c.add(b * 4).cast(),
-                                            )),
-                                        );
-                                        let tops = _mm512_and_si512(
-                                            _mm512_rolv_epi64(crumbs, rotations),
-                                            top_bits,
-                                        );
-                                        // (lows & low_bits) | tops
-                                        let bytes =
-                                            _mm512_ternarylogic_epi32::<0xEA>(lows, low_bits, tops);
-                                        let first = _mm512_sub_epi16(
-                                            _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes)),
-                                            zero,
-                                        );
-                                        let second = _mm512_sub_epi16(
-                                            _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(
-                                                bytes,
-                                            )),
-                                            zero,
-                                        );
+                                        let [first, second] = widen.units(w, c, b);
+                                        let xs = |at: usize| _mm512_loadu_si512(v.add(at).cast());
                                         [
-                                            dot(
-                                                _mm512_setzero_si512(),
-                                                first,
-                                                _mm512_loadu_si512(v.add(b * 16).cast()),
-                                            ),
-                                            dot(
-                                                _mm512_setzero_si512(),
-                                                second,
-                                                _mm512_loadu_si512(v.add(b * 16 + 32).cast()),
-                                            ),
+                                            dot(_mm512_setzero_si512(), first, xs(b * 16)),
+                                            dot(_mm512_setzero_si512(), second, xs(b * 16 + 32)),
                                         ]
                                     },
                                     2: {
-                                        // One unit: its low halves, then its high ones.
-                                        let lows =
-                                            nibbles_in_order(_mm_loadu_si128(w.add(b * 8).cast()));
-                                        let crumbs = _mm256_set1_epi64x(
-                                            c.add(b * 4).cast::<i64>().read_unaligned(),
-                                        );
-                                        let tops = _mm256_and_si256(
-                                            _mm256_rolv_epi64(
-                                                crumbs,
-                                                _mm512_castsi512_si256(rotations),
-                                            ),
-                                            _mm512_castsi512_si256(top_bits),
-                                        );
-                                        let bytes = _mm256_ternarylogic_epi32::<0xEA>(
-                                            lows,
-                                            _mm512_castsi512_si256(low_bits),
-                                            tops,
-                                        );
-                                        dot(
-                                            _mm512_setzero_si512(),
-                                            _mm512_sub_epi16(_mm512_cvtepu8_epi16(bytes), zero),
-                                            _mm512_loadu_si512(v.add(b * 16).cast()),
-                                        )
+                                        let xs = _mm512_loadu_si512(v.add(b * 16).cast());
+                                        dot(_mm512_setzero_si512(), widen.unit(w, c, b), xs)
                                     }
                                 );
                             }
@@ -491,7 +537,6 @@ macro_rules! kernel_together {
                 }
             };
             let pair_lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-            let low_bits = _mm256_set1_epi8(0x0F);
             let rows = outs[0].len();
             for first in (0..rows).step_by(ROWS_AT_ONCE) {
                 let in_group = ROWS_AT_ONCE.min(rows - first);
@@ -536,7 +581,7 @@ macro_rules! kernel_together {
                             };
                             let mut $b = 0;
                             while $b + 2 <= blocks {
-                                let (first, second) = $pair_weights;
+                                let [first, second] = $pair_weights;
                                 for v in 0..V {
                                     let x = xs[v].1.paired.as_ptr().add($b * 32);
                                     let sums = pair(first, second, x);
@@ -578,50 +623,12 @@ macro_rules! kernel_together {
                         match weight {
                             Ints::Nibbles { values, zero } => {
                                 let w = values.as_ptr().add(row * cols / 2);
-                                let zero = _mm256_set1_epi8(zero as i8);
-                                add_blocks_of_each!(
-                                    |b| {
-                                        prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
-                                        let packed = _mm256_loadu_si256(w.add(b * 16).cast());
-                                        let low = _mm256_and_si256(packed, low_bits);
-                                        let high = _mm256_and_si256(
-                                            _mm256_srli_epi16::<4>(packed),
-                                            low_bits,
-                                        );
-                                        (
-                                            _mm512_cvtepi8_epi16(_mm256_sub_epi8(low, zero)),
-                                            _mm512_cvtepi8_epi16(_mm256_sub_epi8(high, zero)),
-                                        )
-                                    },
-                                    {
-                                        let both =
-                                            nibbles_in_order(_mm_loadu_si128(w.add(b * 16).cast()));
-                                        _mm512_cvtepi8_epi16(_mm256_sub_epi8(
-                                            _mm256_and_si256(both, low_bits),
-                                            zero,
-                                        ))
-                                    }
-                                );
+                                let widen = NibbleWidening::new(zero);
+                                add_blocks_of_each!(|b| widen.pair(w, b), widen.block(w, b));
                             }
                             Ints::Bytes(values) => {
                                 let w = values.as_ptr().add(row * cols);
-                                add_blocks_of_each!(
-                                    |b| {
-                                        let at = w.add(b * 32);
-                                        prefetch(at, PREFETCH_BYTES_Q8);
-                                        let halves = |h: usize| {
-                                            let first = _mm_loadu_si128(at.add(16 * h).cast());
-                                            let second =
-                                                _mm_loadu_si128(at.add(32 + 16 * h).cast());
-                                            _mm512_cvtepi8_epi16(_mm256_inserti128_si256::<1>(
-                                                _mm256_castsi128_si256(first),
-                                                second,
-                                            ))
-                                        };
-                                        (halves(0), halves(1))
-                                    },
-                                    _mm512_cvtepi8_epi16(_mm256_loadu_si256(w.add(b * 32).cast()))
-                                );
+                                add_blocks_of_each!(|b| byte_pair(w, b), byte_block(w, b));
                             }
                             Ints::SixBits {
                                 nibbles,
@@ -632,55 +639,14 @@ macro_rules! kernel_together {
                                 // 16) a step, a last unit alone; the activations in order.
                                 let w = nibbles.as_ptr().add(row * cols / 2);
                                 let crumbs = crumbs.as_ptr().add(row * cols / 4);
-                                let low_bits = _mm512_set1_epi8(0x0F);
-                                let top_bits = _mm512_set1_epi8(0x30);
-                                let zero = _mm512_set1_epi16(i16::from(zero));
-                                let twice = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
-                                let four = 0x0004_0004_0004_0004;
-                                let nibble_shifts =
-                                    _mm512_setr_epi64(0, 0, four, four, 0, 0, four, four);
-                                let crumb_words = _mm512_setr_epi64(0, 0, 0, 0, 1, 1, 1, 1);
-                                let rotations = _mm512_setr_epi64(4, 2, 0, 62, 4, 2, 0, 62);
+                                let widen = SixBitWidening::new(zero);
                                 let two = |c: *const f32, b: usize| {
                                     let both = _mm_castpd_ps(_mm_load_sd(c.add(b).cast()));
                                     _mm512_permutexvar_ps(pair_lanes, _mm512_castps128_ps512(both))
                                 };
                                 let mut b = 0;
                                 while b + 4 <= blocks {
-                                    prefetch(w.add(b * 8), PREFETCH_BYTES_Q8);
-                                    let packed = _mm512_permutexvar_epi64(
-                                        twice,
-                                        _mm512_castsi256_si512(_mm256_loadu_si256(
-                                            w.add(b * 8).cast(),
-                                        )),
-                                    );
-                                    let lows = _mm512_srlv_epi16(packed, nibble_shifts);
-                                    let tops = _mm512_and_si512(
-                                        _mm512_rolv_epi64(
-                                            _mm512_permutexvar_epi64(
-                                                crumb_words,
-                                                _mm512_castsi128_si512(_mm_loadu_si128(
-                                                    crumbs.add(b * 4).cast(),
-                                                )),
-                                            ),
-                                            rotations,
-                                        ),
-                                        top_bits,
-                                    );
-                                    let bytes =
-                                        _mm512_ternarylogic_epi32::<0xEA>(lows, low_bits, tops);
-                                    let units = [
-                                        _mm512_sub_epi16(
-                                            _mm512_cvtepu8_epi16(_mm512_castsi512_si256(bytes)),
-                                            zero,
-                                        ),
-                                        _mm512_sub_epi16(
-                                            _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64::<1>(
-                                                bytes,
-                                            )),
-                                            zero,
-                                        ),
-                                    ];
+                                    let units = widen.units(w, crumbs, b);
                                     for v in 0..V {
                                         let x = xs[v].0.values.as_ptr().add(b * 16);
                                         for (i, unit) in units.into_iter().enumerate() {
@@ -704,24 +670,7 @@ macro_rules! kernel_together {
                                     }
                                 }
                                 if b < blocks {
-                                    let lows =
-                                        nibbles_in_order(_mm_loadu_si128(w.add(b * 8).cast()));
-                                    let unit_crumbs = _mm256_set1_epi64x(
-                                        crumbs.add(b * 4).cast::<i64>().read_unaligned(),
-                                    );
-                                    let tops = _mm256_and_si256(
-                                        _mm256_rolv_epi64(
-                                            unit_crumbs,
-                                            _mm512_castsi512_si256(rotations),
-                                        ),
-                                        _mm512_castsi512_si256(top_bits),
-                                    );
-                                    let bytes = _mm256_ternarylogic_epi32::<0xEA>(
-                                        lows,
-                                        _mm512_castsi512_si256(low_bits),
-                                        tops,
-                                    );
-                                    let unit = _mm512_sub_epi16(_mm512_cvtepu8_epi16(bytes), zero);
+                                    let unit = widen.unit(w, crumbs, b);
                                     for v in 0..V {
                                         let x = xs[v].0.values.as_ptr().add(b * 16);
                                         let sums = dot(
