@@ -505,10 +505,10 @@ macro_rules! kernel {
 macro_rules! kernel_together {
     ($name:ident, $features:literal, $dot:expr) => {
         /// [`rows_dot`]'s work for `V` activation rows at once, on 4-bit weights or bytes in
-        /// blocks of 32, or 6-bit weights in blocks of 16: each pair of blocks is loaded and widened once for all of them, then
-        /// dotted with each row's activations. Each row's integer sums, scalings and
-        /// additions are the single-row kernel's, in its order, so every output is bit for
-        /// bit what it is alone.
+        /// blocks of 32, or 6-bit weights in blocks of 16: each step's weights are loaded and
+        /// widened once for all the rows, then dotted with each row's activations. Each
+        /// row's integer sums, scalings and additions are the single-row kernel's, in its
+        /// order, so every output is bit for bit what it is alone.
         ///
         /// # Safety
         /// As for [`rows_dot`], for each activation row with its output; `weight` holds
