@@ -541,35 +541,38 @@ macro_rules! kernel_together {
             for first in (0..rows).step_by(ROWS_AT_ONCE) {
                 let in_group = ROWS_AT_ONCE.min(rows - first);
                 let factors = first * blocks..(first + in_group) * blocks;
-                let (combined, offset_terms): (Vec<&[f32]>, Vec<&[f32]>) = {
-                    let mut parts = buffer[..2 * V * group].chunks_exact_mut(group);
-                    let mut combined = Vec::with_capacity(V);
-                    let mut offset_terms = Vec::with_capacity(V);
-                    for (_, prepared) in xs {
-                        let (c, o) = (parts.next(), parts.next());
-                        let (Some(c), Some(o)) = (c, o) else { break };
-                        // SAFETY: as in the single-row kernel.
-                        unsafe {
-                            products(scales.range(factors.clone()), &prepared.scales, c);
-                            if let Some(offsets) = offsets {
-                                products(offsets.range(factors.clone()), &prepared.sums, o);
-                            }
+                // Row `v`'s weight scales times its activation scales from `v · group`,
+                // and its offsets times its activation sums from `(V + v) · group`.
+                let (combined, offset_terms) = buffer[..2 * V * group].split_at_mut(V * group);
+                for (v, (_, prepared)) in xs.iter().enumerate() {
+                    let part = v * group..(v + 1) * group;
+                    // SAFETY: as in the single-row kernel.
+                    unsafe {
+                        products(
+                            scales.range(factors.clone()),
+                            &prepared.scales,
+                            &mut combined[part.clone()],
+                        );
+                        if let Some(offsets) = offsets {
+                            products(
+                                offsets.range(factors.clone()),
+                                &prepared.sums,
+                                &mut offset_terms[part],
+                            );
                         }
-                        combined.push(&*c);
-                        offset_terms.push(&*o);
                     }
-                    (combined, offset_terms)
-                };
+                }
                 for in_part in 0..in_group {
                     let row = first + in_part;
-                    let row_factors = in_part * blocks..(in_part + 1) * blocks;
                     let mut totals = [[_mm512_setzero_ps(); 2]; V];
                     let mut c = [std::ptr::null::<f32>(); V];
                     for v in 0..V {
+                        let row_factors =
+                            v * group + in_part * blocks..v * group + (in_part + 1) * blocks;
                         if offsets.is_some() {
-                            totals[v][1] = lanes_sum(&offset_terms[v][row_factors.clone()]);
+                            totals[v][1] = lanes_sum(&offset_terms[row_factors.clone()]);
                         }
-                        c[v] = combined[v][row_factors.clone()].as_ptr();
+                        c[v] = combined[row_factors].as_ptr();
                     }
                     // The pairs of blocks as `pair_weights(b)` widens them, then a last odd
                     // block as `last_weights(b)` does, as the single-row kernel adds them.
