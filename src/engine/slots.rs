@@ -11,7 +11,7 @@ use super::protocol::{Event, LiveStats, Reply, RequestId};
 use super::queue::{Admitted, Queue, deliver};
 use crate::generation::{
     CheckedPrompt, FinishReason, GenerationError, GenerationSession, LoadedModel, PROMPT_CHUNK,
-    PromptFit, Step, step_together,
+    PromptFit, Step, predict_together,
 };
 use crate::model::KvCache;
 use crate::stats::memory;
@@ -78,6 +78,10 @@ struct Running<'a> {
     /// like one that pressed Stop.
     listening: bool,
     last_stats: Option<Instant>,
+    /// The token sampled and sent but not yet run through the model: a sequence samples its
+    /// first token, and its client sees it, as soon as its prompt is read, not after the
+    /// passes of other prompts that the same turn reads.
+    pending: Option<u32>,
 }
 
 impl Running<'_> {
@@ -179,7 +183,11 @@ pub(super) fn run(slots: &mut Slots, cx: Context<'_>) {
             if read >= PROMPT_CHUNK {
                 break;
             }
-            read += read_pass(&mut active[readers[(turn + k) % readers.len()]], cx.notify);
+            let running = &mut active[readers[(turn + k) % readers.len()]];
+            read += read_pass(running, cx.notify);
+            if !running.session.is_reading() && !running.ended() {
+                running.pending = choose(loaded, running, cx.queue, cx.notify);
+            }
         }
         turn += 1;
         decode_step(loaded, &mut active, cx.queue, cx.notify);
@@ -262,6 +270,7 @@ fn start<'a>(
         dropped_messages,
         listening: true,
         last_stats: None,
+        pending: None,
     })
 }
 
@@ -301,8 +310,8 @@ fn read_pass(running: &mut Running<'_>, notify: &dyn Fn()) -> usize {
     read
 }
 
-/// One token of every running generation whose prompt is read, through the model together;
-/// each generation's events go to its client.
+/// One token of every running generation whose prompt is read through the model together,
+/// each sampled (and sent to its client) first where it was not yet.
 fn decode_step(loaded: &LoadedModel, active: &mut [Running<'_>], queue: &Queue, notify: &dyn Fn()) {
     let mut decoding: Vec<&mut Running<'_>> = active
         .iter_mut()
@@ -311,38 +320,70 @@ fn decode_step(loaded: &LoadedModel, active: &mut [Running<'_>], queue: &Queue, 
     if decoding.is_empty() {
         return;
     }
-    let steps = {
-        let mut sessions: Vec<&mut GenerationSession<'_>> = decoding
-            .iter_mut()
-            .map(|running| &mut running.session)
-            .collect();
-        step_together(loaded, &mut sessions)
-    };
-    for (running, step) in decoding.into_iter().zip(steps) {
-        let id = running.id;
-        match step {
-            Ok(Step::Token(token)) => {
-                queue.shared.generated_tokens.fetch_add(1, Ordering::SeqCst);
-                running.listening &=
-                    deliver(&running.reply, notify, Event::Token { request: id, token });
-                if running
-                    .last_stats
-                    .is_none_or(|sent| sent.elapsed() >= STATS_INTERVAL)
-                {
-                    running.last_stats = Some(Instant::now());
-                    let stats = live(loaded, &running.session);
-                    running.listening &=
-                        deliver(&running.reply, notify, Event::Stats { request: id, stats });
-                }
-            }
-            Ok(Step::Finished { reason, text }) => running.finished(loaded, reason, text, notify),
-            Err(error) => {
-                report(&running.reply, notify, id, error);
-                running.session.stop();
-                running.finished(loaded, FinishReason::Stopped, String::new(), notify);
-            }
+    for running in decoding.iter_mut() {
+        if running.pending.is_none() {
+            running.pending = choose(loaded, running, queue, notify);
         }
     }
+    let chosen: Vec<Option<u32>> = decoding
+        .iter_mut()
+        .map(|running| running.pending.take())
+        .collect();
+    let predicted = predict_together(loaded, &mut sessions(&mut decoding), &chosen);
+    for (running, result) in decoding.into_iter().zip(predicted) {
+        if let Err(error) = result {
+            report(&running.reply, notify, running.id, error);
+            running.session.stop();
+            running.finished(loaded, FinishReason::Stopped, String::new(), notify);
+        }
+    }
+}
+
+/// Samples a generation's next token and sends it to its client, or tells the client the
+/// generation is over; returns the token, which the model has yet to run.
+fn choose(
+    loaded: &LoadedModel,
+    running: &mut Running<'_>,
+    queue: &Queue,
+    notify: &dyn Fn(),
+) -> Option<u32> {
+    let id = running.id;
+    match running.session.choose() {
+        Ok(Step::Token(token)) => {
+            queue.shared.generated_tokens.fetch_add(1, Ordering::SeqCst);
+            let chosen = token.id;
+            running.listening &=
+                deliver(&running.reply, notify, Event::Token { request: id, token });
+            if running
+                .last_stats
+                .is_none_or(|sent| sent.elapsed() >= STATS_INTERVAL)
+            {
+                running.last_stats = Some(Instant::now());
+                let stats = live(loaded, &running.session);
+                running.listening &=
+                    deliver(&running.reply, notify, Event::Stats { request: id, stats });
+            }
+            Some(chosen)
+        }
+        Ok(Step::Finished { reason, text }) => {
+            running.finished(loaded, reason, text, notify);
+            None
+        }
+        Err(error) => {
+            report(&running.reply, notify, id, error);
+            running.session.stop();
+            running.finished(loaded, FinishReason::Stopped, String::new(), notify);
+            None
+        }
+    }
+}
+
+/// The sessions of `decoding`, as the generation functions take them.
+fn sessions<'r, 'a>(decoding: &'r mut [&mut Running<'a>]) -> Vec<&'r mut GenerationSession<'a>> {
+    decoding
+        .iter_mut()
+        .map(|running| &mut running.session)
+        .collect()
 }
 
 /// Tells the client of `request` what went wrong with it.

@@ -14,6 +14,6 @@ pub use memory_plan::{MemoryPlan, available_memory, gguf_model_config, model_con
 pub use prompt::{Prompt, PromptFit};
 pub use session::{
     CheckedPrompt, FinishReason, GenerationSession, PROMPT_CHUNK, PromptProgress, Step, TokenEvent,
-    TokenLogprobs, step_together,
+    TokenLogprobs, predict_together,
 };
 pub use stats::GenerationStats;

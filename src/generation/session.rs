@@ -133,8 +133,8 @@ impl CheckedPrompt {
 }
 
 /// A generation in progress: the prompt is read in passes, then each [`step`](Self::step)
-/// samples one token and runs it through the model ([`step_together`] for several sessions
-/// at once).
+/// samples one token and runs it through the model ([`choose`](Self::choose) then
+/// [`predict_together`] for several sessions at once).
 ///
 /// Nothing runs between passes and steps, so a caller cancels by simply not calling them
 /// again (and reporting [`FinishReason::Stopped`]). The KV cache is borrowed, not owned: it outlives the
@@ -324,8 +324,9 @@ impl<'a> GenerationSession<'a> {
     }
 
     /// The first half of a step: samples the next token (the model has yet to run it, see
-    /// [`predict`](Self::predict)), or says why the generation is over.
-    fn choose(&mut self) -> Result<Step, GenerationError> {
+    /// [`predict_together`]), or says why the generation is over. Its reader can be told of it
+    /// at once: a token then reaches it a model pass sooner.
+    pub fn choose(&mut self) -> Result<Step, GenerationError> {
         if let Some(reason) = self.finished {
             return Ok(Step::Finished {
                 reason,
@@ -455,35 +456,31 @@ impl<'a> GenerationSession<'a> {
     }
 }
 
-/// One step of each of several sessions of one model, as [`GenerationSession::step`] would
-/// take it for each alone, bit for bit: their tokens go through the model together
-/// ([`crate::model::Llama::forward_each`]), which reads each weight once for all of them.
-/// Every session's prompt must be read.
-pub fn step_together(
+/// The second half of a step ([`GenerationSession::choose`]) of each of several sessions of
+/// one model: the token each chose (`None` where it chose none) goes through the model
+/// together with the others
+/// ([`crate::model::Llama::forward_each`]), which reads each weight once for all of them and
+/// gives each session, bit for bit, what [`GenerationSession::step`] gives it alone. One
+/// result per session.
+pub fn predict_together(
     loaded: &LoadedModel,
     sessions: &mut [&mut GenerationSession<'_>],
-) -> Vec<Result<Step, GenerationError>> {
-    let mut steps: Vec<Result<Step, GenerationError>> = sessions
-        .iter_mut()
-        .map(|session| session.choose())
-        .collect();
-    // The sessions that sampled a token, and their tokens.
-    let (stepping, tokens): (Vec<usize>, Vec<u32>) = steps
+    chosen: &[Option<u32>],
+) -> Vec<Result<(), GenerationError>> {
+    let mut results: Vec<Result<(), GenerationError>> = sessions.iter().map(|_| Ok(())).collect();
+    let (stepping, tokens): (Vec<usize>, Vec<u32>) = chosen
         .iter()
         .enumerate()
-        .filter_map(|(i, step)| match step {
-            Ok(Step::Token(token)) => Some((i, token.id)),
-            _ => None,
-        })
+        .filter_map(|(i, token)| Some((i, (*token)?)))
         .unzip();
     if stepping.is_empty() {
-        return steps;
+        return results;
     }
     let logits = {
         let mut caches: Vec<&mut KvCache> = sessions
             .iter_mut()
-            .zip(&steps)
-            .filter(|(_, step)| matches!(step, Ok(Step::Token(_))))
+            .zip(chosen)
+            .filter(|(_, token)| token.is_some())
             .map(|(session, _)| &mut *session.cache)
             .collect();
         loaded.model.forward_each(&tokens, &mut caches)
@@ -491,17 +488,15 @@ pub fn step_together(
     match logits {
         Ok(logits) => {
             for (row, &i) in stepping.iter().enumerate() {
-                if let Err(err) = sessions[i].predict(logits.clone().narrow(0, row, 1)) {
-                    steps[i] = Err(err);
-                }
+                results[i] = sessions[i].predict(logits.clone().narrow(0, row, 1));
             }
         }
         Err(err) => {
             let message = err.to_string();
             for &i in &stepping {
-                steps[i] = Err(ModelError::Backend(message.clone()).into());
+                results[i] = Err(ModelError::Backend(message.clone()).into());
             }
         }
     }
-    steps
+    results
 }
