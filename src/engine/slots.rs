@@ -80,7 +80,7 @@ struct Running<'a> {
     last_stats: Option<Instant>,
     /// The token sampled and sent but not yet run through the model: a sequence samples its
     /// first token, and its client sees it, as soon as its prompt is read, not after the
-    /// passes of other prompts that the same turn reads.
+    /// passes of other prompts that the same turn reads and a decode step.
     pending: Option<u32>,
 }
 
@@ -186,7 +186,8 @@ pub(super) fn run(slots: &mut Slots, cx: Context<'_>) {
             let running = &mut active[readers[(turn + k) % readers.len()]];
             read += read_pass(running, cx.notify);
             if !running.session.is_reading() && !running.ended() {
-                running.pending = choose(loaded, running, cx.queue, cx.notify);
+                let step = running.session.choose();
+                running.pending = tell(loaded, running, step, cx.queue, cx.notify);
             }
         }
         turn += 1;
@@ -310,8 +311,10 @@ fn read_pass(running: &mut Running<'_>, notify: &dyn Fn()) -> usize {
     read
 }
 
-/// One token of every running generation whose prompt is read through the model together,
-/// each sampled (and sent to its client) first where it was not yet.
+/// One token of every running generation whose prompt is read, through the model together;
+/// each generation's events go to its client once the step has run, where the model's
+/// threads no longer need the cores (a first token went out already, see
+/// [`Running::pending`]).
 fn decode_step(loaded: &LoadedModel, active: &mut [Running<'_>], queue: &Queue, notify: &dyn Fn()) {
     let mut decoding: Vec<&mut Running<'_>> = active
         .iter_mut()
@@ -320,17 +323,26 @@ fn decode_step(loaded: &LoadedModel, active: &mut [Running<'_>], queue: &Queue, 
     if decoding.is_empty() {
         return;
     }
-    for running in decoding.iter_mut() {
-        if running.pending.is_none() {
-            running.pending = choose(loaded, running, queue, notify);
-        }
-    }
+    let steps: Vec<Option<Result<Step, GenerationError>>> = decoding
+        .iter_mut()
+        .map(|running| match running.pending {
+            Some(_) => None,
+            None => Some(running.session.choose()),
+        })
+        .collect();
     let chosen: Vec<Option<u32>> = decoding
         .iter_mut()
-        .map(|running| running.pending.take())
+        .zip(&steps)
+        .map(|(running, step)| match step {
+            Some(Ok(Step::Token(token))) => Some(token.id),
+            _ => running.pending.take(),
+        })
         .collect();
     let predicted = predict_together(loaded, &mut sessions(&mut decoding), &chosen);
-    for (running, result) in decoding.into_iter().zip(predicted) {
+    for ((running, step), result) in decoding.into_iter().zip(steps).zip(predicted) {
+        if let Some(step) = step {
+            tell(loaded, running, step, queue, notify);
+        }
         if let Err(error) = result {
             report(&running.reply, notify, running.id, error);
             running.session.stop();
@@ -339,16 +351,17 @@ fn decode_step(loaded: &LoadedModel, active: &mut [Running<'_>], queue: &Queue, 
     }
 }
 
-/// Samples a generation's next token and sends it to its client, or tells the client the
-/// generation is over; returns the token, which the model has yet to run.
-fn choose(
+/// Tells a generation's client what its step gave: a token (counted, with the live figures
+/// now and then), or the end of the generation; returns the token.
+fn tell(
     loaded: &LoadedModel,
     running: &mut Running<'_>,
+    step: Result<Step, GenerationError>,
     queue: &Queue,
     notify: &dyn Fn(),
 ) -> Option<u32> {
     let id = running.id;
-    match running.session.choose() {
+    match step {
         Ok(Step::Token(token)) => {
             queue.shared.generated_tokens.fetch_add(1, Ordering::SeqCst);
             let chosen = token.id;

@@ -325,7 +325,7 @@ impl<'a> GenerationSession<'a> {
 
     /// The first half of a step: samples the next token (the model has yet to run it, see
     /// [`predict_together`]), or says why the generation is over. Its reader can be told of it
-    /// at once: a token then reaches it a model pass sooner.
+    /// before the model runs it, as the engine tells a prompt's first token.
     pub fn choose(&mut self) -> Result<Step, GenerationError> {
         if let Some(reason) = self.finished {
             return Ok(Step::Finished {
