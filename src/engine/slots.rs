@@ -344,9 +344,7 @@ fn decode_step(loaded: &LoadedModel, active: &mut [Running<'_>], queue: &Queue, 
             tell(loaded, running, step, queue, notify);
         }
         if let Err(error) = result {
-            report(&running.reply, notify, running.id, error);
-            running.session.stop();
-            running.finished(loaded, FinishReason::Stopped, String::new(), notify);
+            tell(loaded, running, Err(error), queue, notify);
         }
     }
 }

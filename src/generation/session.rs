@@ -458,10 +458,9 @@ impl<'a> GenerationSession<'a> {
 
 /// The second half of a step ([`GenerationSession::choose`]) of each of several sessions of
 /// one model: the token each chose (`None` where it chose none) goes through the model
-/// together with the others
-/// ([`crate::model::Llama::forward_each`]), which reads each weight once for all of them and
-/// gives each session, bit for bit, what [`GenerationSession::step`] gives it alone. One
-/// result per session.
+/// together with the others ([`crate::model::Llama::forward_each`]), which reads each weight
+/// once for all of them and gives each session, bit for bit, what
+/// [`GenerationSession::step`] gives it alone. One result per session.
 pub fn predict_together(
     loaded: &LoadedModel,
     sessions: &mut [&mut GenerationSession<'_>],
