@@ -727,6 +727,8 @@ struct Stream {
     client: Client,
     id: RequestId,
     answer: Answer,
+    /// The prompt's tokens and how many of them came from the cache, once it is read.
+    prompt: Option<(usize, usize)>,
 }
 
 impl Stream {
@@ -737,6 +739,7 @@ impl Stream {
             client,
             id,
             answer: Answer::default(),
+            prompt: None,
         }
     }
 
@@ -752,6 +755,9 @@ impl Stream {
                 let logprob = token.logprobs.expect("asked for").logprob;
                 self.answer.tokens.push((token.id, logprob.to_bits()));
             }
+            Event::PromptProcessed { request, stats, .. } if request == self.id => {
+                self.prompt = Some((stats.prompt_tokens, stats.reused_tokens));
+            }
             Event::Finished { request, .. } if request == self.id => self.answer.finished = true,
             Event::Error { error, .. } => panic!("{error}"),
             Event::Busy { .. } => panic!("refused"),
@@ -759,11 +765,16 @@ impl Stream {
         }
     }
 
-    fn finish(mut self) -> Answer {
+    fn finish(self) -> Answer {
+        self.finish_with_prompt().0
+    }
+
+    /// The answer, and the prompt's tokens and how many of them came from the cache.
+    fn finish_with_prompt(mut self) -> (Answer, (usize, usize)) {
         while !self.answer.finished {
             self.pump();
         }
-        self.answer
+        (self.answer, self.prompt.expect("the prompt was read"))
     }
 }
 
@@ -870,6 +881,29 @@ fn requests_run_together_answer_bit_for_bit_as_alone_on_the_genuine_file() {
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/models/SmolLM2-135M-Instruct.Q4_1.gguf");
     together_as_alone(ModelSource::GgufFile(file), 6);
+}
+
+/// The same request sent again (an API client's retry, Regenerate) is answered from the
+/// cache that read it, greedy and seeded: nothing of its prompt is read again, and the reply
+/// has the same tokens with bit-identical log-probabilities.
+#[test]
+fn the_same_request_sent_again_reads_nothing_and_answers_bit_for_bit() {
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    let requests = mixed_requests(8);
+    for request in [&requests[2], &requests[11]] {
+        let (first, (tokens, reused)) = Stream::send(&engine, request).finish_with_prompt();
+        assert_eq!(reused, 0);
+        let (again, (_, reused)) = Stream::send(&engine, request).finish_with_prompt();
+        assert_eq!(reused, tokens, "read again");
+        assert!(!first.tokens.is_empty());
+        assert!(
+            again == first,
+            "again: {:?}\nfirst: {:?}",
+            again.tokens,
+            first.tokens
+        );
+    }
 }
 
 /// With three long generations streaming (API clients), a fourth (the window's message)

@@ -174,6 +174,46 @@ fn truncated_cache_recomputes_a_diverging_suffix() {
     assert_close(&suffix, &expected, 1e-4, "suffix after truncate");
 }
 
+/// The prediction kept with a prompt read whole: asked again, the prompt reuses every
+/// position, also after decode steps went on past it; one token less goes back to where the
+/// prompt's pass began; a cut before its end drops it.
+#[test]
+fn a_prompt_read_whole_keeps_its_prediction_until_the_cache_is_cut_inside_it() {
+    let dir = random_model(small_config(), StorageDtype::Bf16, 4);
+    let model =
+        Llama::load(dir.path(), &common::device(BackendKind::Flex), DType::F32).expect("loads");
+    let prompt = tokens(20, 320);
+    let mut cache = model.new_cache();
+    model
+        .forward(&prompt[..8], &mut cache, Logits::Last)
+        .expect("first pass");
+    model
+        .forward(&prompt[8..], &mut cache, Logits::Last)
+        .expect("last pass");
+    assert_eq!(cache.prediction(), None, "kept only when asked");
+    cache.keep_prediction(&[1.0, 2.0]);
+    model.forward(&[3], &mut cache, Logits::Last).expect("step");
+    assert_eq!(
+        cache.prediction(),
+        None,
+        "the cache went on past the prompt"
+    );
+    assert_eq!(cache.reusable_prefix(&prompt), 20);
+    assert_eq!(cache.reusable_prefix(&prompt[..19]), 8);
+    cache.truncate(20);
+    assert_eq!(cache.prediction(), Some(&[1.0, 2.0][..]));
+    cache.truncate(19);
+    assert_eq!(cache.prediction(), None);
+    model
+        .forward(&prompt[19..], &mut cache, Logits::Last)
+        .expect("the last token again");
+    assert_eq!(
+        cache.prediction(),
+        None,
+        "dropped, not waiting for the same length"
+    );
+}
+
 #[test]
 fn cache_grows_past_its_first_block_and_stays_bounded() {
     let mut config = small_config();

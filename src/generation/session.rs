@@ -157,6 +157,8 @@ pub struct GenerationSession<'a> {
     started: Instant,
     first_token_at: Option<Instant>,
     finished: Option<FinishReason>,
+    /// Whether the prompt is read and `next` holds its prediction.
+    prompt_read: bool,
 }
 
 impl<'a> GenerationSession<'a> {
@@ -208,7 +210,8 @@ impl<'a> GenerationSession<'a> {
         max_new_tokens: usize,
     ) -> Self {
         let CheckedPrompt { prompt, sampler } = checked;
-        // At least the last prompt token is run again: its logits are the first prediction.
+        // At least the last prompt token is run again, for its logits, unless the cache kept
+        // them with the whole prompt.
         cache.truncate(cache.reusable_prefix(&prompt));
         let stats = GenerationStats {
             prompt_tokens: prompt.len(),
@@ -232,6 +235,7 @@ impl<'a> GenerationSession<'a> {
             started: Instant::now(),
             first_token_at: None,
             finished: None,
+            prompt_read: false,
         }
     }
 
@@ -252,7 +256,7 @@ impl<'a> GenerationSession<'a> {
 
     /// Whether passes of the prompt are still to be read (and not stopped).
     pub fn is_reading(&self) -> bool {
-        self.finished.is_none() && self.cache.len() < self.prompt.len()
+        self.finished.is_none() && !self.prompt_read
     }
 
     /// How far reading has come, before the next pass: only for prompts that take several
@@ -267,23 +271,37 @@ impl<'a> GenerationSession<'a> {
 
     /// Reads the next pass of at most [`PROMPT_CHUNK`] prompt tokens and returns how many it
     /// read. Passes start where the prompt's reading began, every [`PROMPT_CHUNK`] tokens: a
-    /// prompt sent again reads in the same passes (see `KvCache::reusable_prefix`).
+    /// prompt sent again reads in the same passes (see `KvCache::reusable_prefix`). A prompt
+    /// the cache holds whole with its prediction reads nothing and takes that.
     pub fn read_pass(&mut self) -> Result<usize, GenerationError> {
         if !self.is_reading() {
             return Ok(0);
         }
         let from = self.cache.len();
         let to = (from + PROMPT_CHUNK).min(self.prompt.len());
-        let last = self
-            .loaded
-            .model
-            .forward(&self.prompt[from..to], self.cache, Logits::Last)?;
+        let kept = self.cache.prediction().filter(|_| from == to);
+        let next = match kept {
+            Some(logits) => Some(logits.to_vec()),
+            None => {
+                let last =
+                    self.loaded
+                        .model
+                        .forward(&self.prompt[from..to], self.cache, Logits::Last)?;
+                (to == self.prompt.len())
+                    .then(|| logits_to_vec(last))
+                    .transpose()?
+            }
+        };
         self.stats.prefilled_tokens = to - self.stats.reused_tokens;
         self.stats.prefill_time = self.started.elapsed();
         self.stats.context_used = to;
         self.stats.kv_cache_bytes = self.cache.bytes();
-        if to == self.prompt.len() {
-            self.next = Prediction::Logits(logits_to_vec(last)?);
+        if let Some(logits) = next {
+            if from < to {
+                self.cache.keep_prediction(&logits);
+            }
+            self.next = Prediction::Logits(logits);
+            self.prompt_read = true;
         }
         Ok(to - from)
     }

@@ -19,6 +19,9 @@ pub struct KvCache {
     /// Where each forward pass over the cached tokens began, ascending (see
     /// [`KvCache::reusable_prefix`]).
     starts: Vec<usize>,
+    /// What the model predicted after the prompt last read whole into the cache, and that
+    /// prompt's length (see [`KvCache::prediction`]).
+    prediction: Option<(usize, Vec<f32>)>,
     max_len: usize,
     /// Values per position and layer, of the keys and of the values each.
     kv_width: usize,
@@ -84,6 +87,7 @@ impl KvCache {
             store,
             tokens: Vec::new(),
             starts: Vec::new(),
+            prediction: None,
             max_len: config.max_position_embeddings,
             kv_width: config.num_kv_heads() * config.head_dim(),
             windows: config.layer_windows(),
@@ -121,19 +125,27 @@ impl KvCache {
             .count()
     }
 
-    /// How many leading tokens of `prompt` to keep so that at least its last one runs again.
-    /// A prompt that goes on past everything cached keeps it all. One that parts from the
-    /// cache inside it (a request sent again, Regenerate, an edited message) is cut back to
-    /// where the pass that computed that part began: a pass over more tokens rounds
-    /// differently from passes over fewer (a prompt's matrix products against one token's),
-    /// so a prompt run again from where it first began answers bit for bit as it did. Decode
-    /// steps are passes of one token, so only a prompt's own pass is ever run again whole.
+    /// How many leading tokens of `prompt` to keep. A prompt that goes on past everything
+    /// cached keeps it all. The prompt last read whole into the cache, asked again (a request
+    /// sent again, Regenerate), keeps it all too: its [`prediction`](Self::prediction) is kept
+    /// with it, and nothing runs again. One that parts from the cache inside it (an edited
+    /// message) is cut back to where the pass that computed that part began, so that at
+    /// least its last token runs again: a pass over more tokens rounds differently from
+    /// passes over fewer (a prompt's matrix products against one token's), so a prompt run
+    /// again from where it first began answers bit for bit as it did. Decode steps are passes
+    /// of one token, so only a prompt's own pass is ever run again whole.
     ///
     /// A layer with a window has let go of positions before it: a prefix whose next pass
     /// would see one of those is not reusable, and the prompt runs whole.
     pub fn reusable_prefix(&self, prompt: &[u32]) -> usize {
         let common = self.common_prefix(prompt);
-        let prefix = if common == self.len() && common < prompt.len() {
+        let predicted = self
+            .prediction
+            .as_ref()
+            .is_some_and(|(read, _)| *read == prompt.len());
+        let goes_on = common == self.len() && common < prompt.len();
+        let asked_again = predicted && common == prompt.len();
+        let prefix = if goes_on || asked_again {
             common
         } else {
             let limit = common.min(prompt.len().saturating_sub(1));
@@ -149,6 +161,23 @@ impl KvCache {
         } else {
             0
         }
+    }
+
+    /// What the model predicted after the cached positions (their last token's logits),
+    /// when they are the prompt last read whole into the cache. Kept so that the same prompt
+    /// asked again is answered without reading it: reading it again would run its last pass
+    /// over the same cached positions (see [`KvCache::reusable_prefix`]) and give these bits.
+    pub fn prediction(&self) -> Option<&[f32]> {
+        match &self.prediction {
+            Some((read, logits)) if *read == self.len() => Some(logits),
+            _ => None,
+        }
+    }
+
+    /// Keeps `logits` as what the model predicts after the prompt now cached, which has just
+    /// been read whole.
+    pub fn keep_prediction(&mut self, logits: &[f32]) {
+        self.prediction = Some((self.len(), logits.to_vec()));
     }
 
     /// Whether every layer still holds what a pass starting at `position` sees.
@@ -208,6 +237,13 @@ impl KvCache {
         };
         self.tokens.truncate(len);
         self.starts.retain(|&start| start < len);
+        if self
+            .prediction
+            .as_ref()
+            .is_some_and(|(read, _)| *read > len)
+        {
+            self.prediction = None;
+        }
         if let Store::Host(layers) = &mut self.store {
             for rows in layers.iter_mut().filter(|rows| rows.first > len) {
                 *rows = CachedRows::default();
