@@ -11,7 +11,9 @@ use common::http::{self, HttpResponse, RawStream, get, post};
 use common::tiny_model_dir;
 use serde_json::{Value, json};
 use smolchat::engine::{EngineHandle, EngineOptions, Event};
-use smolchat::generation::{FinishReason, GenerationSession, LoadedModel, ModelOptions, Step};
+use smolchat::generation::{
+    CheckedPrompt, FinishReason, GenerationSession, LoadedModel, ModelOptions, Step,
+};
 use smolchat::model::{Logits, logits_to_vec};
 use smolchat::model_source::ModelSource;
 use smolchat::server::{RunningServer, Server, ServerConfig, ServerLimits};
@@ -92,28 +94,34 @@ fn reference(
     max_tokens: usize,
 ) -> (String, usize, FinishReason, usize) {
     let loaded = LoadedModel::load(&tiny_model_dir(), ModelOptions::default()).expect("load");
-    let prompt = match messages {
+    let (prompt, history) = match messages {
         Some(messages) => {
             let window = ContextWindow {
                 limit: 2048,
                 reserve_for_reply: max_tokens,
                 policy: OverflowPolicy::Stop,
             };
-            window
+            let fitted = window
                 .fit(
                     messages,
                     &loaded.template,
                     &Default::default(),
                     &loaded.tokenizer,
                 )
-                .expect("fits")
-                .ids
+                .expect("fits");
+            (fitted.ids, fitted.history)
         }
-        None => loaded.tokenizer.encode(raw, false).expect("encode"),
+        None => (loaded.tokenizer.encode(raw, false).expect("encode"), 0),
     };
+    let prompt_len = prompt.len();
     let mut cache = loaded.model.new_cache();
+    let checked = CheckedPrompt::new(prompt, cache.max_len(), params)
+        .expect("a valid prompt")
+        .with_history(history);
+    let mut read_on = |_| std::ops::ControlFlow::Continue(());
     let mut session =
-        GenerationSession::start(&loaded, &mut cache, &prompt, params, max_tokens).expect("start");
+        GenerationSession::start_reading(&loaded, &mut cache, checked, max_tokens, &mut read_on)
+            .expect("start");
     let (mut text, mut tokens) = (String::new(), 0);
     let reason = loop {
         match session.step().expect("step") {
@@ -127,7 +135,7 @@ fn reference(
             }
         }
     };
-    (text, tokens, reason, prompt.len())
+    (text, tokens, reason, prompt_len)
 }
 
 fn openai_reason(reason: FinishReason) -> &'static str {

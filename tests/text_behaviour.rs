@@ -379,6 +379,53 @@ fn keep_from(messages: &[ChatMessage], from: usize) -> Vec<ChatMessage> {
         .collect()
 }
 
+/// A prompt's history is what another prompt with only its last message changed shares:
+/// the ids before that message's text, all of them; after old turns are left out to fit,
+/// the history of what is kept.
+#[test]
+fn a_prompts_history_is_what_another_last_question_shares() {
+    let messages = conversation();
+    let mut other = messages.clone();
+    other.last_mut().expect("a question").content = "Another thing entirely!".into();
+    let shared = |a: &[u32], b: &[u32]| a.iter().zip(b).take_while(|(a, b)| a == b).count();
+    let fitted = window(4096, OverflowPolicy::Stop)
+        .fit(
+            &messages,
+            &fixture_template(),
+            &Default::default(),
+            &tokenizer(),
+        )
+        .expect("fits");
+    let full = prompt_ids(&messages);
+    assert_eq!(fitted.ids, full);
+    assert_eq!(fitted.history, shared(&full, &prompt_ids(&other)));
+    assert!(
+        fitted.history > full.len() / 2,
+        "{} of {}",
+        fitted.history,
+        full.len()
+    );
+
+    let dropped = fit(&messages, full.len() - 2, OverflowPolicy::DropOldestTurns)
+        .expect("fits without old turns");
+    let kept = keep_from(&messages, 1 + dropped.1);
+    let fitted = window(full.len() - 2, OverflowPolicy::DropOldestTurns)
+        .fit(
+            &messages,
+            &fixture_template(),
+            &Default::default(),
+            &tokenizer(),
+        )
+        .expect("fits");
+    let mut other_kept = kept.clone();
+    other_kept.last_mut().expect("a question").content = "Another thing entirely!".into();
+    assert_eq!(fitted.ids, prompt_ids(&kept));
+    assert_eq!(
+        fitted.history,
+        shared(&fitted.ids, &prompt_ids(&other_kept))
+    );
+}
+
 #[test]
 fn conversation_that_fits_is_untouched() {
     let messages = conversation();

@@ -6,8 +6,8 @@ use clap::Args;
 use super::sampling_args::SamplingArgs;
 use crate::backend::BackendKind;
 use crate::generation::{
-    FinishReason, GenerationSession, LoadedModel, ModelOptions, PROMPT_CHUNK, Prompt, PromptFit,
-    PromptProgress, Step, TokenLogprobs,
+    CheckedPrompt, FinishReason, GenerationSession, LoadedModel, ModelOptions, PROMPT_CHUNK,
+    Prompt, PromptFit, PromptProgress, Step, TokenLogprobs,
 };
 use crate::model::Precision;
 use crate::stats::memory;
@@ -132,9 +132,12 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
         overflow: OverflowPolicy::Stop,
         variables: &variables,
     };
-    let (prompt, _) = fit.ids(&loaded, &request).map_err(|err| err.to_string())?;
-
+    let fitted = fit.ids(&loaded, &request).map_err(|err| err.to_string())?;
+    let prompt_len = fitted.ids.len();
     let mut cache = loaded.new_cache();
+    let checked = CheckedPrompt::new(fitted.ids, cache.max_len(), &params)
+        .map_err(|err| err.to_string())?
+        .with_history(fitted.history);
     // How far a long prompt has been read, on one line of the terminal.
     let terminal = std::io::stderr().is_terminal();
     let mut reading = |progress: PromptProgress| {
@@ -149,12 +152,11 @@ pub fn run(args: GenerateArgs) -> Result<(), String> {
     let session = GenerationSession::start_reading(
         &loaded,
         &mut cache,
-        &prompt,
-        &params,
+        checked,
         args.max_tokens,
         &mut reading,
     );
-    if terminal && prompt.len() > PROMPT_CHUNK {
+    if terminal && prompt_len > PROMPT_CHUNK {
         eprint!("\r\x1b[K");
     }
     let mut session = session

@@ -174,16 +174,22 @@ pub(super) fn run(slots: &mut Slots, cx: Context<'_>) {
             }
         }
         // Passes of waiting prompts, taking turns, up to one full pass's worth of tokens:
-        // several short prompts start together, a long one reads a pass per step.
-        let readers: Vec<usize> = (0..active.len())
+        // several short prompts start together, a long one reads a pass per step. A prompt
+        // the cache holds whole costs nothing to read and goes first.
+        let mut readers: Vec<usize> = (0..active.len())
             .filter(|&i| active[i].session.is_reading())
             .collect();
+        if !readers.is_empty() {
+            let first = turn % readers.len();
+            readers.rotate_left(first);
+        }
+        readers.sort_by_key(|&i| active[i].session.unread() > 0);
         let mut read = 0;
-        for k in 0..readers.len() {
+        for i in readers {
             if read >= PROMPT_CHUNK {
                 break;
             }
-            let running = &mut active[readers[(turn + k) % readers.len()]];
+            let running = &mut active[i];
             read += read_pass(running, cx.notify);
             if !running.session.is_reading() && !running.ended() {
                 let step = running.session.choose();
@@ -227,14 +233,13 @@ fn start<'a>(
         overflow: request.overflow,
         variables: &request.template_variables,
     };
-    let checked = fit
-        .ids(loaded, &request.prompt)
-        .and_then(|(prompt, dropped)| {
-            Ok((
-                CheckedPrompt::new(prompt, limit, &request.sampling)?,
-                dropped,
-            ))
-        });
+    let checked = fit.ids(loaded, &request.prompt).and_then(|fitted| {
+        let checked = CheckedPrompt::new(fitted.ids, limit, &request.sampling)?;
+        Ok((
+            checked.with_history(fitted.history),
+            fitted.dropped_messages,
+        ))
+    });
     let (checked, dropped_messages) = match checked {
         Ok(checked) => checked,
         Err(error) => {

@@ -13,7 +13,7 @@ pub use loaded_model::{LoadedModel, ModelOptions};
 pub use memory_plan::{MemoryPlan, available_memory, gguf_model_config, model_config};
 pub use prompt::{Prompt, PromptFit};
 pub use session::{
-    CheckedPrompt, FinishReason, GenerationSession, PROMPT_CHUNK, PromptProgress, Step, TokenEvent,
-    TokenLogprobs, predict_together,
+    CheckedPrompt, FinishReason, GenerationSession, PROMPT_CHUNK, PromptProgress, SHARED_HISTORY,
+    Step, TokenEvent, TokenLogprobs, predict_together,
 };
 pub use stats::GenerationStats;

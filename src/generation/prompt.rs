@@ -4,7 +4,9 @@
 
 use super::error::GenerationError;
 use super::loaded_model::LoadedModel;
-use crate::text::{ChatMessage, ContextWindow, OverflowPolicy, TemplateVariables, TextError};
+use crate::text::{
+    ChatMessage, ContextWindow, FittedPrompt, OverflowPolicy, TemplateVariables, TextError,
+};
 
 /// What to say, as it is turned into prompt tokens.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,13 +29,14 @@ pub struct PromptFit<'a> {
 }
 
 impl PromptFit<'_> {
-    /// The prompt's ids, and how many of the oldest messages were left out to fit. Room is
-    /// kept for the reply: its budget, at most half the context, or one token without one.
+    /// The prompt's ids, how many of the oldest messages were left out to fit, and how many
+    /// ids come before its last message's text (none for a raw prompt). Room is kept for the
+    /// reply: its budget, at most half the context, or one token without one.
     pub fn ids(
         &self,
         loaded: &LoadedModel,
         prompt: &Prompt,
-    ) -> Result<(Vec<u32>, usize), GenerationError> {
+    ) -> Result<FittedPrompt, GenerationError> {
         let reserve_for_reply = self
             .max_new_tokens
             .map_or(1, |tokens| tokens.clamp(1, self.limit / 2));
@@ -44,13 +47,12 @@ impl PromptFit<'_> {
                     reserve_for_reply,
                     policy: self.overflow,
                 };
-                let fitted = window.fit(
+                Ok(window.fit(
                     messages,
                     &loaded.template,
                     self.variables,
                     &loaded.tokenizer,
-                )?;
-                Ok((fitted.ids, fitted.dropped_messages))
+                )?)
             }
             Prompt::Raw(text) => {
                 let ids = loaded.tokenizer.encode(text, false)?;
@@ -62,7 +64,11 @@ impl PromptFit<'_> {
                     let limit = self.limit;
                     return Err(TextError::ContextFull { needed, limit }.into());
                 }
-                Ok((ids, 0))
+                Ok(FittedPrompt {
+                    ids,
+                    dropped_messages: 0,
+                    history: 0,
+                })
             }
         }
     }

@@ -85,6 +85,10 @@ enum Prediction {
 /// gives the same logits. A pass of 256 rows keeps the prompt kernels' tiles full.
 pub const PROMPT_CHUNK: usize = 256;
 
+/// The shortest history read in passes of its own (see [`CheckedPrompt::with_history`]): a
+/// pass costs a read of every weight, and the prompt kernels run at full speed from 16 rows.
+pub const SHARED_HISTORY: usize = 16;
+
 /// How far reading a prompt has come: `done` of its `total` tokens are in the KV cache, those
 /// reused from the cache included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +106,8 @@ const TOP_TOKENS_READ: usize = 64;
 pub struct CheckedPrompt {
     prompt: Vec<u32>,
     sampler: Sampler,
+    /// See [`CheckedPrompt::with_history`].
+    history: usize,
 }
 
 impl CheckedPrompt {
@@ -124,7 +130,18 @@ impl CheckedPrompt {
         Ok(Self {
             prompt,
             sampler: Sampler::new(params.clone())?,
+            history: 0,
         })
+    }
+
+    /// Reads the first `history` tokens (what renders the conversation before its last
+    /// message's text, `FittedPrompt::history`) in passes of their own, when they are at least
+    /// [`SHARED_HISTORY`]: a later prompt with the same history and another last message then
+    /// reuses them from the cache and reads on where its own reading would begin a pass, so
+    /// that it answers bit for bit as if it were read whole.
+    pub fn with_history(mut self, history: usize) -> Self {
+        self.history = history;
+        self
     }
 
     pub fn tokens(&self) -> &[u32] {
@@ -159,6 +176,9 @@ pub struct GenerationSession<'a> {
     finished: Option<FinishReason>,
     /// Whether the prompt is read and `next` holds its prediction.
     prompt_read: bool,
+    /// Where a pass ends, whatever its length, when it reaches it (see
+    /// [`CheckedPrompt::with_history`]).
+    history_end: Option<usize>,
 }
 
 impl<'a> GenerationSession<'a> {
@@ -170,8 +190,9 @@ impl<'a> GenerationSession<'a> {
         params: &SamplingParams,
         max_new_tokens: usize,
     ) -> Result<Self, GenerationError> {
+        let checked = CheckedPrompt::new(prompt.to_vec(), cache.max_len(), params)?;
         let mut read_on = |_| ControlFlow::Continue(());
-        Self::start_reading(loaded, cache, prompt, params, max_new_tokens, &mut read_on)
+        Self::start_reading(loaded, cache, checked, max_new_tokens, &mut read_on)
     }
 
     /// [`start`](Self::start), reading a prompt longer than [`PROMPT_CHUNK`] in passes and
@@ -180,12 +201,10 @@ impl<'a> GenerationSession<'a> {
     pub fn start_reading(
         loaded: &'a LoadedModel,
         cache: &'a mut KvCache,
-        prompt: &[u32],
-        params: &SamplingParams,
+        checked: CheckedPrompt,
         max_new_tokens: usize,
         progress: &mut dyn FnMut(PromptProgress) -> ControlFlow<()>,
     ) -> Result<Self, GenerationError> {
-        let checked = CheckedPrompt::new(prompt.to_vec(), cache.max_len(), params)?;
         let mut session = Self::begin_checked(loaded, cache, checked, max_new_tokens);
         while session.is_reading() {
             if let Some(at) = session.reported_progress()
@@ -209,7 +228,11 @@ impl<'a> GenerationSession<'a> {
         checked: CheckedPrompt,
         max_new_tokens: usize,
     ) -> Self {
-        let CheckedPrompt { prompt, sampler } = checked;
+        let CheckedPrompt {
+            prompt,
+            sampler,
+            history,
+        } = checked;
         // At least the last prompt token is run again, for its logits, unless the cache kept
         // them with the whole prompt.
         cache.truncate(cache.reusable_prefix(&prompt));
@@ -236,6 +259,7 @@ impl<'a> GenerationSession<'a> {
             first_token_at: None,
             finished: None,
             prompt_read: false,
+            history_end: (history >= SHARED_HISTORY).then_some(history),
         }
     }
 
@@ -259,6 +283,11 @@ impl<'a> GenerationSession<'a> {
         self.finished.is_none() && !self.prompt_read
     }
 
+    /// Prompt tokens still to be run through the model.
+    pub fn unread(&self) -> usize {
+        self.prompt.len().saturating_sub(self.cache.len())
+    }
+
     /// How far reading has come, before the next pass: only for prompts that take several
     /// passes, whose reading is worth showing.
     pub fn reported_progress(&self) -> Option<PromptProgress> {
@@ -278,7 +307,10 @@ impl<'a> GenerationSession<'a> {
             return Ok(0);
         }
         let from = self.cache.len();
-        let to = (from + PROMPT_CHUNK).min(self.prompt.len());
+        let to = match self.history_end {
+            Some(end) if from < end => (from + PROMPT_CHUNK).min(end),
+            _ => (from + PROMPT_CHUNK).min(self.prompt.len()),
+        };
         let kept = self.cache.prediction().filter(|_| from == to);
         let next = match kept {
             Some(logits) => Some(logits.to_vec()),

@@ -33,6 +33,10 @@ pub struct FittedPrompt {
     pub ids: Vec<u32>,
     /// How many of the oldest non-system messages were left out.
     pub dropped_messages: usize,
+    /// How many leading ids render the conversation before what its last system or user
+    /// message says: another request that differs only from there on (a new question after
+    /// the same system prompt) has the same ones.
+    pub history: usize,
 }
 
 /// The prompt ids of `messages` with the generation prompt, then `unfinished`.
@@ -48,10 +52,7 @@ fn encode_chat(
     variables: &TemplateVariables,
     tokenizer: &TextTokenizer,
 ) -> Result<Vec<u32>> {
-    let forged = messages
-        .iter()
-        .any(|m| m.role != Role::Assistant && tokenizer.spells_special_token(&m.content));
-    if !forged {
+    if !forges_markers(messages, tokenizer) {
         let mut text = template.render_with(messages, true, variables)?;
         text.push_str(unfinished);
         return tokenizer.encode(&text, false);
@@ -61,14 +62,59 @@ fn encode_chat(
         Some(PromptPiece::Template(last)) => last.push_str(unfinished),
         _ => pieces.push(PromptPiece::Template(unfinished.to_owned())),
     }
+    encode_pieces(&pieces, tokenizer)
+}
+
+/// Whether a system or user message spells one of the tokenizer's special tokens.
+fn forges_markers(messages: &[ChatMessage], tokenizer: &TextTokenizer) -> bool {
+    messages
+        .iter()
+        .any(|m| m.role != Role::Assistant && tokenizer.spells_special_token(&m.content))
+}
+
+/// What people wrote tokenized as text, the template's own text as it is.
+fn encode_pieces(pieces: &[PromptPiece], tokenizer: &TextTokenizer) -> Result<Vec<u32>> {
     let mut ids = Vec::new();
     for piece in pieces {
         ids.extend(match piece {
-            PromptPiece::Template(text) => tokenizer.encode(&text, false)?,
-            PromptPiece::Written(text) => tokenizer.encode_as_text(&text)?,
+            PromptPiece::Template(text) => tokenizer.encode(text, false)?,
+            PromptPiece::Written(text) => tokenizer.encode_as_text(text)?,
         });
     }
     Ok(ids)
+}
+
+/// [`FittedPrompt::history`] of `ids`, the prompt of `messages`: as many of them as the
+/// rendering up to the last system or user message's text tokenizes to alike (a token the
+/// tokenizer would merge across that point is left to the message).
+fn history_of(
+    ids: &[u32],
+    messages: &[ChatMessage],
+    template: &ChatTemplate,
+    variables: &TemplateVariables,
+    tokenizer: &TextTokenizer,
+) -> Result<usize> {
+    let mut pieces = template.render_pieces(messages, true, variables)?;
+    let Some(last) = pieces
+        .iter()
+        .rposition(|piece| matches!(piece, PromptPiece::Written(_)))
+    else {
+        return Ok(0);
+    };
+    pieces.truncate(last);
+    let before = match forges_markers(messages, tokenizer) {
+        true => encode_pieces(&pieces, tokenizer)?,
+        false => {
+            let text: String = pieces
+                .iter()
+                .map(|piece| match piece {
+                    PromptPiece::Template(text) | PromptPiece::Written(text) => text.as_str(),
+                })
+                .collect();
+            tokenizer.encode(&text, false)?
+        }
+    };
+    Ok(before.iter().zip(ids).take_while(|(a, b)| a == b).count())
 }
 
 impl ContextWindow {
@@ -86,6 +132,29 @@ impl ContextWindow {
         variables: &TemplateVariables,
         tokenizer: &TextTokenizer,
     ) -> Result<FittedPrompt> {
+        let (ids, dropped_messages) = self.fit_ids(messages, template, variables, tokenizer)?;
+        let kept: Vec<ChatMessage> = match messages.first() {
+            Some(first) if first.role == Role::System => std::iter::once(first)
+                .chain(&messages[1 + dropped_messages..])
+                .cloned()
+                .collect(),
+            _ => messages[dropped_messages..].to_vec(),
+        };
+        Ok(FittedPrompt {
+            history: history_of(&ids, &kept, template, variables, tokenizer)?,
+            ids,
+            dropped_messages,
+        })
+    }
+
+    /// [`ContextWindow::fit`]'s ids and dropped messages.
+    fn fit_ids(
+        &self,
+        messages: &[ChatMessage],
+        template: &ChatTemplate,
+        variables: &TemplateVariables,
+        tokenizer: &TextTokenizer,
+    ) -> Result<(Vec<u32>, usize)> {
         let (messages, unfinished) = match messages.split_last() {
             Some((last, earlier)) if last.role == Role::Assistant => (earlier, last.written()),
             _ => (messages, String::new()),
@@ -100,10 +169,7 @@ impl ContextWindow {
 
         let full = encode_without(0)?;
         if self.fits(&full) {
-            return Ok(FittedPrompt {
-                ids: full,
-                dropped_messages: 0,
-            });
+            return Ok((full, 0));
         }
         if self.policy == OverflowPolicy::Stop {
             return Err(self.full_error(&full));
@@ -131,10 +197,7 @@ impl ContextWindow {
             }
         }
         match best {
-            Some((dropped_messages, ids)) => Ok(FittedPrompt {
-                ids,
-                dropped_messages,
-            }),
+            Some((dropped_messages, ids)) => Ok((ids, dropped_messages)),
             None => {
                 let smallest = match cuts.last() {
                     Some(&cut) => encode_without(cut)?,
