@@ -950,6 +950,10 @@ fn a_new_question_after_the_same_system_prompt_reads_only_the_question() {
         after.tokens,
         alone.tokens
     );
+    // The second took a copy of the system prompt's positions and left the first's cache
+    // whole: the first, asked again, reads nothing.
+    let (_, (tokens, reused)) = Stream::send(&engine, &first).finish_with_prompt();
+    assert_eq!(reused, tokens);
 }
 
 /// With three long generations streaming (API clients), a fourth (the window's message)

@@ -176,9 +176,10 @@ fn truncated_cache_recomputes_a_diverging_suffix() {
 
 /// The prediction kept with a prompt read whole: asked again, the prompt reuses every
 /// position, also after decode steps went on past it; one token less goes back to where the
-/// prompt's pass began; a cut before its end drops it.
+/// prompt's pass began; a cut before its end drops it. A copy of a cache's first pass reads
+/// on bit for bit as the cache does.
 #[test]
-fn a_prompt_read_whole_keeps_its_prediction_until_the_cache_is_cut_inside_it() {
+fn a_prompt_read_whole_keeps_its_prediction_and_its_start_copies_exactly() {
     let dir = random_model(small_config(), StorageDtype::Bf16, 4);
     let model =
         Llama::load(dir.path(), &common::device(BackendKind::Flex), DType::F32).expect("loads");
@@ -211,6 +212,28 @@ fn a_prompt_read_whole_keeps_its_prediction_until_the_cache_is_cut_inside_it() {
         cache.prediction(),
         None,
         "dropped, not waiting for the same length"
+    );
+
+    // A copy of the first pass's positions reads on as the cache it came from does.
+    let mut copy = model.new_cache();
+    assert!(copy.copy_prefix(&cache, 8));
+    assert_eq!(copy.tokens(), &prompt[..8]);
+    assert_eq!(copy.reusable_prefix(&prompt), 8);
+    cache.truncate(8);
+    let read_on = |cache: &mut smolchat::model::KvCache| {
+        logits_to_vec(
+            model
+                .forward(&prompt[8..], cache, Logits::Last)
+                .expect("the rest"),
+        )
+        .expect("read")
+    };
+    let (copied, original) = (read_on(&mut copy), read_on(&mut cache));
+    assert!(
+        copied
+            .iter()
+            .zip(&original)
+            .all(|(a, b)| a.to_bits() == b.to_bits())
     );
 }
 

@@ -255,8 +255,22 @@ fn start<'a>(
             std::cmp::Reverse(last_used[*slot]),
         )
     })?;
-    let (slot, cache) = free.swap_remove(best);
+    let (mut slot, mut cache) = free.swap_remove(best);
     free.sort_by_key(|(slot, _)| last_used[*slot]);
+    // Reusing the start of a cache that goes on differently (another question after the same
+    // system prompt) would cut it short, and the request it answered, asked again, would be
+    // read again: the start is copied into the cache unused longest instead.
+    let reusable = cache.reusable_prefix(prompt);
+    let parts = 0 < reusable && reusable < prompt.len().min(cache.len());
+    if parts
+        && let Some((_, unused)) = free.first_mut()
+        && unused.copy_prefix(cache, reusable)
+    {
+        let (copied_slot, copied) = free.remove(0);
+        free.push((slot, cache));
+        free.sort_by_key(|(slot, _)| last_used[*slot]);
+        (slot, cache) = (copied_slot, copied);
+    }
     let mut idle_held: usize = free.iter().map(|(_, cache)| cache.len()).sum();
     for (_, idle) in free.iter_mut() {
         if idle_held + prompt.len() <= room {

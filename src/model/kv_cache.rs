@@ -180,6 +180,37 @@ impl KvCache {
         self.prediction = Some((self.len(), logits.to_vec()));
     }
 
+    /// Makes this cache hold the first `len` positions of `source`, as `source` computed
+    /// them, so that a prompt can reuse another cache's prefix without cutting that cache
+    /// short; false, leaving this cache as it was, where they cannot be copied (a device
+    /// cache, or a layer with a window that let go of some of them).
+    pub fn copy_prefix(&mut self, source: &KvCache, len: usize) -> bool {
+        let (Store::Host(layers), Store::Host(from)) = (&mut self.store, &source.store) else {
+            return false;
+        };
+        if len > source.len() || from.iter().any(|rows| rows.first > 0) {
+            return false;
+        }
+        let values = len * self.kv_width;
+        for (rows, from) in layers.iter_mut().zip(from) {
+            rows.keys.clear();
+            rows.keys.extend_from_slice(&from.keys[..values]);
+            rows.values.clear();
+            rows.values.extend_from_slice(&from.values[..values]);
+            rows.first = 0;
+        }
+        self.tokens.clear();
+        self.tokens.extend_from_slice(&source.tokens[..len]);
+        self.starts = source
+            .starts
+            .iter()
+            .copied()
+            .filter(|&start| start < len)
+            .collect();
+        self.prediction = None;
+        true
+    }
+
     /// Whether every layer still holds what a pass starting at `position` sees.
     fn can_resume_at(&self, position: usize) -> bool {
         let Store::Host(layers) = &self.store else {
