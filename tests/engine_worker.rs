@@ -916,7 +916,8 @@ fn the_same_request_sent_again_reads_nothing_and_answers_bit_for_bit() {
 
 /// A new question after the same system prompt reads only the question: the system
 /// prompt's own pass is reused from the first request's cache, and the answer is bit for bit
-/// the one the question gets on an engine that never saw the first.
+/// the one the question gets on an engine that never saw the first. The same while the
+/// first still runs.
 #[test]
 fn a_new_question_after_the_same_system_prompt_reads_only_the_question() {
     let system =
@@ -954,6 +955,26 @@ fn a_new_question_after_the_same_system_prompt_reads_only_the_question() {
     // whole: the first, asked again, reads nothing.
     let (_, (tokens, reused)) = Stream::send(&engine, &first).finish_with_prompt();
     assert_eq!(reused, tokens);
+
+    // While a generation after the same system prompt runs, a question copies the start of
+    // its cache.
+    let engine = EngineHandle::spawn(|| {}).expect("spawn");
+    load_tiny(&engine);
+    let messages = vec![system.clone(), ChatMessage::user("Tell me a long story.")];
+    let mut long = GenerateRequest::chat(messages, greedy(), 2000, OverflowPolicy::Stop);
+    long.logprobs = Some(0);
+    let mut running = Stream::send(&engine, &long);
+    while running.answer.tokens.is_empty() {
+        running.pump();
+    }
+    let (during, (tokens, reused)) = Stream::send(&engine, &second).finish_with_prompt();
+    assert!(!running.answer.finished, "the long one still runs");
+    assert!(
+        (smolchat::generation::SHARED_HISTORY..tokens - 3).contains(&reused),
+        "{reused} of {tokens} reused"
+    );
+    assert!(during == alone);
+    running.client.stop();
 }
 
 /// With three long generations streaming (API clients), a fourth (the window's message)

@@ -152,7 +152,13 @@ pub(super) fn run(slots: &mut Slots, cx: Context<'_>) {
             // Known as running before it starts: a panic while it starts reaches it too.
             cx.running.push((admitted.id, admitted.reply.clone()));
             let id = admitted.id;
-            match start(loaded, &mut free, last_used, room, admitted, cx.notify) {
+            let running: Vec<&KvCache> = active.iter().map(|r| r.session.cache()).collect();
+            let caches = Caches {
+                free: &mut free,
+                running: &running,
+                last_used,
+            };
+            match start(loaded, caches, room, admitted, cx.notify) {
                 Some(running) => {
                     last_used[running.slot] = *admissions;
                     active.push(running);
@@ -208,18 +214,31 @@ pub(super) fn run(slots: &mut Slots, cx: Context<'_>) {
     }
 }
 
+/// The caches a new generation chooses from.
+struct Caches<'c, 'a> {
+    /// The free slots' caches.
+    free: &'c mut Vec<(usize, &'a mut KvCache)>,
+    /// The running generations' caches, which a prompt can copy the start of.
+    running: &'c [&'c KvCache],
+    last_used: &'c [u64],
+}
+
 /// Fits an admitted request's prompt to the context and begins its session in the free
 /// slot whose cache it can reuse most of (else the one unused longest), giving up other
 /// idle caches, the one unused longest first, until the prompt fits in the `room` the
 /// running generations leave; `None`, with the client told why, when it cannot start.
 fn start<'a>(
     loaded: &'a LoadedModel,
-    free: &mut Vec<(usize, &'a mut KvCache)>,
-    last_used: &[u64],
+    caches: Caches<'_, 'a>,
     room: usize,
     admitted: Admitted,
     notify: &dyn Fn(),
 ) -> Option<Running<'a>> {
+    let Caches {
+        free,
+        running,
+        last_used,
+    } = caches;
     let Admitted { id, request, reply } = admitted;
     let fail = |error| report(&reply, notify, id, error);
     if reply.is_cancelled() {
@@ -257,12 +276,20 @@ fn start<'a>(
     })?;
     let (mut slot, mut cache) = free.swap_remove(best);
     free.sort_by_key(|(slot, _)| last_used[*slot]);
-    // Reusing the start of a cache that goes on differently (another question after the same
-    // system prompt) would cut it short, and the request it answered, asked again, would be
-    // read again: the start is copied into the cache unused longest instead.
+    // A running generation's cache can hold more of the prompt (the same system prompt,
+    // read for a request that came just before): its start is copied. Reusing the start of
+    // a free cache that goes on differently would cut it short, and the request it answered,
+    // asked again, would be read again: the start is copied into the cache unused longest.
     let reusable = cache.reusable_prefix(prompt);
+    let ahead = running
+        .iter()
+        .map(|source| (source.reusable_prefix(prompt), *source))
+        .filter(|(reuse, _)| *reuse > reusable)
+        .max_by_key(|(reuse, _)| *reuse);
     let parts = 0 < reusable && reusable < prompt.len().min(cache.len());
-    if parts
+    if let Some((reuse, source)) = ahead {
+        cache.copy_prefix(source, reuse);
+    } else if parts
         && let Some((_, unused)) = free.first_mut()
         && unused.copy_prefix(cache, reusable)
     {

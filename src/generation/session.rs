@@ -263,6 +263,11 @@ impl<'a> GenerationSession<'a> {
         }
     }
 
+    /// The cache it reads and writes, as it stands.
+    pub fn cache(&self) -> &KvCache {
+        self.cache
+    }
+
     /// The cache the session held, once it is over: for the next conversation to reuse.
     pub fn into_cache(self) -> &'a mut KvCache {
         self.cache
