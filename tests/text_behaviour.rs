@@ -384,46 +384,35 @@ fn keep_from(messages: &[ChatMessage], from: usize) -> Vec<ChatMessage> {
 /// the history of what is kept.
 #[test]
 fn a_prompts_history_is_what_another_last_question_shares() {
+    let fitted = |limit: usize, policy| {
+        window(limit, policy)
+            .fit(
+                &conversation(),
+                &fixture_template(),
+                &Default::default(),
+                &tokenizer(),
+            )
+            .expect("fits")
+    };
+    // What `messages`' prompt shares with the same one asking another last question.
+    let shared = |messages: &[ChatMessage]| {
+        let mut other = messages.to_vec();
+        other.last_mut().expect("a question").content = "Another thing entirely!".into();
+        let (ids, other) = (prompt_ids(messages), prompt_ids(&other));
+        ids.iter().zip(&other).take_while(|(a, b)| a == b).count()
+    };
     let messages = conversation();
-    let mut other = messages.clone();
-    other.last_mut().expect("a question").content = "Another thing entirely!".into();
-    let shared = |a: &[u32], b: &[u32]| a.iter().zip(b).take_while(|(a, b)| a == b).count();
-    let fitted = window(4096, OverflowPolicy::Stop)
-        .fit(
-            &messages,
-            &fixture_template(),
-            &Default::default(),
-            &tokenizer(),
-        )
-        .expect("fits");
-    let full = prompt_ids(&messages);
-    assert_eq!(fitted.ids, full);
-    assert_eq!(fitted.history, shared(&full, &prompt_ids(&other)));
-    assert!(
-        fitted.history > full.len() / 2,
-        "{} of {}",
-        fitted.history,
-        full.len()
-    );
+    let full = fitted(4096, OverflowPolicy::Stop);
+    assert_eq!(full.ids, prompt_ids(&messages));
+    assert_eq!(full.history, shared(&messages));
+    let (history, len) = (full.history, full.ids.len());
+    assert!(history > len / 2, "{history} of {len}");
 
-    let dropped = fit(&messages, full.len() - 2, OverflowPolicy::DropOldestTurns)
-        .expect("fits without old turns");
-    let kept = keep_from(&messages, 1 + dropped.1);
-    let fitted = window(full.len() - 2, OverflowPolicy::DropOldestTurns)
-        .fit(
-            &messages,
-            &fixture_template(),
-            &Default::default(),
-            &tokenizer(),
-        )
-        .expect("fits");
-    let mut other_kept = kept.clone();
-    other_kept.last_mut().expect("a question").content = "Another thing entirely!".into();
-    assert_eq!(fitted.ids, prompt_ids(&kept));
-    assert_eq!(
-        fitted.history,
-        shared(&fitted.ids, &prompt_ids(&other_kept))
-    );
+    let cut = fitted(len - 2, OverflowPolicy::DropOldestTurns);
+    assert!(cut.dropped_messages > 0);
+    let kept = keep_from(&messages, 1 + cut.dropped_messages);
+    assert_eq!(cut.ids, prompt_ids(&kept));
+    assert_eq!(cut.history, shared(&kept));
 }
 
 #[test]
