@@ -1299,6 +1299,40 @@ mod tests {
                         &offset_part,
                         &format!("{kernel:?}"),
                     );
+                    // Five activation rows at once (four together, then one): each gets the
+                    // bits it gets alone.
+                    let xs: Vec<IntegerActivations> = (0..5)
+                        .map(|k| IntegerActivations::of(&values(cols, 20 + k), block, kernel))
+                        .collect();
+                    let run = |xs: &[IntegerActivations]| {
+                        let mut outs = vec![vec![1.0f32; rows]; xs.len()];
+                        let mut slices: Vec<&mut [f32]> =
+                            outs.iter_mut().map(Vec::as_mut_slice).collect();
+                        // SAFETY: as above, for each activation row.
+                        unsafe {
+                            rows_dot_integers(
+                                kernel,
+                                ints,
+                                scale_factors.borrowed(),
+                                offset_factors.as_ref().map(BlockFactors::borrowed),
+                                &mut Vec::new(),
+                                xs,
+                                &mut slices,
+                            )
+                        };
+                        outs
+                    };
+                    let together = run(&xs);
+                    for (k, together) in together.iter().enumerate() {
+                        let alone = &run(&xs[k..k + 1])[0];
+                        assert!(
+                            together
+                                .iter()
+                                .zip(alone)
+                                .all(|(t, a)| t.to_bits() == a.to_bits()),
+                            "{kernel:?} {what}: row {k} together differs from alone"
+                        );
+                    }
                 }
                 close(&product(rows_of, &x), &rounded, &offset_part, "matvec");
             } else {
