@@ -267,20 +267,15 @@ fn start<'a>(
         }
     };
     let prompt = checked.tokens();
-    let best = (0..free.len()).max_by_key(|&i| {
-        let (slot, cache) = &free[i];
-        (
-            cache.reusable_prefix(prompt),
-            std::cmp::Reverse(last_used[*slot]),
-        )
-    })?;
+    let (best, reusable) = (0..free.len())
+        .map(|i| (i, free[i].1.reusable_prefix(prompt)))
+        .max_by_key(|&(i, reusable)| (reusable, std::cmp::Reverse(last_used[free[i].0])))?;
     let (mut slot, mut cache) = free.swap_remove(best);
     free.sort_by_key(|(slot, _)| last_used[*slot]);
     // A running generation's cache can hold more of the prompt (the same system prompt,
     // read for a request that came just before): its start is copied. Reusing the start of
     // a free cache that goes on differently would cut it short, and the request it answered,
     // asked again, would be read again: the start is copied into the cache unused longest.
-    let reusable = cache.reusable_prefix(prompt);
     let ahead = running
         .iter()
         .map(|source| (source.reusable_prefix(prompt), *source))
@@ -293,10 +288,8 @@ fn start<'a>(
         && let Some((_, unused)) = free.first_mut()
         && unused.copy_prefix(cache, reusable)
     {
-        let (copied_slot, copied) = free.remove(0);
-        free.push((slot, cache));
+        (slot, cache) = std::mem::replace(&mut free[0], (slot, cache));
         free.sort_by_key(|(slot, _)| last_used[*slot]);
-        (slot, cache) = (copied_slot, copied);
     }
     let mut idle_held: usize = free.iter().map(|(_, cache)| cache.len()).sum();
     for (_, idle) in free.iter_mut() {

@@ -132,41 +132,39 @@ impl ContextWindow {
         variables: &TemplateVariables,
         tokenizer: &TextTokenizer,
     ) -> Result<FittedPrompt> {
-        let (ids, dropped_messages) = self.fit_ids(messages, template, variables, tokenizer)?;
-        let kept: Vec<ChatMessage> = match messages.first() {
-            Some(first) if first.role == Role::System => std::iter::once(first)
-                .chain(&messages[1 + dropped_messages..])
-                .cloned()
-                .collect(),
-            _ => messages[dropped_messages..].to_vec(),
-        };
-        Ok(FittedPrompt {
-            history: history_of(&ids, &kept, template, variables, tokenizer)?,
-            ids,
-            dropped_messages,
-        })
-    }
-
-    /// [`ContextWindow::fit`]'s ids and dropped messages.
-    fn fit_ids(
-        &self,
-        messages: &[ChatMessage],
-        template: &ChatTemplate,
-        variables: &TemplateVariables,
-        tokenizer: &TextTokenizer,
-    ) -> Result<(Vec<u32>, usize)> {
         let (messages, unfinished) = match messages.split_last() {
             Some((last, earlier)) if last.role == Role::Assistant => (earlier, last.written()),
             _ => (messages, String::new()),
         };
         let system_len = usize::from(messages.first().map(|m| m.role) == Some(Role::System));
         let (system, turns) = messages.split_at(system_len);
-
-        let encode_without = |dropped: usize| -> Result<Vec<u32>> {
-            let kept: Vec<ChatMessage> = system.iter().chain(&turns[dropped..]).cloned().collect();
-            encode_chat(&kept, &unfinished, template, variables, tokenizer)
+        let kept = |dropped: usize| -> Vec<ChatMessage> {
+            system.iter().chain(&turns[dropped..]).cloned().collect()
         };
+        let encode_without = |dropped: usize| -> Result<Vec<u32>> {
+            encode_chat(&kept(dropped), &unfinished, template, variables, tokenizer)
+        };
+        let (ids, dropped_messages) = self.fit_ids(turns, &encode_without)?;
+        Ok(FittedPrompt {
+            history: history_of(
+                &ids,
+                &kept(dropped_messages),
+                template,
+                variables,
+                tokenizer,
+            )?,
+            ids,
+            dropped_messages,
+        })
+    }
 
+    /// [`ContextWindow::fit`]'s ids and how many of the oldest `turns` they leave out;
+    /// `encode_without(n)` encodes the conversation without its `n` oldest turns.
+    fn fit_ids(
+        &self,
+        turns: &[ChatMessage],
+        encode_without: &dyn Fn(usize) -> Result<Vec<u32>>,
+    ) -> Result<(Vec<u32>, usize)> {
         let full = encode_without(0)?;
         if self.fits(&full) {
             return Ok((full, 0));
