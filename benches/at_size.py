@@ -1,8 +1,8 @@
 """smolchat next to llama.cpp at the sizes people run, in the same minutes.
 
 Writes a random checkpoint of a real model's shape (benches/shapes/NAME/config.json:
-smollm2-1.7b, qwen3-1.7b, gemma3-1b; with SmolLM2's tokenizer, which the converter pads to a
-larger vocabulary), converts it with llama.cpp's own tools to GGUF types (BF16 first, the
+smollm2-1.7b, qwen3-1.7b, gemma3-1b, and smollm2-135m, the size this app began with; with
+SmolLM2's tokenizer, which the converter pads to a larger vocabulary), converts it with llama.cpp's own tools to GGUF types (BF16 first, the
 others quantized from it), measures the machine's memory read bandwidth, then alternates
 `smolchat bench` and `llama-bench` (its defaults: weights repacked) on each file, round after
 round, and prints the medians of the rounds and their ratios, smolchat over llama.cpp.
@@ -16,7 +16,7 @@ Needs a Python with torch, safetensors, numpy and sentencepiece for llama.cpp's 
 (tests/reference/build_llama_cpp.sh; on a VM whose CPU reports AMX but faults on it, its
 native build stops with "Illegal instruction": build llama-bench again with
 `-mno-amx-tile -mno-amx-int8 -mno-amx-bf16` and pass it as `--llama-bench`). `--max-cpu avx2` runs smolchat as on a CPU without
-AVX-512 (SMOLCHAT_MAX_CPU); `--baseline OLD` alternates another smolchat binary too (an
+AVX-512 (SMOLCHAT_MAX_CPU; `avxvnni`: with AVX-VNNI); `--baseline OLD` alternates another smolchat binary too (an
 older build) and adds its ratio. Results also go to WORK/results-<shape>.json.
 """
 
@@ -128,7 +128,7 @@ def main():
     parser.add_argument("--types", nargs="+", default=["Q4_K_M", "Q4_0", "Q6_K", "Q8_0", "BF16"])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--max-cpu", choices=["avx2", "portable"])
+    parser.add_argument("--max-cpu", choices=["avxvnni", "avx2", "portable"])
     parser.add_argument("--llama-bench", help="a llama-bench other than llama.cpp's build/bin")
     parser.add_argument("--baseline", help="another smolchat binary to alternate with")
     args = parser.parse_args()

@@ -1,8 +1,9 @@
 //! What the CPU offers the hand-written kernels, read once, and the setting that caps it.
 //!
 //! `SMOLCHAT_MAX_CPU=avx2` makes every kernel take the path a CPU without AVX-512 takes (most
-//! laptops have none), and `SMOLCHAT_MAX_CPU=portable` the plain-Rust one, so that one
-//! machine can time and check the paths other machines run. Every kernel of ours asks here
+//! laptops have none), `avxvnni` the path of one that has AVX-VNNI beside AVX2 (Intel's
+//! laptops since Alder Lake), and `portable` the plain-Rust one, so that one machine can time
+//! and check the paths other machines run. Every kernel of ours asks here
 //! rather than detecting features itself, so the cap reaches all of them; the loops the
 //! compiler vectorizes (`multiversion`) and the `gemm` crate still choose for themselves.
 
@@ -16,6 +17,9 @@ pub const MAX_CPU_VARIABLE: &str = "SMOLCHAT_MAX_CPU";
 pub struct Features {
     /// AVX2 with FMA and F16C, which every x86-64 CPU with AVX2 has.
     pub avx2: bool,
+    /// AVX-VNNI: AVX2's integer dot products of pairs in one instruction, as AVX-512 VNNI's
+    /// on 256 bits.
+    pub avx_vnni: bool,
     /// AVX-512 F, BW and VL.
     pub avx512: bool,
     /// AVX-512 VNNI: integer dot products of pairs and quads in one instruction.
@@ -34,7 +38,8 @@ pub fn cpu() -> Features {
                 Some(features) => features,
                 None => {
                     eprintln!(
-                        "{MAX_CPU_VARIABLE}={cap:?} is not one of avx512, avx2 or portable; \
+                        "{MAX_CPU_VARIABLE}={cap:?} is not one of avx512, avxvnni, avx2 or \
+                         portable; \
                          using every feature this CPU has"
                     );
                     detected
@@ -49,6 +54,11 @@ pub fn cpu() -> Features {
 fn capped(features: Features, cap: &str) -> Option<Features> {
     match cap.trim().to_ascii_lowercase().as_str() {
         "avx512" | "" => Some(features),
+        "avxvnni" => Some(Features {
+            avx2: features.avx2,
+            avx_vnni: features.avx_vnni,
+            ..Features::default()
+        }),
         "avx2" => Some(Features {
             avx2: features.avx2,
             ..Features::default()
@@ -70,6 +80,7 @@ fn detected() -> Features {
         && is_x86_feature_detected!("avx512vl");
     Features {
         avx2,
+        avx_vnni: avx2 && is_x86_feature_detected!("avxvnni"),
         avx512,
         avx512_vnni: avx512 && is_x86_feature_detected!("avx512vnni"),
         avx512_bf16: avx512 && is_x86_feature_detected!("avx512bf16"),
@@ -87,6 +98,7 @@ mod tests {
 
     const ALL: Features = Features {
         avx2: true,
+        avx_vnni: true,
         avx512: true,
         avx512_vnni: true,
         avx512_bf16: true,
@@ -99,6 +111,14 @@ mod tests {
             capped(ALL, " AVX2 "),
             Some(Features {
                 avx2: true,
+                ..Features::default()
+            })
+        );
+        assert_eq!(
+            capped(ALL, "avxvnni"),
+            Some(Features {
+                avx2: true,
+                avx_vnni: true,
                 ..Features::default()
             })
         );

@@ -7,9 +7,9 @@
 //! near 330 prompt tokens/s for SmolLM2-135M whatever the weights; llama.cpp multiplies
 //! integers and runs its prompts about twice as fast.
 //!
-//! Three compilations: AVX2 and AVX-512 tiles of a few weight rows by a few tokens, and on
-//! CPUs with AVX512-VNNI, from 16 tokens on, [`token_lanes`], which puts sixteen tokens in
-//! the lanes of a vector and runs prompts 1.6–1.75× faster than the AVX-512 tile.
+//! AVX2 and AVX-512 tiles of a few weight rows by a few tokens, and from 16 tokens on
+//! [`token_lanes`], which puts sixteen tokens in the lanes of a vector (of two on AVX2) and
+//! runs prompts 1.6–1.75× faster than the AVX-512 tile where the CPU has AVX512-VNNI.
 //!
 //! 4- and 5-bit values are unpacked to bytes once per tile of rows, into a buffer of the
 //! thread's, not once per tile of tokens: unpacked in the tile, Q4_0 prompts ran 15% slower
@@ -26,6 +26,9 @@ use std::ops::Range;
 
 #[cfg(target_arch = "x86_64")]
 mod token_lanes;
+
+#[cfg(target_arch = "x86_64")]
+use token_lanes::Lanes;
 
 use super::Shape;
 use crate::model::cpu::features;
@@ -75,9 +78,14 @@ pub fn product(
         };
         let kernel = match Kernel::for_this_cpu() {
             // Lanes past the last token are multiplied for nothing: below 16 tokens the
-            // other tiles are faster (Q4_0, 4 tokens: 157–165 tok/s against 328–358; 8: 321–334
-            // against 428–429; 16: 553–573 against 513–530).
-            Kernel::TokenLanes if tokens < token_lanes::LANES => Kernel::Tiles(Tiles::Avx512),
+            // other tiles are faster (AVX-512, Q4_0, 4 tokens: 157–165 tok/s against 328–358;
+            // 8: 321–334 against 428–429; 16: 553–573 against 513–530).
+            Kernel::TokenLanes(Lanes::Avx512) if tokens < token_lanes::LANES => {
+                Kernel::Tiles(Tiles::Avx512)
+            }
+            Kernel::TokenLanes(Lanes::Avx2 { .. }) if tokens < token_lanes::LANES => {
+                Kernel::Tiles(Tiles::Avx2)
+            }
             kernel => kernel,
         };
         return multiply(kernel, weight, x, tokens, out, accumulate);
@@ -147,10 +155,10 @@ fn multiply(
     );
     let compiled = match kernel {
         Kernel::Tiles(compiled) => compiled,
-        Kernel::TokenLanes => {
-            // SAFETY: the CPU has AVX512-VNNI (the caller's promise), and the shapes are
-            // checked above.
-            unsafe { token_lanes::multiply(weight, x, shape, out, accumulate) };
+        Kernel::TokenLanes(lanes) => {
+            // SAFETY: the CPU has the features of `lanes` (the caller's promise), and the
+            // shapes are checked above.
+            unsafe { token_lanes::multiply(lanes, weight, x, shape, out, accumulate) };
             return true;
         }
     };
@@ -586,34 +594,39 @@ enum Kernel {
     /// Tiles of a few weight rows by a few tokens.
     Tiles(Tiles),
     /// See [`token_lanes`].
-    TokenLanes,
+    TokenLanes(Lanes),
 }
 
 #[cfg(target_arch = "x86_64")]
 impl Kernel {
     fn for_this_cpu() -> Self {
         let cpu = features::cpu();
-        if !cpu.avx512 {
-            Self::Tiles(Tiles::Avx2)
-        } else if cpu.avx512_vnni {
-            Self::TokenLanes
-        } else {
+        if cpu.avx512_vnni {
+            Self::TokenLanes(Lanes::Avx512)
+        } else if cpu.avx512 {
             Self::Tiles(Tiles::Avx512)
+        } else {
+            Self::TokenLanes(Lanes::Avx2 { vnni: cpu.avx_vnni })
         }
     }
 
-    /// The kernels this CPU can run, the fastest last.
+    /// The kernels this CPU can run.
     #[cfg(test)]
     fn all_for_this_cpu() -> Vec<Self> {
+        let cpu = features::cpu();
         let mut kernels = vec![];
         if supported() {
             kernels.push(Self::Tiles(Tiles::Avx2));
+            kernels.push(Self::TokenLanes(Lanes::Avx2 { vnni: false }));
         }
-        if features::cpu().avx512 {
+        if cpu.avx_vnni {
+            kernels.push(Self::TokenLanes(Lanes::Avx2 { vnni: true }));
+        }
+        if cpu.avx512 {
             kernels.push(Self::Tiles(Tiles::Avx512));
         }
-        if matches!(Self::for_this_cpu(), Self::TokenLanes) {
-            kernels.push(Self::TokenLanes);
+        if cpu.avx512_vnni {
+            kernels.push(Self::TokenLanes(Lanes::Avx512));
         }
         kernels
     }
@@ -817,6 +830,103 @@ mod tests {
                                 );
                             }
                         }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every compilation of [`super::token_lanes`] against its arithmetic written out: each
+    /// block's products summed in 32-bit integers, converted, scaled by the token's and the
+    /// row's scales multiplied, added by a fused multiply-add, then the block's offset term,
+    /// block after block over every chunk of columns. So the 256-bit tiles give the AVX-512
+    /// tile's bits, and a prompt reads alike on either kind of CPU.
+    #[test]
+    fn token_lanes_sum_in_one_order_on_every_vector_width() {
+        let kernels: Vec<Kernel> = Kernel::all_for_this_cpu()
+            .into_iter()
+            .filter(|kernel| matches!(kernel, Kernel::TokenLanes(_)))
+            .collect();
+        assert!(
+            !kernels.is_empty(),
+            "every x86-64 CPU this runs on has AVX2"
+        );
+        let (tokens, rows, cols) = (37, 13, 4160);
+        let bytes: Vec<i8> = values(rows * cols, 21)
+            .iter()
+            .map(|v| (v * 127.0) as i8)
+            .collect();
+        let fours: Vec<i8> = values(rows * cols, 22)
+            .iter()
+            .map(|v| (v.abs() * 15.0) as i8 - 8)
+            .collect();
+        let nibbles = IntegerValues::packing(&fours, BLOCK);
+        let mut x = values(tokens * cols, 23);
+        x[5 * cols + 99] = -40.0;
+        let base = values(tokens * rows, 24);
+        for (ints, stored, block) in [
+            (Ints::Bytes(&bytes), &bytes, BLOCK),
+            (Ints::Bytes(&bytes), &bytes, HALF_BLOCK),
+            (nibbles.borrowed(), &fours, BLOCK),
+        ] {
+            let blocks = cols / block;
+            let scales: Vec<f32> = values(rows * blocks, 25)
+                .iter()
+                .map(|v| f16::from_f32(0.01 + v.abs() * 0.02).to_f32())
+                .collect();
+            let offsets: Vec<f32> = values(rows * blocks, 26)
+                .iter()
+                .map(|&v| f16::from_f32(v).to_f32())
+                .collect();
+            let (scale_factors, offset_factors) = (
+                BlockFactors::F32(scales.clone()),
+                BlockFactors::F32(offsets.clone()),
+            );
+            let rounded = BlockInts::of(&x, block);
+            for (with_offsets, accumulate) in [(false, false), (true, false), (true, true)] {
+                let mut want = vec![0.0f32; tokens * rows];
+                for t in 0..tokens {
+                    for r in 0..rows {
+                        let mut sum = if accumulate { base[t * rows + r] } else { 0.0 };
+                        for b in 0..blocks {
+                            let int: i32 = (0..block)
+                                .map(|k| {
+                                    let c = b * block + k;
+                                    i32::from(stored[r * cols + c])
+                                        * i32::from(rounded.values[t * cols + c])
+                                })
+                                .sum();
+                            let scale = rounded.scales[t * blocks + b] * scales[r * blocks + b];
+                            sum = (int as f32).mul_add(scale, sum);
+                            if with_offsets {
+                                let token_sum = rounded.sums[t * blocks + b];
+                                sum = token_sum.mul_add(offsets[r * blocks + b], sum);
+                            }
+                        }
+                        want[t * rows + r] = sum;
+                    }
+                }
+                for &kernel in &kernels {
+                    let weight = Weights {
+                        values: ints,
+                        scales: scale_factors.borrowed(),
+                        offsets: with_offsets.then(|| offset_factors.borrowed()),
+                        halves: block == HALF_BLOCK,
+                    };
+                    let got = product(kernel, weight, &x, tokens, &base, accumulate);
+                    let lanes = match kernel {
+                        Kernel::TokenLanes(lanes) => lanes,
+                        Kernel::Tiles(_) => unreachable!("filtered above"),
+                    };
+                    for (i, (got, want)) in got.iter().zip(&want).enumerate() {
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{lanes:?}, block {block}, offsets {with_offsets}, accumulate \
+                             {accumulate}, token {}, row {}: {got} against {want}",
+                            i / rows,
+                            i % rows
+                        );
                     }
                 }
             }

@@ -4,6 +4,10 @@
 //! scaling per block. The tile of `kernels::avx512` converts and scales every 32 products,
 //! and those two instructions took as long as the products themselves.
 //!
+//! CPUs without AVX-512 VNNI run the same tile on 256-bit vectors ([`Lanes::Avx2`]): the same
+//! products summed in the same order, so each output gets the same bits on either; with
+//! AVX-VNNI a pair's products are one `vpdpwssd` again, without it a `vpmaddwd` and an add.
+//!
 //! Putting tokens, not weight rows, in the lanes costs no transposing of weights: the
 //! rounded prompt is laid out once per product ([`TokenPairs`]) and the weight rows stay as
 //! they are, widened to 16 bits per tile of rows.
@@ -31,11 +35,24 @@ use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::threads::{SharedOutput, split_ranges, split_rows};
 use crate::model::cpu::weights::{Factors, Ints};
 
-/// Tokens in the lanes of one vector.
+/// Tokens in the lanes of one vector (of two, on 256 bits).
 pub const LANES: usize = 16;
 
 /// Weight rows of a tile.
 const ROWS: usize = 6;
+
+/// Weight rows the 256-bit tile takes at once, a third of a tile: with a group's two
+/// vectors of tokens, both their integer and float sums stay in AVX2's sixteen registers.
+const ROWS_256: usize = 3;
+
+/// Which vectors the tile runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lanes {
+    /// AVX-512 with VNNI: sixteen tokens to a vector.
+    Avx512,
+    /// AVX2: eight tokens to a vector, with AVX-VNNI's dot products where `vnni`.
+    Avx2 { vnni: bool },
+}
 
 /// Groups of [`LANES`] tokens of a tile: 6 × 2 keeps both the integer and the float sums
 /// of all twelve in registers with room for the step's vectors, and 128 tokens split into
@@ -53,12 +70,13 @@ const CHUNK_COLS: usize = 2048;
 /// pairs ahead were as fast as 16). The weights' rows are in the L1 cache already.
 const PREFETCH_PAIRS: usize = 16;
 
-/// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for `x` of `shape`.
+/// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for `x` of `shape`, on `lanes`.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, BW and VNNI; `weight` must be of `shape` (as
-/// `super::multiply` checks it).
+/// The CPU must have what `lanes` names (AVX-512 F, BW and VNNI; AVX2 and FMA, and AVX-VNNI
+/// where `vnni`); `weight` must be of `shape` (as `super::multiply` checks it).
 pub unsafe fn multiply(
+    lanes: Lanes,
     weight: Weights<'_>,
     x: &[f32],
     shape: Shape,
@@ -111,16 +129,22 @@ pub unsafe fn multiply(
                                     &bytes[..chunk_cols]
                                 }
                             };
-                            // SAFETY: the CPU has AVX-512 BW (the caller's promise); a chunk
-                            // is a multiple of 32 columns, as `cols` is.
+                            // SAFETY: the CPU has the features of `lanes` (the caller's
+                            // promise); a chunk is a multiple of 32 columns, as `cols` is.
                             unsafe {
-                                match stepped {
-                                    Some(stepped) => {
+                                match (stepped, lanes) {
+                                    (Some(stepped), _) => {
                                         let steps = &stepped.steps[start / HALF_BLOCK..]
                                             [..chunk_cols / HALF_BLOCK];
-                                        widen_stepped(values, steps, words)
+                                        match lanes {
+                                            Lanes::Avx512 => widen_stepped(values, steps, words),
+                                            Lanes::Avx2 { .. } => {
+                                                widen_stepped_256(values, steps, words)
+                                            }
+                                        }
                                     }
-                                    None => widen(values, words),
+                                    (None, Lanes::Avx512) => widen(values, words),
+                                    (None, Lanes::Avx2 { .. }) => widen_256(values, words),
                                 }
                             };
                         }
@@ -137,17 +161,26 @@ pub unsafe fn multiply(
                                 .map(|factors| factors.f32s(tile_blocks, offsets)),
                             first: first_row,
                         };
+                        macro_rules! compiled {
+                            ($tile_at:ident) => {
+                                match (block == HALF_BLOCK, tile.offsets.is_some()) {
+                                    (false, false) => $tile_at::<false, false> as TileAt,
+                                    (false, true) => $tile_at::<false, true>,
+                                    (true, false) => $tile_at::<true, false>,
+                                    (true, true) => $tile_at::<true, true>,
+                                }
+                            };
+                        }
+                        let tile_at = match lanes {
+                            Lanes::Avx512 => compiled!(tile_at),
+                            Lanes::Avx2 { vnni: false } => compiled!(tile_at_avx2),
+                            Lanes::Avx2 { vnni: true } => compiled!(tile_at_avx_vnni),
+                        };
                         for first_token in (0..tokens).step_by(GROUPS * LANES) {
                             // SAFETY: the CPU has the features (the caller's promise), the
                             // tile holds its rows of the chunk, and it writes elements of
                             // `out` in the columns of this range's rows, which no other
                             // range touches.
-                            let tile_at = match (block == HALF_BLOCK, tile.offsets.is_some()) {
-                                (false, false) => tile_at::<false, false>,
-                                (false, true) => tile_at::<false, true>,
-                                (true, false) => tile_at::<true, false>,
-                                (true, true) => tile_at::<true, true>,
-                            };
                             unsafe {
                                 tile_at(&tile, &chunk, &pairs, &by_block, shape, first_token, &out)
                             };
@@ -441,3 +474,195 @@ unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
         }
     }
 }
+
+/// A compilation of the tile, as [`tile_at`] for one set of vectors and weights.
+type TileAt =
+    unsafe fn(&TileRows<'_>, &Chunk, &TokenPairs, &TokenBlocks, Shape, usize, &SharedOutput<f32>);
+
+/// [`widen`] on 256-bit vectors, 16 at a time.
+///
+/// # Safety
+/// The CPU must have AVX2; `bytes` and `words` must be as long, a multiple of 16.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn widen_256(bytes: &[i8], words: &mut [i16]) {
+    for (bytes, words) in bytes.chunks_exact(16).zip(words.chunks_exact_mut(16)) {
+        // SAFETY: each chunk holds 16 values.
+        unsafe {
+            let wide = _mm256_cvtepi8_epi16(_mm_loadu_si128(bytes.as_ptr().cast()));
+            _mm256_storeu_si256(words.as_mut_ptr().cast(), wide);
+        }
+    }
+}
+
+/// [`widen_stepped`] on 256-bit vectors, a block of 16 at a time.
+///
+/// # Safety
+/// The CPU must have AVX2; `bytes` and `words` must be as long, a multiple of 16, with one
+/// step per 16 of them.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn widen_stepped_256(bytes: &[i8], steps: &[i8], words: &mut [i16]) {
+    let blocks = bytes.chunks_exact(16).zip(steps);
+    for ((bytes, &step), words) in blocks.zip(words.chunks_exact_mut(16)) {
+        // SAFETY: each chunk holds 16 values.
+        unsafe {
+            let wide = _mm256_cvtepi8_epi16(_mm_loadu_si128(bytes.as_ptr().cast()));
+            let step = _mm256_set1_epi16(i16::from(step));
+            _mm256_storeu_si256(words.as_mut_ptr().cast(), _mm256_mullo_epi16(wide, step));
+        }
+    }
+}
+
+/// `sum` plus the products of the pairs of `x` and `w`, as `vpdpwssd` adds them: a
+/// `vpmaddwd` then an add, which wrap alike.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn add_pairs_avx2(sum: __m256i, x: __m256i, w: __m256i) -> __m256i {
+    _mm256_add_epi32(sum, _mm256_madd_epi16(x, w))
+}
+
+/// [`add_pairs_avx2`] in one instruction.
+#[inline]
+#[target_feature(enable = "avx2,fma,avxvnni")]
+fn add_pairs_avx_vnni(sum: __m256i, x: __m256i, w: __m256i) -> __m256i {
+    _mm256_dpwssd_avx_epi32(sum, x, w)
+}
+
+/// [`tile_at`] on 256-bit vectors: each group of [`LANES`] tokens is two vectors, and the
+/// tile's rows are taken [`ROWS_256`] at a time. Each output's integer sums, scaling,
+/// offsets and order of blocks are [`tile_at`]'s, so it gets the same bits.
+macro_rules! tile_at_256 {
+    ($name:ident, $features:literal, $add_pairs:ident) => {
+        /// # Safety
+        /// As for [`tile_at`], with the CPU features this compilation enables.
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const HALVES: bool, const OFFSETS: bool>(
+            tile: &TileRows<'_>,
+            chunk: &Chunk,
+            tokens: &TokenPairs,
+            by_block: &TokenBlocks,
+            shape: Shape,
+            first_token: usize,
+            out: &SharedOutput<f32>,
+        ) {
+            const HALF: usize = LANES / 2;
+            let Shape { rows, cols, .. } = shape;
+            let block = if HALVES { HALF_BLOCK } else { BLOCK };
+            let blocks = cols / block;
+            let tile_rows = ROWS.min(rows - tile.first);
+            let first_pair = chunk.blocks.start * block / 2;
+            let offsets = tile.offsets.unwrap_or(tile.scales);
+            for g in 0..GROUPS {
+                let first = (first_token / LANES + g) * LANES;
+                if first >= shape.tokens {
+                    break;
+                }
+                let group = first / LANES;
+                // SAFETY: the group starts at a token of the prompt; `first_pair` is the
+                // chunk's first pair of columns.
+                let x = unsafe {
+                    tokens
+                        .pairs
+                        .as_ptr()
+                        .add((group * tokens.per_token + first_pair) * LANES)
+                };
+                for first_row in (0..tile_rows).step_by(ROWS_256) {
+                    let row_of = |j: usize| (first_row + j).min(tile_rows - 1);
+                    let output =
+                        |j: usize, t: usize| first + t < shape.tokens && first_row + j < tile_rows;
+                    let at = |j: usize, t: usize| (first + t) * rows + tile.first + first_row + j;
+                    // SAFETY: every row is clamped inside the tile.
+                    let w: [*const i16; ROWS_256] = std::array::from_fn(|j| unsafe {
+                        tile.words.as_ptr().add(row_of(j) * chunk.cols)
+                    });
+                    let row_scales: [&[f32]; ROWS_256] =
+                        std::array::from_fn(|j| &tile.scales[row_of(j) * blocks..][..blocks]);
+                    let row_offsets: [&[f32]; ROWS_256] =
+                        std::array::from_fn(|j| &offsets[row_of(j) * blocks..][..blocks]);
+                    let mut sums = [[_mm256_setzero_ps(); 2]; ROWS_256];
+                    if chunk.go_on {
+                        for (j, sums) in sums.iter_mut().enumerate() {
+                            for (h, sum) in sums.iter_mut().enumerate() {
+                                let lanes: [f32; HALF] =
+                                    std::array::from_fn(|t| match output(j, h * HALF + t) {
+                                        // SAFETY: (token, row) lies inside `out`; the tile's
+                                        // elements are this thread's alone.
+                                        true => unsafe { *out.at(at(j, h * HALF + t)) },
+                                        false => 0.0,
+                                    });
+                                // SAFETY: `lanes` holds one vector.
+                                *sum = unsafe { _mm256_loadu_ps(lanes.as_ptr()) };
+                            }
+                        }
+                    }
+                    for (local, b) in chunk.blocks.clone().enumerate() {
+                        let mut ints = [[_mm256_setzero_si256(); 2]; ROWS_256];
+                        for pair in local * block / 2..(local + 1) * block / 2 {
+                            // SAFETY: `pair` lies inside the chunk of every row and token,
+                            // whose pointers are clamped inside the buffers.
+                            unsafe {
+                                let at_pair = x.add(pair * LANES);
+                                let ahead = x.wrapping_add((pair + PREFETCH_PAIRS) * LANES);
+                                _mm_prefetch::<_MM_HINT_T0>(ahead.cast::<i8>());
+                                let x: [__m256i; 2] = std::array::from_fn(|h| {
+                                    _mm256_loadu_si256(at_pair.add(h * HALF).cast::<__m256i>())
+                                });
+                                for (j, ints) in ints.iter_mut().enumerate() {
+                                    let w = w[j].add(pair * 2).cast::<i32>().read_unaligned();
+                                    let w = _mm256_set1_epi32(w);
+                                    for (int, &x) in ints.iter_mut().zip(&x) {
+                                        *int = $add_pairs(*int, x, w);
+                                    }
+                                }
+                            }
+                        }
+                        // SAFETY: the token blocks are padded past the last token by
+                        // [`LANES`], and the group starts at a token of the prompt.
+                        let token_scales: [__m256; 2] = std::array::from_fn(|h| unsafe {
+                            _mm256_loadu_ps(by_block.scales(b, group * LANES + h * HALF))
+                        });
+                        for (sums, (ints, row_scales)) in
+                            sums.iter_mut().zip(ints.iter().zip(&row_scales))
+                        {
+                            let row_scale = _mm256_set1_ps(row_scales[b]);
+                            for ((sum, &int), &token_scale) in
+                                sums.iter_mut().zip(ints).zip(&token_scales)
+                            {
+                                let scale = _mm256_mul_ps(token_scale, row_scale);
+                                *sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(int), scale, *sum);
+                            }
+                        }
+                        if OFFSETS {
+                            // SAFETY: as for the scales; the sums are padded alike.
+                            let token_sums: [__m256; 2] = std::array::from_fn(|h| unsafe {
+                                _mm256_loadu_ps(by_block.sums(b, group * LANES + h * HALF))
+                            });
+                            for (sums, row_offsets) in sums.iter_mut().zip(&row_offsets) {
+                                let offset = _mm256_set1_ps(row_offsets[b]);
+                                for (sum, &token_sum) in sums.iter_mut().zip(&token_sums) {
+                                    *sum = _mm256_fmadd_ps(token_sum, offset, *sum);
+                                }
+                            }
+                        }
+                    }
+                    for (j, sums) in sums.iter().enumerate() {
+                        for (h, &sum) in sums.iter().enumerate() {
+                            let mut lanes = [0.0f32; HALF];
+                            // SAFETY: `lanes` holds one vector.
+                            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
+                            for (t, &value) in lanes.iter().enumerate() {
+                                if output(j, h * HALF + t) {
+                                    // SAFETY: (token, row) lies inside `out`, and the caller
+                                    // gives this tile's elements to this thread alone.
+                                    unsafe { *out.at(at(j, h * HALF + t)) = value };
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    };
+}
+
+tile_at_256!(tile_at_avx2, "avx2,fma", add_pairs_avx2);
+tile_at_256!(tile_at_avx_vnni, "avx2,fma,avxvnni", add_pairs_avx_vnni);
