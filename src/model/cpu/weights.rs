@@ -254,7 +254,10 @@ impl<'a> Factors<'a> {
     }
 }
 
-/// `out[i] = bases[i / N] · steps[i]`, from the start of a group.
+/// `out[i] = bases[i / N] · steps[i]`, from the start of a group. Compiled for AVX2 and
+/// AVX-512 too: x86-64's baseline has no widening of bytes to f32 in vectors, and the scalar
+/// loop was 17% of a 1.7B Q6_K decode step on the AVX2 path.
+#[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma"))]
 fn scale_groups<const N: usize>(bases: &[f16], steps: &[i8], out: &mut [f32]) {
     let (step_groups, step_rest) = steps.as_chunks::<N>();
     let (out_groups, out_rest) = out.as_chunks_mut::<N>();
