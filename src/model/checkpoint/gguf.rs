@@ -83,37 +83,46 @@ impl GgufCheckpoint {
         }
     }
 
-    /// Decodes the parts, row after row in Hugging Face order, into `out` as `T`.
-    fn decode_into<T>(
+    /// Decodes the parts, row after row in Hugging Face order, into `out` as `T`, each
+    /// part's rows on every core: on one, a 1.7B BF16 file's 3.4 GB took 6–15 s to load.
+    fn decode_into<T: Send>(
         &self,
         parts: &[(TensorRole, &TensorInfo)],
         out: &mut [T],
-        from_f32: impl Fn(f32) -> T,
+        from_f32: impl Fn(f32) -> T + Sync,
     ) -> Result<()> {
-        let mut rows = out.chunks_exact_mut(
-            parts
-                .first()
-                .map_or(1, |(_, info)| info.row_len() as usize)
-                .max(1),
-        );
-        let mut row_values = Vec::new();
+        let row_len = parts
+            .first()
+            .map_or(1, |(_, info)| info.row_len() as usize)
+            .max(1);
+        let mut rest = out;
         for &(role, info) in parts {
             let view = self
                 .file
                 .tensor(&info.name)
                 .map_err(|err| corrupt(&self.file, err))?;
-            row_values.resize(info.row_len() as usize, 0.0);
-            for row in 0..info.n_rows() as usize {
-                view.dequantize_row(self.stored_row(role, row) as u64, &mut row_values)
-                    .map_err(|err| corrupt(&self.file, err))?;
-                let out = rows.next().ok_or_else(|| {
-                    ModelError::Backend("GGUF tensor parts outgrew their stacked shape".into())
-                })?;
-                for (slot, &value) in out.iter_mut().zip(&row_values) {
-                    *slot = from_f32(value);
-                }
+            let len = info.n_rows() as usize * row_len;
+            if rest.len() < len {
+                return Err(ModelError::Backend(
+                    "GGUF tensor parts outgrew their stacked shape".into(),
+                ));
             }
+            let (part, after) = std::mem::take(&mut rest).split_at_mut(len);
+            part.par_chunks_exact_mut(row_len)
+                .enumerate()
+                .try_for_each_init(
+                    || vec![0.0; info.row_len() as usize],
+                    |row_values, (row, out)| {
+                        view.dequantize_row(self.stored_row(role, row) as u64, row_values)
+                            .map_err(|err| corrupt(&self.file, err))?;
+                        for (slot, &value) in out.iter_mut().zip(row_values.iter()) {
+                            *slot = from_f32(value);
+                        }
+                        Ok(())
+                    },
+                )?;
             self.file.release(info);
+            rest = after;
         }
         Ok(())
     }
@@ -123,7 +132,7 @@ impl GgufCheckpoint {
         parts: &[(TensorRole, &TensorInfo)],
         len: usize,
         arena: Option<&mut WeightArena>,
-        from_f32: impl Fn(f32) -> T + Copy,
+        from_f32: impl Fn(f32) -> T + Copy + Sync,
     ) -> Result<Bytes> {
         let mut result = Ok(());
         if let Some(bytes) = arena.and_then(|arena| {
