@@ -80,11 +80,8 @@ pub fn product(
             // Lanes past the last token are multiplied for nothing: below 16 tokens the
             // other tiles are faster (AVX-512, Q4_0, 4 tokens: 157–165 tok/s against 328–358;
             // 8: 321–334 against 428–429; 16: 553–573 against 513–530).
-            Kernel::TokenLanes(Lanes::Avx512) if tokens < token_lanes::LANES => {
-                Kernel::Tiles(Tiles::Avx512)
-            }
-            Kernel::TokenLanes(Lanes::Avx2 { .. }) if tokens < token_lanes::LANES => {
-                Kernel::Tiles(Tiles::Avx2)
+            Kernel::TokenLanes(lanes) if tokens < token_lanes::LANES => {
+                Kernel::Tiles(Tiles::of_width(lanes))
             }
             kernel => kernel,
         };
@@ -642,6 +639,14 @@ enum Tiles {
 
 #[cfg(target_arch = "x86_64")]
 impl Tiles {
+    /// The tiles on the vectors `lanes` runs on.
+    fn of_width(lanes: Lanes) -> Self {
+        match lanes {
+            Lanes::Avx512 => Self::Avx512,
+            Lanes::Avx2 { .. } => Self::Avx2,
+        }
+    }
+
     /// Rows and tokens of one tile.
     fn tile(self) -> (usize, usize) {
         match self {

@@ -94,6 +94,21 @@ pub unsafe fn multiply(
     let pairs = TokenPairs::of(&x.values, cols);
     let out = SharedOutput::new(out);
     let weight_blocks = cols / if weight.halves { HALF_BLOCK } else { BLOCK };
+    macro_rules! compiled {
+        ($tile_at:ident) => {
+            match (block == HALF_BLOCK, weight.offsets.is_some()) {
+                (false, false) => $tile_at::<false, false> as TileAt,
+                (false, true) => $tile_at::<false, true>,
+                (true, false) => $tile_at::<true, false>,
+                (true, true) => $tile_at::<true, true>,
+            }
+        };
+    }
+    let tile_at = match lanes {
+        Lanes::Avx512 => compiled!(tile_at),
+        Lanes::Avx2 { vnni: false } => compiled!(tile_at_avx2),
+        Lanes::Avx2 { vnni: true } => compiled!(tile_at_avx_vnni),
+    };
     split_ranges(
         rows.div_ceil(ROWS),
         MIN_ROWS_PER_RANGE / ROWS,
@@ -129,19 +144,18 @@ pub unsafe fn multiply(
                                     &bytes[..chunk_cols]
                                 }
                             };
+                            let steps = stepped.map(|stepped| {
+                                &stepped.steps[start / HALF_BLOCK..][..chunk_cols / HALF_BLOCK]
+                            });
                             // SAFETY: the CPU has the features of `lanes` (the caller's
                             // promise); a chunk is a multiple of 32 columns, as `cols` is.
                             unsafe {
-                                match (stepped, lanes) {
-                                    (Some(stepped), _) => {
-                                        let steps = &stepped.steps[start / HALF_BLOCK..]
-                                            [..chunk_cols / HALF_BLOCK];
-                                        match lanes {
-                                            Lanes::Avx512 => widen_stepped(values, steps, words),
-                                            Lanes::Avx2 { .. } => {
-                                                widen_stepped_256(values, steps, words)
-                                            }
-                                        }
+                                match (steps, lanes) {
+                                    (Some(steps), Lanes::Avx512) => {
+                                        widen_stepped(values, steps, words)
+                                    }
+                                    (Some(steps), Lanes::Avx2 { .. }) => {
+                                        widen_stepped_256(values, steps, words)
                                     }
                                     (None, Lanes::Avx512) => widen(values, words),
                                     (None, Lanes::Avx2 { .. }) => widen_256(values, words),
@@ -160,21 +174,6 @@ pub unsafe fn multiply(
                                 .offsets
                                 .map(|factors| factors.f32s(tile_blocks, offsets)),
                             first: first_row,
-                        };
-                        macro_rules! compiled {
-                            ($tile_at:ident) => {
-                                match (block == HALF_BLOCK, tile.offsets.is_some()) {
-                                    (false, false) => $tile_at::<false, false> as TileAt,
-                                    (false, true) => $tile_at::<false, true>,
-                                    (true, false) => $tile_at::<true, false>,
-                                    (true, true) => $tile_at::<true, true>,
-                                }
-                            };
-                        }
-                        let tile_at = match lanes {
-                            Lanes::Avx512 => compiled!(tile_at),
-                            Lanes::Avx2 { vnni: false } => compiled!(tile_at_avx2),
-                            Lanes::Avx2 { vnni: true } => compiled!(tile_at_avx_vnni),
                         };
                         for first_token in (0..tokens).step_by(GROUPS * LANES) {
                             // SAFETY: the CPU has the features (the caller's promise), the
