@@ -29,5 +29,7 @@ pub use error::{GgufError, GgufErrorKind};
 pub use file::{GgufFile, TensorInfo, TensorView};
 pub use layout::{qk_gguf_row, unpermute_qk_rows};
 pub use metadata::{Metadata, MetadataArray, MetadataValue};
-pub use quant::{DequantError, GgmlType, IntegerParts, dequantize_row, split_row};
+pub use quant::{
+    DequantError, GgmlType, IntegerParts, KFactors, dequantize_row, k_factors, split_row,
+};
 pub use tokenizer::GgufTokenizer;

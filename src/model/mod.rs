@@ -21,7 +21,7 @@ mod rope;
 mod weight_arena;
 
 pub use config::ModelConfig;
-pub use cpu::{IntegerValues, IntegerWeights};
+pub use cpu::{BlockFactors, IntegerValues, IntegerWeights};
 pub use error::{ModelError, Result};
 pub use family::{Architecture, Family};
 pub use gpu::top_entries;

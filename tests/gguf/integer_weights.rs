@@ -3,9 +3,9 @@
 
 use burn::tensor::DType;
 use smolchat::gguf::{GgmlType, GgufFile};
-use smolchat::model::IntegerValues;
 use smolchat::model::checkpoint::gguf::GgufCheckpoint;
 use smolchat::model::checkpoint::{Checkpoint, LayerRole, TensorRole};
+use smolchat::model::{BlockFactors, IntegerValues};
 
 use super::builder::Builder;
 
@@ -140,4 +140,51 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
     );
     let query = [(TensorRole::Layer(0, LayerRole::Query), vec![8, COLS])];
     assert!(checkpoint.integer_stacked(&query).unwrap().is_none());
+}
+
+#[test]
+fn a_tensor_of_one_type_is_split_straight_into_its_bits_and_factors() {
+    // Each alone, as a file stores a projection: the query's rows reordered within heads.
+    // The 4-bit types go into nibbles (Q4_0's signed values shifted by 8), Q6_K into six
+    // bits, Q5_K into bytes (packed later); the K types keep their super-block's base and
+    // each block's step as the file holds them.
+    for (ty, scale_at, zero, per) in [
+        (GgmlType::Q4_0, vec![0], Some(8), None),
+        (GgmlType::Q4_1, vec![0, 2], Some(0), None),
+        (GgmlType::Q4_K, vec![0, 2], Some(0), Some(8)),
+        (GgmlType::Q5_K, vec![0, 2], None, Some(8)),
+        (GgmlType::Q6_K, vec![208], None, Some(16)),
+    ] {
+        let data = blocks(ty, 8, &scale_at, 7);
+        let bytes = Builder::default()
+            .tensor("blk.0.attn_q.weight", &[COLS as u64, 8], ty.id(), data)
+            .build();
+        let file = GgufFile::from_bytes("one.gguf", bytes).expect("a valid file");
+        let checkpoint = GgufCheckpoint::new(file, Some(HEAD_DIM));
+        let query = [(TensorRole::Layer(0, LayerRole::Query), vec![8, COLS])];
+        let integers = checkpoint
+            .integer_stacked(&query)
+            .expect("readable")
+            .expect("an integer type");
+        match (&integers.values, zero) {
+            (IntegerValues::Nibbles { zero: z, .. }, Some(zero)) => assert_eq!(*z, zero),
+            (IntegerValues::SixBits { zero: 32, .. }, None) if ty == GgmlType::Q6_K => {}
+            (IntegerValues::Bytes(_), None) if ty == GgmlType::Q5_K => {}
+            _ => panic!("{ty:?} is held in another form"),
+        }
+        let held_per = match &integers.scales {
+            BlockFactors::Scaled { per, .. } => Some(*per),
+            _ => None,
+        };
+        assert_eq!(held_per, per, "{ty:?}");
+        let dense = checkpoint
+            .stacked(&query, DType::F32, None)
+            .expect("readable")
+            .try_to_vec::<f32>()
+            .expect("f32");
+        assert!(dense.iter().any(|&w| w != 0.0));
+        let mut widened = vec![f32::NAN; dense.len()];
+        integers.rows().widen(0, &mut widened);
+        assert_eq!(widened, dense, "{ty:?}");
+    }
 }

@@ -7,12 +7,15 @@
 
 use burn::tensor::{Bytes, DType, TensorData};
 use half::{bf16, f16};
-use rayon::iter::Either;
 use rayon::prelude::*;
 
 use super::{Checkpoint, LayerRole, TensorRole};
-use crate::gguf::{GgmlType, GgufFile, IntegerParts, TensorInfo, qk_gguf_row, split_row};
-use crate::model::cpu::{BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, pack_six_bits};
+use crate::gguf::{
+    GgmlType, GgufFile, IntegerParts, KFactors, TensorInfo, k_factors, qk_gguf_row, split_row,
+};
+use crate::model::cpu::{
+    BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, pack_nibbles, pack_six_bits,
+};
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
 
@@ -168,14 +171,139 @@ struct RowScratch {
     values: Vec<i8>,
 }
 
-/// Where one row of an integer tensor goes: bytes, or six bits (see
-/// `IntegerValues::SixBits`).
-enum RowOut<'a> {
+/// How a stack's values are held (see `IntegerValues`). Rows of one type whose values fit go
+/// straight into their bits as they are split: split to bytes and packed after, a 1.7B Q6_K
+/// file took 1.5 s more to load, and a Q4_K_M file wrote and packed twice its 4-bit values.
+#[derive(Clone, Copy)]
+enum ValueForm {
+    Bytes,
+    /// Q4_0, Q4_1 and Q4_K, shifted as `IntegerWeights::packed` shifts them (Q4_0's signed
+    /// values by 8).
+    Nibbles {
+        shift: u8,
+    },
+    /// Q6_K.
+    SixBits,
+}
+
+/// A stack's scales and offsets as they are written: f32 per block, or for a stack of one K
+/// type as its file holds them (see `KFactors`), `per` blocks to a base.
+enum FactorsOut {
+    Floats {
+        scales: Vec<f32>,
+        offsets: Option<Vec<f32>>,
+    },
+    Scaled {
+        per: usize,
+        scales: (Vec<f16>, Vec<i8>),
+        offsets: Option<(Vec<f16>, Vec<i8>)>,
+    },
+}
+
+impl FactorsOut {
+    fn new(per_base: Option<usize>, blocks: usize, has_offsets: bool) -> Self {
+        match per_base {
+            None => Self::Floats {
+                scales: vec![0.0; blocks],
+                offsets: has_offsets.then(|| vec![0.0; blocks]),
+            },
+            Some(per) => {
+                let scaled = || (vec![f16::ZERO; blocks / per], vec![0; blocks]);
+                Self::Scaled {
+                    per,
+                    scales: scaled(),
+                    offsets: has_offsets.then(scaled),
+                }
+            }
+        }
+    }
+
+    /// Each row's, rows of `per_row` blocks.
+    fn rows(&mut self, per_row: usize) -> Vec<RowFactors<'_>> {
+        let per_row = per_row.max(1);
+        match self {
+            Self::Floats { scales, offsets } => scales
+                .chunks_exact_mut(per_row)
+                .zip(each_row(offsets.as_deref_mut(), per_row))
+                .map(|(scales, offsets)| RowFactors::Floats { scales, offsets })
+                .collect(),
+            Self::Scaled {
+                per,
+                scales,
+                offsets,
+            } => {
+                let bases_per_row = (per_row / *per).max(1);
+                let (offset_bases, offset_steps) = match offsets {
+                    Some((bases, steps)) => (Some(&mut bases[..]), Some(&mut steps[..])),
+                    None => (None, None),
+                };
+                scales
+                    .0
+                    .chunks_exact_mut(bases_per_row)
+                    .zip(scales.1.chunks_exact_mut(per_row))
+                    .zip(each_row(offset_bases, bases_per_row))
+                    .zip(each_row(offset_steps, per_row))
+                    .map(|(((bases, steps), offset_bases), offset_steps)| {
+                        RowFactors::Scaled(KFactors {
+                            scales: (bases, steps),
+                            offsets: offset_bases.zip(offset_steps),
+                        })
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    fn into_factors(self) -> (BlockFactors, Option<BlockFactors>) {
+        match self {
+            Self::Floats { scales, offsets } => {
+                (BlockFactors::F32(scales), offsets.map(BlockFactors::F32))
+            }
+            Self::Scaled {
+                per,
+                scales,
+                offsets,
+            } => {
+                let scaled = |(bases, steps)| BlockFactors::Scaled { bases, steps, per };
+                (scaled(scales), offsets.map(scaled))
+            }
+        }
+    }
+}
+
+/// `values` in rows of `width`, or `None` for every row where there are none.
+fn each_row<T>(values: Option<&mut [T]>, width: usize) -> impl Iterator<Item = Option<&mut [T]>> {
+    let mut rows = values.map(|values| values.chunks_exact_mut(width));
+    std::iter::from_fn(move || match &mut rows {
+        Some(rows) => rows.next().map(Some),
+        None => Some(None),
+    })
+}
+
+/// Where one row of an integer stack goes.
+struct RowOut<'a> {
+    values: RowValues<'a>,
+    factors: RowFactors<'a>,
+}
+
+enum RowValues<'a> {
     Bytes(&'a mut [i8]),
+    Nibbles {
+        nibbles: &'a mut [u8],
+        shift: u8,
+    },
     SixBits {
         nibbles: &'a mut [u8],
         crumbs: &'a mut [u8],
     },
+}
+
+enum RowFactors<'a> {
+    Floats {
+        scales: &'a mut [f32],
+        offsets: Option<&'a mut [f32]>,
+    },
+    Scaled(KFactors<'a>),
 }
 
 /// The first `len` of `left`, which keeps the rest; `None` when it holds fewer.
@@ -270,22 +398,57 @@ impl Checkpoint for GgufCheckpoint {
         };
         let has_offsets = parts.iter().any(|(_, info)| info.ggml_type.has_offsets());
         let per_row = cols / block;
-        // Q6_K rows go straight into six bits as they are split: split to bytes first, a
-        // 1.7B Q6_K file took 1.5 s more to load than it does in bytes alone.
-        let six_bits = cols.is_multiple_of(32)
-            && parts
-                .iter()
-                .all(|(_, info)| info.ggml_type == GgmlType::Q6_K);
-        let mut values = vec![0i8; if six_bits { 0 } else { rows * cols }];
-        let mut nibbles = vec![0u8; if six_bits { rows * cols / 2 } else { 0 }];
-        let mut crumbs = vec![0u8; if six_bits { rows * cols / 4 } else { 0 }];
-        let mut scales = vec![0.0; rows * per_row];
-        let mut offsets = vec![0.0; if has_offsets { rows * per_row } else { 0 }];
+        let one_type = parts
+            .first()
+            .map(|(_, info)| info.ggml_type)
+            .filter(|&ty| parts.iter().all(|(_, info)| info.ggml_type == ty));
+        let value_form = match one_type {
+            _ if !cols.is_multiple_of(32) => ValueForm::Bytes,
+            Some(GgmlType::Q6_K) => ValueForm::SixBits,
+            Some(GgmlType::Q4_0) => ValueForm::Nibbles { shift: 8 },
+            Some(GgmlType::Q4_1 | GgmlType::Q4_K) => ValueForm::Nibbles { shift: 0 },
+            _ => ValueForm::Bytes,
+        };
+        let per_base = match one_type {
+            Some(ty @ (GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)) => {
+                Some(ty.block_size() / block)
+            }
+            _ => None,
+        };
+        let (value_bytes, nibbles, crumbs) = match value_form {
+            ValueForm::Bytes => (rows * cols, 0, 0),
+            ValueForm::Nibbles { .. } => (0, rows * cols / 2, 0),
+            ValueForm::SixBits => (0, rows * cols / 2, rows * cols / 4),
+        };
+        let (mut values, mut nibbles, mut crumbs) = (
+            vec![0i8; value_bytes],
+            vec![0u8; nibbles],
+            vec![0u8; crumbs],
+        );
+        let mut factors = FactorsOut::new(per_base, rows * per_row, has_offsets);
+        let value_rows: Vec<RowValues<'_>> = match value_form {
+            ValueForm::Bytes => values
+                .chunks_exact_mut(cols.max(1))
+                .map(RowValues::Bytes)
+                .collect(),
+            ValueForm::Nibbles { shift } => nibbles
+                .chunks_exact_mut((cols / 2).max(1))
+                .map(|nibbles| RowValues::Nibbles { nibbles, shift })
+                .collect(),
+            ValueForm::SixBits => nibbles
+                .chunks_exact_mut((cols / 2).max(1))
+                .zip(crumbs.chunks_exact_mut((cols / 4).max(1)))
+                .map(|(nibbles, crumbs)| RowValues::SixBits { nibbles, crumbs })
+                .collect(),
+        };
+        let mut row_outs: Vec<RowOut<'_>> = value_rows
+            .into_iter()
+            .zip(factors.rows(per_row))
+            .map(|(values, factors)| RowOut { values, factors })
+            .collect();
         // Each part's rows, split on every core: one thread took a third of a 1.7B file's
         // loading here.
-        let (mut values_left, mut scales_left, mut offsets_left) =
-            (&mut values[..], &mut scales[..], &mut offsets[..]);
-        let (mut nibbles_left, mut crumbs_left) = (&mut nibbles[..], &mut crumbs[..]);
+        let mut left = &mut row_outs[..];
         for &(role, info) in &parts {
             let ty = info.ggml_type;
             let view = self
@@ -293,42 +456,11 @@ impl Checkpoint for GgufCheckpoint {
                 .tensor(&info.name)
                 .map_err(|err| corrupt(&self.file, err))?;
             let own_block = ty.integer_block().unwrap_or(block);
-            let part_rows = info.n_rows() as usize;
-            let overgrown =
-                || ModelError::Backend("GGUF tensor parts outgrew their stacked shape".into());
-            let rows_out = match six_bits {
-                false => {
-                    let part =
-                        take_front(&mut values_left, part_rows * cols).ok_or_else(overgrown)?;
-                    Either::Left(part.par_chunks_exact_mut(cols.max(1)).map(RowOut::Bytes))
-                }
-                true => {
-                    let part_nibbles = take_front(&mut nibbles_left, part_rows * cols / 2)
-                        .ok_or_else(overgrown)?;
-                    let part_crumbs =
-                        take_front(&mut crumbs_left, part_rows * cols / 4).ok_or_else(overgrown)?;
-                    Either::Right(
-                        part_nibbles
-                            .par_chunks_exact_mut((cols / 2).max(1))
-                            .zip(part_crumbs.par_chunks_exact_mut((cols / 4).max(1)))
-                            .map(|(nibbles, crumbs)| RowOut::SixBits { nibbles, crumbs }),
-                    )
-                }
-            };
-            let part_scales =
-                take_front(&mut scales_left, part_rows * per_row).ok_or_else(overgrown)?;
-            let part_offsets = match has_offsets {
-                true => {
-                    Some(take_front(&mut offsets_left, part_rows * per_row).ok_or_else(overgrown)?)
-                }
-                false => None,
-            };
+            let part = take_front(&mut left, info.n_rows() as usize).ok_or_else(|| {
+                ModelError::Backend("GGUF tensor parts outgrew their stacked shape".into())
+            })?;
             let times = own_block / block;
-            let split = |row: usize,
-                         out: RowOut<'_>,
-                         row_scales: &mut [f32],
-                         row_offsets: Option<&mut [f32]>,
-                         scratch: &mut RowScratch| {
+            let split = |row: usize, out: &mut RowOut<'_>, scratch: &mut RowScratch| {
                 let RowScratch {
                     scales: own_scales,
                     offsets: own_offsets,
@@ -337,11 +469,9 @@ impl Checkpoint for GgufCheckpoint {
                 let bytes = view
                     .row_bytes(self.stored_row(role, row) as u64)
                     .map_err(|err| corrupt(&self.file, err))?;
-                let (q, packed) = match out {
-                    RowOut::Bytes(q) => (q, None),
-                    RowOut::SixBits { nibbles, crumbs } => {
-                        (&mut row_values[..], Some((nibbles, crumbs)))
-                    }
+                let q = match &mut out.values {
+                    RowValues::Bytes(q) => &mut **q,
+                    RowValues::Nibbles { .. } | RowValues::SixBits { .. } => &mut row_values[..],
                 };
                 let parts = IntegerParts {
                     q,
@@ -349,44 +479,50 @@ impl Checkpoint for GgufCheckpoint {
                     offsets: own_offsets,
                 };
                 split_row(ty, bytes, parts).map_err(|err| corrupt(&self.file, err))?;
-                if let Some((nibbles, crumbs)) = packed {
-                    pack_six_bits(row_values, nibbles, crumbs);
+                match &mut out.values {
+                    RowValues::Bytes(_) => {}
+                    RowValues::Nibbles { nibbles, shift } => {
+                        pack_nibbles(row_values, *shift, nibbles)
+                    }
+                    RowValues::SixBits { nibbles, crumbs } => {
+                        pack_six_bits(row_values, nibbles, crumbs)
+                    }
                 }
-                for (out, value) in row_scales.iter_mut().zip(repeated(own_scales, times)) {
-                    *out = value;
-                }
-                for (out, value) in row_offsets
-                    .into_iter()
-                    .flatten()
-                    .zip(repeated(own_offsets, times))
-                {
-                    *out = value;
+                match &mut out.factors {
+                    RowFactors::Floats { scales, offsets } => {
+                        for (out, value) in scales.iter_mut().zip(repeated(own_scales, times)) {
+                            *out = value;
+                        }
+                        let offsets = offsets.iter_mut().flat_map(|offsets| offsets.iter_mut());
+                        for (out, value) in offsets.zip(repeated(own_offsets, times)) {
+                            *out = value;
+                        }
+                    }
+                    RowFactors::Scaled(factors) => {
+                        k_factors(ty, bytes, factors).map_err(|err| corrupt(&self.file, err))?
+                    }
                 }
                 Ok::<(), ModelError>(())
             };
             let buffers = || RowScratch {
                 scales: vec![0.0; cols / own_block],
                 offsets: vec![0.0; cols / own_block],
-                values: vec![0; if six_bits { cols } else { 0 }],
+                values: vec![0; if value_bytes == 0 { cols } else { 0 }],
             };
-            let rows_of = rows_out
-                .zip(part_scales.par_chunks_exact_mut(per_row.max(1)))
-                .enumerate();
-            match part_offsets {
-                Some(part) => rows_of
-                    .zip(part.par_chunks_exact_mut(per_row.max(1)))
-                    .try_for_each_init(buffers, |buffers, ((row, (q, s)), o)| {
-                        split(row, q, s, Some(o), buffers)
-                    })?,
-                None => rows_of.try_for_each_init(buffers, |buffers, (row, (q, s))| {
-                    split(row, q, s, None, buffers)
-                })?,
-            }
+            part.par_iter_mut()
+                .enumerate()
+                .try_for_each_init(buffers, |scratch, (row, out)| split(row, out, scratch))?;
             self.file.release(info);
         }
-        let values = match six_bits {
-            false => IntegerValues::Bytes(values),
-            true => IntegerValues::SixBits {
+        drop(row_outs);
+        let (scales, offsets) = factors.into_factors();
+        let values = match value_form {
+            ValueForm::Bytes => IntegerValues::Bytes(values),
+            ValueForm::Nibbles { shift } => IntegerValues::Nibbles {
+                values: nibbles,
+                zero: shift,
+            },
+            ValueForm::SixBits => IntegerValues::SixBits {
                 nibbles,
                 crumbs,
                 zero: SIX_BIT_ZERO,
@@ -396,8 +532,8 @@ impl Checkpoint for GgufCheckpoint {
             dims: [rows, cols],
             block,
             values,
-            scales: BlockFactors::F32(scales),
-            offsets: has_offsets.then_some(BlockFactors::F32(offsets)),
+            scales,
+            offsets,
         }))
     }
 }

@@ -458,12 +458,22 @@ impl IntegerWeights {
                 .copied()
                 .collect()
         }
+        // Rows of whole groups, as the loader splits them.
         let factors = |factors: BlockFactors| match factors {
             BlockFactors::F32(values) => Some(BlockFactors::F32(rows_from(&values, source))),
-            _ => None,
+            BlockFactors::Scaled { bases, steps, per } => Some(BlockFactors::Scaled {
+                bases: rows_from(&bases, source),
+                steps: rows_from(&steps, source),
+                per,
+            }),
+            BlockFactors::F16(_) => None,
         };
         let values = match &self.values {
             IntegerValues::Bytes(values) => IntegerValues::Bytes(rows_from(values, source)),
+            &IntegerValues::Nibbles { ref values, zero } => IntegerValues::Nibbles {
+                values: rows_from(values, source),
+                zero,
+            },
             // Rows of whole units, as the loader splits them.
             &IntegerValues::SixBits {
                 ref nibbles,
@@ -541,16 +551,7 @@ impl IntegerWeights {
         let blocks = values.par_chunks_exact(NIBBLE_BLOCK).zip(&shifts);
         blocks
             .zip(nibbles.par_chunks_exact_mut(NIBBLE_BLOCK / 2))
-            .for_each(|((block, &shift), packed)| {
-                let (first, second) = block.split_at(NIBBLE_BLOCK / 2);
-                for ((packed, &low), &high) in packed.iter_mut().zip(first).zip(second) {
-                    let (low, high) = (
-                        (low as u8).wrapping_add(shift),
-                        (high as u8).wrapping_add(shift),
-                    );
-                    *packed = low & 0x0F | high << 4;
-                }
-            });
+            .for_each(|((block, &shift), packed)| pack_nibbles(block, shift, packed));
         if bits == 5 {
             high.par_iter_mut()
                 .zip(values.par_chunks_exact(NIBBLE_BLOCK).zip(&shifts))
@@ -627,6 +628,24 @@ pub fn pack_six_bits(values: &[i8], nibbles: &mut [u8], crumbs: &mut [u8]) {
                 debug_assert_eq!(crumb_at(j), (byte, 2 * q));
                 crumb | (tops[j] & 3) << (2 * q)
             });
+        }
+    }
+}
+
+/// Packs whole blocks of 4-bit values as [`IntegerValues::Nibbles`] holds them, each plus
+/// `shift`: a block's first 16 values in the low halves of its 16 bytes, its last 16 in the
+/// high ones. The loader packs each row of a Q4_0, Q4_1 or Q4_K tensor so as it splits it,
+/// the type telling it the values fit (see [`IntegerWeights::packed`] for the shifts).
+pub fn pack_nibbles(values: &[i8], shift: u8, nibbles: &mut [u8]) {
+    let blocks = values.chunks_exact(NIBBLE_BLOCK);
+    for (block, packed) in blocks.zip(nibbles.chunks_exact_mut(NIBBLE_BLOCK / 2)) {
+        let (first, second) = block.split_at(NIBBLE_BLOCK / 2);
+        for ((packed, &low), &high) in packed.iter_mut().zip(first).zip(second) {
+            let (low, high) = (
+                (low as u8).wrapping_add(shift),
+                (high as u8).wrapping_add(shift),
+            );
+            *packed = low & 0x0F | high << 4;
         }
     }
 }
