@@ -395,7 +395,7 @@ impl IntegerActivations {
 }
 
 /// [`rows_dot_integer`] for each activation row of `xs` into its `outs`: with the AVX-512
-/// kernel, 4- and 6-bit weights and bytes in blocks of 32 are widened once for up to
+/// kernel, 4-, 5- and 6-bit weights and bytes in blocks of 32 are widened once for up to
 /// [`integer_avx512::TOGETHER`] rows, which costs the later rows only their products (see
 /// `integer_avx512::rows_dot_together`).
 ///
@@ -414,9 +414,8 @@ unsafe fn rows_dot_integers(
     if let (IntegerKernel::Avx512 { vnni }, true, 2..) = (
         kernel,
         match weight {
-            Ints::Nibbles { .. } | Ints::SixBits { .. } => true,
+            Ints::Nibbles { .. } | Ints::FiveBits { .. } | Ints::SixBits { .. } => true,
             Ints::Bytes(_) => xs.first().is_some_and(|x| x.ints.block == 32),
-            Ints::FiveBits { .. } => false,
         },
         xs.len(),
     ) {

@@ -140,6 +140,88 @@ impl NibbleWidening {
     }
 }
 
+/// 5-bit values as the kernels widen them: a block's nibbles as [`NibbleWidening`] reads
+/// them, and its fifth bits from one word per block (see `fifth_bit`), their zero point
+/// taken off.
+struct FiveBitWidening {
+    low_bits: __m256i,
+    zero: __m512i,
+    bottoms: __m512i,
+    /// The bit of its block's word that lane pair `d` of a first half takes: bits `d` and
+    /// `16 + d`, the first half's word in the low lanes, the second's in the high ones.
+    firsts: __m512i,
+    /// The same for the second halves: bits `8 + d` and `24 + d`.
+    seconds: __m512i,
+}
+
+impl FiveBitWidening {
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    fn new(zero: u8) -> Self {
+        let firsts = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+        Self {
+            low_bits: _mm256_set1_epi8(0x0F),
+            zero: _mm512_set1_epi16(i16::from(zero)),
+            bottoms: _mm512_set1_epi32(0x0001_0001),
+            firsts,
+            seconds: _mm512_add_epi32(firsts, _mm512_set1_epi32(8)),
+        }
+    }
+
+    /// Sixteen where a value's fifth bit is set: lane pair `d` of each half takes bits
+    /// `shift` and `16 + shift` of its block's word.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    fn sixteens(&self, words: __m512i, shifts: __m512i) -> __m512i {
+        let bits = _mm512_and_si512(_mm512_srlv_epi32(words, shifts), self.bottoms);
+        _mm512_slli_epi16::<4>(bits)
+    }
+
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    fn widen(&self, bytes: __m256i, high: __m512i) -> __m512i {
+        let values = _mm512_cvtepu8_epi16(_mm256_and_si256(bytes, self.low_bits));
+        _mm512_sub_epi16(_mm512_or_si512(values, high), self.zero)
+    }
+
+    /// Blocks `b` and `b + 1` of nibbles `w` and words `h`, ordered as
+    /// [`NibbleWidening::pair`] orders them. Asks for the nibbles ahead.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn pair(&self, w: *const u8, h: *const u32, b: usize) -> [__m512i; 2] {
+        // SAFETY: the caller asks for two blocks the row holds.
+        let (packed, words) = unsafe {
+            prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
+            (
+                _mm256_loadu_si256(w.add(b * 16).cast()),
+                _mm512_inserti64x4::<1>(
+                    _mm512_set1_epi32(h.add(b).read() as i32),
+                    _mm256_set1_epi32(h.add(b + 1).read() as i32),
+                ),
+            )
+        };
+        [
+            self.widen(packed, self.sixteens(words, self.firsts)),
+            self.widen(
+                _mm256_srli_epi16::<4>(packed),
+                self.sixteens(words, self.seconds),
+            ),
+        ]
+    }
+
+    /// Block `b` alone: its low halves, then its high ones, which are its values in order;
+    /// its word's bits for both.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn block(&self, w: *const u8, h: *const u32, b: usize) -> __m512i {
+        // SAFETY: the caller asks for a block the row holds.
+        let (nibbles, word) = unsafe { (_mm_loadu_si128(w.add(b * 16).cast()), h.add(b).read()) };
+        let shifts = _mm512_inserti64x4::<1>(self.firsts, _mm512_castsi512_si256(self.seconds));
+        let word = _mm512_set1_epi32(word as i32);
+        self.widen(nibbles_in_order(nibbles), self.sixteens(word, shifts))
+    }
+}
+
 /// 6-bit values as the kernels widen them: a unit of 32 values is two blocks of 16, 16
 /// bytes of nibbles and 8 of crumbs.
 struct SixBitWidening {
@@ -409,60 +491,18 @@ macro_rules! kernel {
                                 let w = nibbles.as_ptr().add(row * cols / 2);
                                 let h = high.as_ptr().add(row * blocks);
                                 let v = prepared.paired.as_ptr();
-                                let low_bits = _mm256_set1_epi8(0x0F);
-                                let zero = _mm512_set1_epi16(i16::from(zero));
-                                let bottoms = _mm512_set1_epi32(0x0001_0001);
-                                // Sixteen where a value's fifth bit is set: lane pair `d` of each
-                                // half takes bits `shift` and `16 + shift` of its block's word
-                                // (see `fifth_bit`), the first half's word in `words`' low lanes.
-                                let sixteens = |words: __m512i, shifts: __m512i| {
-                                    let bits =
-                                        _mm512_and_si512(_mm512_srlv_epi32(words, shifts), bottoms);
-                                    _mm512_slli_epi16::<4>(bits)
-                                };
-                                let firsts = _mm512_setr_epi32(
-                                    0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7,
-                                );
-                                let seconds = _mm512_add_epi32(firsts, _mm512_set1_epi32(8));
-                                let widen = |bytes: __m256i, high: __m512i| {
-                                    let values =
-                                        _mm512_cvtepu8_epi16(_mm256_and_si256(bytes, low_bits));
-                                    _mm512_sub_epi16(_mm512_or_si512(values, high), zero)
-                                };
+                                let widen = FiveBitWidening::new(zero);
                                 add_blocks!(
                                     totals,
                                     blocks,
                                     combined,
                                     |b| 2: [{
-                                        prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
-                                        let packed = _mm256_loadu_si256(w.add(b * 16).cast());
-                                        let words = _mm512_inserti64x4::<1>(
-                                            _mm512_set1_epi32(h.add(b).read() as i32),
-                                            _mm256_set1_epi32(h.add(b + 1).read() as i32),
-                                        );
-                                        let first = widen(packed, sixteens(words, firsts));
-                                        let second = widen(
-                                            _mm256_srli_epi16::<4>(packed),
-                                            sixteens(words, seconds),
-                                        );
+                                        let [first, second] = widen.pair(w, h, b);
                                         pair(first, second, v.add(b * 32))
                                     }],
                                     1: {
-                                        // One block: its low halves, then its high ones, which are
-                                        // its values in order; its word's bits for both.
-                                        let both =
-                                            nibbles_in_order(_mm_loadu_si128(w.add(b * 16).cast()));
-                                        let shifts = _mm512_inserti64x4::<1>(
-                                            firsts,
-                                            _mm512_castsi512_si256(seconds),
-                                        );
-                                        let word = _mm512_set1_epi32(h.add(b).read() as i32);
-                                        let ordered = widen(both, sixteens(word, shifts));
-                                        dot(
-                                            _mm512_setzero_si512(),
-                                            ordered,
-                                            _mm512_loadu_si512(v.add(b * 32).cast()),
-                                        )
+                                        let xs = _mm512_loadu_si512(v.add(b * 32).cast());
+                                        dot(_mm512_setzero_si512(), widen.block(w, h, b), xs)
                                     }
                                 );
                             }
@@ -504,15 +544,15 @@ macro_rules! kernel {
 
 macro_rules! kernel_together {
     ($name:ident, $features:literal, $dot:expr) => {
-        /// [`rows_dot`]'s work for `V` activation rows at once, on 4-bit weights or bytes in
-        /// blocks of 32, or 6-bit weights in blocks of 16: each step's weights are loaded and
+        /// [`rows_dot`]'s work for `V` activation rows at once, on 4- and 5-bit weights or
+        /// bytes in blocks of 32, or 6-bit weights in blocks of 16: each step's weights are loaded and
         /// widened once for all the rows, then dotted with each row's activations. Each
         /// row's integer sums, scalings and additions are the single-row kernel's, in its
         /// order, so every output is bit for bit what it is alone.
         ///
         /// # Safety
         /// As for [`rows_dot`], for each activation row with its output; `weight` holds
-        /// 4-bit values or bytes in blocks of 32, or 6-bit values in blocks of 16.
+        /// 4- or 5-bit values or bytes in blocks of 32, or 6-bit values in blocks of 16.
         #[target_feature(enable = $features)]
         pub unsafe fn $name<const V: usize>(
             weight: Ints<'_>,
@@ -689,8 +729,15 @@ macro_rules! kernel_together {
                                     }
                                 }
                             }
-                            Ints::FiveBits { .. } => {
-                                unreachable!("the caller passes 4- or 6-bit weights or bytes")
+                            Ints::FiveBits {
+                                nibbles,
+                                high,
+                                zero,
+                            } => {
+                                let w = nibbles.as_ptr().add(row * cols / 2);
+                                let h = high.as_ptr().add(row * blocks);
+                                let widen = FiveBitWidening::new(zero);
+                                add_blocks_of_each!(|b| widen.pair(w, h, b), widen.block(w, h, b));
                             }
                         }
                     }
