@@ -394,10 +394,11 @@ impl IntegerActivations {
     }
 }
 
-/// [`rows_dot_integer`] for each activation row of `xs` into its `outs`: with the AVX-512
-/// kernel, 4-, 5- and 6-bit weights and bytes in blocks of 32 are widened once for up to
-/// [`integer_avx512::TOGETHER`] rows, which costs the later rows only their products (see
-/// `integer_avx512::rows_dot_together`).
+/// [`rows_dot_integer`] for each activation row of `xs` into its `outs`, the weights widened
+/// once for up to [`integer_avx512::TOGETHER`] rows, which costs the later rows only their
+/// products: every integer type on AVX2 (`avx2::rows_dot_q8` and its siblings), and on
+/// AVX-512 4-, 5- and 6-bit weights and bytes in blocks of 32
+/// (`integer_avx512::rows_dot_together`). Each row's sums are the ones it gets alone.
 ///
 /// # Safety
 /// As for [`rows_dot_integer`], for each activation row and its output.
@@ -411,41 +412,26 @@ unsafe fn rows_dot_integers(
     outs: &mut [&mut [f32]],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if let (IntegerKernel::Avx512 { vnni }, true, 2..) = (
-        kernel,
-        match weight {
-            Ints::Nibbles { .. } | Ints::FiveBits { .. } | Ints::SixBits { .. } => true,
-            Ints::Bytes(_) => xs.first().is_some_and(|x| x.ints.block == 32),
-        },
-        xs.len(),
-    ) {
-        let prepared: Option<Vec<(&BlockInts, &integer_avx512::Activations)>> = xs
-            .iter()
-            .map(|x| Some((&x.ints, x.avx512.as_ref()?)))
-            .collect();
-        if let Some(prepared) = prepared {
-            let at_once = integer_avx512::TOGETHER;
-            for (xs, outs) in prepared.chunks(at_once).zip(outs.chunks_mut(at_once)) {
-                // SAFETY: the caller's guarantees are the kernel's.
-                unsafe {
-                    match xs.len() {
-                        1 => {
-                            rows_dot_together::<1>(vnni, weight, scales, offsets, xs, buffer, outs)
-                        }
-                        2 => {
-                            rows_dot_together::<2>(vnni, weight, scales, offsets, xs, buffer, outs)
-                        }
-                        3 => {
-                            rows_dot_together::<3>(vnni, weight, scales, offsets, xs, buffer, outs)
-                        }
-                        _ => {
-                            rows_dot_together::<4>(vnni, weight, scales, offsets, xs, buffer, outs)
-                        }
-                    }
+    if xs.len() > 1
+        && match (kernel, weight) {
+            (IntegerKernel::Avx2, _) => true,
+            (IntegerKernel::Avx512 { .. }, Ints::Bytes(_)) => xs[0].ints.block == 32,
+            (IntegerKernel::Avx512 { .. }, _) => true,
+        }
+    {
+        let at_once = integer_avx512::TOGETHER;
+        for (xs, outs) in xs.chunks(at_once).zip(outs.chunks_mut(at_once)) {
+            // SAFETY: the caller's guarantees are the kernel's.
+            unsafe {
+                match xs.len() {
+                    1 => rows_dot_together::<1>(kernel, weight, scales, offsets, xs, buffer, outs),
+                    2 => rows_dot_together::<2>(kernel, weight, scales, offsets, xs, buffer, outs),
+                    3 => rows_dot_together::<3>(kernel, weight, scales, offsets, xs, buffer, outs),
+                    _ => rows_dot_together::<4>(kernel, weight, scales, offsets, xs, buffer, outs),
                 }
             }
-            return;
         }
+        return;
     }
     for (x, out) in xs.iter().zip(outs.iter_mut()) {
         // SAFETY: the caller's guarantees.
@@ -453,31 +439,45 @@ unsafe fn rows_dot_integers(
     }
 }
 
-/// `integer_avx512::rows_dot_together` for `V` activation rows.
+/// [`rows_dot_integers`]' work for a group of `V` activation rows.
 ///
 /// # Safety
-/// As for [`rows_dot_integer`]; `xs` and `outs` hold `V` rows each.
+/// As for [`rows_dot_integer`]; `xs` and `outs` hold `V` rows each, and with the AVX-512
+/// kernel `weight` is of a type `integer_avx512::rows_dot_together` takes.
 #[cfg(target_arch = "x86_64")]
 unsafe fn rows_dot_together<const V: usize>(
-    vnni: bool,
+    kernel: IntegerKernel,
     weight: Ints<'_>,
     scales: Factors<'_>,
     offsets: Option<Factors<'_>>,
-    xs: &[(&BlockInts, &integer_avx512::Activations)],
+    xs: &[IntegerActivations],
     buffer: &mut Vec<f32>,
     outs: &mut [&mut [f32]],
 ) {
-    let (Ok(xs), Ok(outs)) = (<[_; V]>::try_from(xs), <&mut [_; V]>::try_from(outs)) else {
+    let Ok(outs) = <&mut [_; V]>::try_from(outs) else {
         unreachable!("the caller passes V activation rows and V outputs");
     };
-    // SAFETY: the caller's guarantees are the kernel's.
+    let prepared: Option<Vec<(&BlockInts, &integer_avx512::Activations)>> = xs
+        .iter()
+        .map(|x| Some((&x.ints, x.avx512.as_ref()?)))
+        .collect();
+    // SAFETY: the caller's guarantees are the kernels'.
     unsafe {
-        match vnni {
-            true => integer_avx512::rows_dot_together_vnni::<V>(
-                weight, scales, offsets, xs, buffer, outs,
-            ),
-            false => {
+        match (kernel, prepared.map(<[_; V]>::try_from)) {
+            (IntegerKernel::Avx512 { vnni: true }, Some(Ok(xs))) => {
+                integer_avx512::rows_dot_together_vnni::<V>(
+                    weight, scales, offsets, xs, buffer, outs,
+                )
+            }
+            (IntegerKernel::Avx512 { vnni: false }, Some(Ok(xs))) => {
                 integer_avx512::rows_dot_together::<V>(weight, scales, offsets, xs, buffer, outs)
+            }
+            _ => {
+                let xs: Vec<&BlockInts> = xs.iter().map(|x| &x.ints).collect();
+                let Ok(xs) = <[_; V]>::try_from(xs) else {
+                    unreachable!("the caller passes V activation rows and V outputs");
+                };
+                rows_dot_avx2::<V>(weight, scales, offsets, buffer, xs, outs)
             }
         }
     }
@@ -505,75 +505,107 @@ unsafe fn rows_dot_integer(
     #[cfg(target_arch = "x86_64")]
     // SAFETY: the caller's guarantees are each kernel's.
     unsafe {
-        let (prepared, x) = (&x.avx512, &x.ints);
-        macro_rules! run {
-            ($halves:literal, $scales:expr, $weight:expr, $out:expr) => {{
-                let scales = $scales.as_ptr().cast::<u8>();
-                match $weight {
-                    Ints::Bytes(weight) if x.block == 16 => {
-                        avx2::rows_dot_q8::<16, $halves>(weight, scales, x, $out)
-                    }
-                    Ints::Bytes(weight) => {
-                        avx2::rows_dot_q8::<32, $halves>(weight, scales, x, $out)
-                    }
-                    Ints::Nibbles { values, zero } => {
-                        avx2::rows_dot_packed::<$halves>(values, &[], zero, scales, x, $out)
-                    }
-                    Ints::FiveBits {
-                        nibbles,
-                        high,
-                        zero,
-                    } => avx2::rows_dot_packed::<$halves>(nibbles, high, zero, scales, x, $out),
-                    Ints::SixBits {
-                        nibbles,
-                        crumbs,
-                        zero,
-                    } => avx2::rows_dot_six_bits::<$halves>(nibbles, crumbs, zero, scales, x, $out),
-                }
-            }};
-        }
-        match (kernel, prepared) {
+        match (kernel, &x.avx512) {
             (IntegerKernel::Avx512 { vnni: true }, Some(prepared)) => {
-                return integer_avx512::rows_dot_vnni(
-                    weight, scales, offsets, x, prepared, buffer, out,
-                );
+                integer_avx512::rows_dot_vnni(
+                    weight, scales, offsets, &x.ints, prepared, buffer, out,
+                )
             }
             (IntegerKernel::Avx512 { vnni: false }, Some(prepared)) => {
-                return integer_avx512::rows_dot(weight, scales, offsets, x, prepared, buffer, out);
+                integer_avx512::rows_dot(weight, scales, offsets, &x.ints, prepared, buffer, out)
             }
-            _ => {}
-        }
-        // A few rows at a time, so that factors widened to f32 (a K type's) are still in the
-        // first-level cache when the kernel reads them: widened a task's rows at once, they
-        // passed through memory once more.
-        let (cols, blocks) = (x.values.len(), x.scales.len());
-        let widened = matches!(scales, Factors::Scaled { .. })
-            || offsets.is_some_and(|offsets| !matches!(offsets, Factors::F32(_)));
-        let rows_at_once = match widened {
-            true => AVX2_ROWS_AT_ONCE,
-            // One call: the kernel's prefetching restarts with each.
-            false => out.len().max(1),
-        };
-        for (part, out) in out.chunks_mut(rows_at_once).enumerate() {
-            let first = part * rows_at_once;
-            let weight = weight.rows(first, out.len(), cols);
-            let factors = first * blocks..(first + out.len()) * blocks;
-            match scales.range(factors.clone()) {
-                Factors::F32(scales) => run!(false, scales, weight, out),
-                Factors::F16(scales) => run!(true, scales, weight, out),
-                scales @ Factors::Scaled { .. } => {
-                    run!(false, scales.f32s(0..scales.len(), buffer), weight, out)
-                }
-            }
-            if let Some(offsets) = offsets {
-                add_offset_terms(offsets.range(factors), &x.sums, buffer, out);
-            }
+            _ => rows_dot_avx2::<1>(weight, scales, offsets, buffer, [&x.ints], &mut [out]),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (kernel, weight, scales, offsets, buffer, x, out);
         unreachable!("integer_kernel is None off x86-64");
+    }
+}
+
+/// The AVX2 kernels' products of `weight` with each of the `V` activation rows `xs`,
+/// offsets included, into `outs`.
+///
+/// # Safety
+/// As for [`rows_dot_integer`], for each activation row and its output; the CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows_dot_avx2<const V: usize>(
+    weight: Ints<'_>,
+    scales: Factors<'_>,
+    offsets: Option<Factors<'_>>,
+    buffer: &mut Vec<f32>,
+    xs: [&BlockInts; V],
+    outs: &mut [&mut [f32]; V],
+) {
+    macro_rules! run {
+        ($halves:literal, $scales:expr, $weight:expr, $outs:expr) => {{
+            let scales = $scales.as_ptr().cast::<u8>();
+            // SAFETY: the caller's guarantees are the kernels'.
+            unsafe {
+                match $weight {
+                    Ints::Bytes(weight) if xs[0].block == 16 => {
+                        avx2::rows_dot_q8::<16, $halves, V>(weight, scales, xs, $outs)
+                    }
+                    Ints::Bytes(weight) => {
+                        avx2::rows_dot_q8::<32, $halves, V>(weight, scales, xs, $outs)
+                    }
+                    Ints::Nibbles { values, zero } => {
+                        avx2::rows_dot_packed::<$halves, V>(values, &[], zero, scales, xs, $outs)
+                    }
+                    Ints::FiveBits {
+                        nibbles,
+                        high,
+                        zero,
+                    } => {
+                        avx2::rows_dot_packed::<$halves, V>(nibbles, high, zero, scales, xs, $outs)
+                    }
+                    Ints::SixBits {
+                        nibbles,
+                        crumbs,
+                        zero,
+                    } => avx2::rows_dot_six_bits::<$halves, V>(
+                        nibbles, crumbs, zero, scales, xs, $outs,
+                    ),
+                }
+            }
+        }};
+    }
+    // A few rows at a time, so that factors widened to f32 (a K type's) are still in the
+    // first-level cache when the kernel reads them: widened a task's rows at once, they
+    // passed through memory once more.
+    let (cols, blocks) = (xs[0].values.len(), xs[0].scales.len());
+    let widened = matches!(scales, Factors::Scaled { .. })
+        || offsets.is_some_and(|offsets| !matches!(offsets, Factors::F32(_)));
+    let rows = outs[0].len();
+    let rows_at_once = match widened {
+        true => AVX2_ROWS_AT_ONCE,
+        // One call: the kernel's prefetching restarts with each.
+        false => rows.max(1),
+    };
+    for first in (0..rows).step_by(rows_at_once) {
+        let len = rows_at_once.min(rows - first);
+        let weight = weight.rows(first, len, cols);
+        let factors = first * blocks..(first + len) * blocks;
+        let mut parts = outs.each_mut().map(|out| &mut out[first..first + len]);
+        match scales.range(factors.clone()) {
+            Factors::F32(scales) => run!(false, scales, weight, &mut parts),
+            Factors::F16(scales) => run!(true, scales, weight, &mut parts),
+            scales @ Factors::Scaled { .. } => {
+                run!(
+                    false,
+                    scales.f32s(0..scales.len(), buffer),
+                    weight,
+                    &mut parts
+                )
+            }
+        }
+        if let Some(offsets) = offsets {
+            for (x, out) in xs.iter().zip(parts) {
+                add_offset_terms(offsets.range(factors.clone()), &x.sums, buffer, out);
+            }
+        }
     }
 }
 
@@ -715,7 +747,9 @@ mod avx2 {
     /// Each block of `BLOCK` (16 or 32) weights is widened to 16 bits and multiplied by the
     /// activations' integers into exact 32-bit sums, which then take both scales in f32.
     /// Alternate blocks go to two f32 totals, so that one block's multiply-add need not wait
-    /// for the last one's.
+    /// for the last one's. The weights are widened once for the `V` activation rows of `xs`,
+    /// each of which sums as it does alone (`V = 1`): several sequences decoded together read
+    /// each weight once.
     ///
     /// The block is fixed and the loop runs on raw pointers: written for any block through
     /// slices, the same arithmetic compiled to bounds checks, a multiply per block and
@@ -723,31 +757,33 @@ mod avx2 {
     /// the bf16 kernel.
     ///
     /// # Safety
-    /// `BLOCK` must be a multiple of 16, `x` be rounded in blocks of `BLOCK`, `weight` hold
-    /// `out.len()` rows of `x.values.len()` integers and `scales` one per block of them, f16
-    /// when `F16_SCALES`, else f32.
+    /// `BLOCK` must be a multiple of 16, each of `xs` be rounded in blocks of `BLOCK`, `weight`
+    /// hold `outs[v].len()` rows of `xs[v].values.len()` integers (the same for every `v`) and
+    /// `scales` one per block of them, f16 when `F16_SCALES`, else f32.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows_dot_q8<const BLOCK: usize, const F16_SCALES: bool>(
+    pub unsafe fn rows_dot_q8<const BLOCK: usize, const F16_SCALES: bool, const V: usize>(
         weight: &[i8],
         scales: *const u8,
-        x: &BlockInts,
-        out: &mut [f32],
+        xs: [&BlockInts; V],
+        outs: &mut [&mut [f32]; V],
     ) {
-        let cols = x.values.len();
+        let cols = xs[0].values.len();
         let blocks = cols / BLOCK;
-        for (row, y) in out.iter_mut().enumerate() {
-            // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
-            let total = unsafe {
-                row_total::<BLOCK, 8, F16_SCALES>(
+        for row in 0..outs[0].len() {
+            // SAFETY: `row` is one of the outputs' rows, and the caller guarantees the sizes.
+            let totals = unsafe {
+                row_totals::<BLOCK, 8, F16_SCALES, V>(
                     weight.as_ptr().add(row * cols).cast(),
                     std::ptr::null(),
                     0,
                     scales.add(row * blocks * scale_bytes::<F16_SCALES>()),
-                    x,
+                    &xs,
                     blocks,
                 )
             };
-            *y += horizontal_sum(total);
+            for (out, total) in outs.iter_mut().zip(totals) {
+                out[row] += horizontal_sum(total);
+            }
         }
     }
 
@@ -761,43 +797,45 @@ mod avx2 {
     /// As [`rows_dot_q8`] with blocks of 32, `nibbles` holding half a byte per value and
     /// `high`, unless empty, a word per block.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows_dot_packed<const F16_SCALES: bool>(
+    pub unsafe fn rows_dot_packed<const F16_SCALES: bool, const V: usize>(
         nibbles: &[u8],
         high: &[u32],
         zero: u8,
         scales: *const u8,
-        x: &BlockInts,
-        out: &mut [f32],
+        xs: [&BlockInts; V],
+        outs: &mut [&mut [f32]; V],
     ) {
-        let cols = x.values.len();
+        let cols = xs[0].values.len();
         let blocks = cols / 32;
-        for (row, y) in out.iter_mut().enumerate() {
+        for row in 0..outs[0].len() {
             let (nibbles, scales) = (
                 nibbles.as_ptr().wrapping_add(row * cols / 2),
                 scales.wrapping_add(row * blocks * scale_bytes::<F16_SCALES>()),
             );
-            // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
-            let total = unsafe {
+            // SAFETY: `row` is one of the outputs' rows, and the caller guarantees the sizes.
+            let totals = unsafe {
                 match high.is_empty() {
-                    true => row_total::<32, 4, F16_SCALES>(
+                    true => row_totals::<32, 4, F16_SCALES, V>(
                         nibbles,
                         std::ptr::null(),
                         zero,
                         scales,
-                        x,
+                        &xs,
                         blocks,
                     ),
-                    false => row_total::<32, 5, F16_SCALES>(
+                    false => row_totals::<32, 5, F16_SCALES, V>(
                         nibbles,
                         high.as_ptr().add(row * blocks).cast(),
                         zero,
                         scales,
-                        x,
+                        &xs,
                         blocks,
                     ),
                 }
             };
-            *y += horizontal_sum(total);
+            for (out, total) in outs.iter_mut().zip(totals) {
+                out[row] += horizontal_sum(total);
+            }
         }
     }
 
@@ -808,29 +846,31 @@ mod avx2 {
     /// As [`rows_dot_q8`] with blocks of 16, `nibbles` holding half a byte per value and
     /// `crumbs` a quarter.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows_dot_six_bits<const F16_SCALES: bool>(
+    pub unsafe fn rows_dot_six_bits<const F16_SCALES: bool, const V: usize>(
         nibbles: &[u8],
         crumbs: &[u8],
         zero: u8,
         scales: *const u8,
-        x: &BlockInts,
-        out: &mut [f32],
+        xs: [&BlockInts; V],
+        outs: &mut [&mut [f32]; V],
     ) {
-        let cols = x.values.len();
+        let cols = xs[0].values.len();
         let blocks = cols / 16;
-        for (row, y) in out.iter_mut().enumerate() {
-            // SAFETY: `row < out.len()`, and the caller guarantees the sizes.
-            let total = unsafe {
-                row_total::<16, 6, F16_SCALES>(
+        for row in 0..outs[0].len() {
+            // SAFETY: `row` is one of the outputs' rows, and the caller guarantees the sizes.
+            let totals = unsafe {
+                row_totals::<16, 6, F16_SCALES, V>(
                     nibbles.as_ptr().add(row * cols / 2),
                     crumbs.as_ptr().add(row * cols / 4),
                     zero,
                     scales.add(row * blocks * scale_bytes::<F16_SCALES>()),
-                    x,
+                    &xs,
                     blocks,
                 )
             };
-            *y += horizontal_sum(total);
+            for (out, total) in outs.iter_mut().zip(totals) {
+                out[row] += horizontal_sum(total);
+            }
         }
     }
 
@@ -839,112 +879,121 @@ mod avx2 {
         if F16_SCALES { 2 } else { 4 }
     }
 
-    /// One row's blocks, its lanes not yet summed. f16 scales are widened here, one per
-    /// block: widened a task's rows at a time into a buffer, they cost 10% of a Q4_0 decode.
+    /// One row's blocks against each of `xs`, their lanes not yet summed. f16 scales are
+    /// widened here, one per block: widened a task's rows at a time into a buffer, they cost
+    /// 10% of a Q4_0 decode.
     ///
     /// # Safety
     /// `row` must point to `blocks · BLOCK` integers of `BITS` bits (bytes, or in blocks of
     /// 32 nibbles, less `zero`, with `high` pointing to a word of fifth bits per block when
-    /// `BITS` is 5; for 6 bits, blocks of 16 and `high` the crumbs), `scales` to `blocks`
-    /// f16 (`F16_SCALES`) or f32 values, and `x` hold as many values and scales.
+    /// `BITS` is 5; for 6 bits, blocks of 16 in units of two and `high` the crumbs), `scales`
+    /// to `blocks` f16 (`F16_SCALES`) or f32 values, and each of `xs` hold as many values and
+    /// scales.
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn row_total<const BLOCK: usize, const BITS: u32, const F16_SCALES: bool>(
+    unsafe fn row_totals<
+        const BLOCK: usize,
+        const BITS: u32,
+        const F16_SCALES: bool,
+        const V: usize,
+    >(
         row: *const u8,
         high: *const u8,
         zero: u8,
         scales: *const u8,
-        x: &BlockInts,
+        xs: &[&BlockInts; V],
         blocks: usize,
-    ) -> __m256 {
-        let (values, x_scales) = (x.values.as_ptr(), x.scales.as_ptr());
+    ) -> [__m256; V] {
         let zero = _mm256_set1_epi16(i16::from(zero));
-        // SAFETY (for `block` and the loop below): b < blocks, so block `b` lies inside
-        // `row`, `scales`, `values` and `x_scales`.
-        let block = |b: usize| unsafe {
-            let v = values.add(b * BLOCK).cast::<__m256i>();
-            // Sixteen weights per step: 32-bit sums of pairs of their products.
+        // SAFETY (for the closures and the loop below): b < blocks, so block `b` lies inside
+        // `row`, `high`, `scales` and each of `xs`; for 6 bits, `b` is even and begins a unit.
+        // Block `b`'s weights in 16 bits, sixteen per vector (the second unused for 16).
+        let widened = |b: usize| unsafe {
+            match BITS {
+                8 => {
+                    let w = row.add(b * BLOCK).cast::<__m128i>();
+                    std::array::from_fn(|step| match step < BLOCK / 16 {
+                        true => _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(step))),
+                        false => _mm256_setzero_si256(),
+                    })
+                }
+                _ => {
+                    let packed = _mm_loadu_si128(row.add(b * BLOCK / 2).cast::<__m128i>());
+                    match BITS {
+                        4 => unpack_nibbles(packed, zero),
+                        5 => unpack_five_bits(packed, high.cast::<u32>().add(b).read(), zero),
+                        _ => {
+                            let crumbs = high.add(b * BLOCK / 4).cast::<u64>().read_unaligned();
+                            unpack_six_bits(packed, crumbs, zero)
+                        }
+                    }
+                }
+            }
+        };
+        // Block `b` of activation row `v` against its widened weights: sixteen weights per
+        // step, 32-bit sums of pairs of their products.
+        let block_sum = |weights: &[__m256i; 2], v: usize, b: usize| unsafe {
+            let values = xs[v].values.as_ptr().add(b * BLOCK).cast::<__m256i>();
             let mut sum = _mm256_setzero_si256();
-            if BITS < 8 {
-                let packed = _mm_loadu_si128(row.add(b * BLOCK / 2).cast::<__m128i>());
-                let halves = match BITS {
-                    4 => unpack_nibbles(packed, zero),
-                    _ => unpack_five_bits(packed, high.cast::<u32>().add(b).read(), zero),
-                };
-                for (step, half) in halves.into_iter().enumerate() {
-                    let products = _mm256_madd_epi16(half, _mm256_loadu_si256(v.add(step)));
-                    sum = _mm256_add_epi32(sum, products);
-                }
-            } else {
-                let w = row.add(b * BLOCK).cast::<__m128i>();
-                for step in 0..BLOCK / 16 {
-                    let products = _mm256_madd_epi16(
-                        _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(step))),
-                        _mm256_loadu_si256(v.add(step)),
-                    );
-                    sum = _mm256_add_epi32(sum, products);
-                }
+            for (step, weights) in weights.iter().take(BLOCK / 16).enumerate() {
+                let products = _mm256_madd_epi16(*weights, _mm256_loadu_si256(values.add(step)));
+                sum = _mm256_add_epi32(sum, products);
             }
             _mm256_cvtepi32_ps(sum)
         };
-        // SAFETY: blocks `b` and `b + 1` lie inside `scales` and `x_scales`.
-        // Both blocks' weight scale × activation scale, each in all lanes.
-        let two_scales = |b: usize| unsafe {
-            let weight = if F16_SCALES {
+        // Blocks `b` and `b + 1`'s weight scales, in the low lanes.
+        let two_weight_scales = |b: usize| unsafe {
+            if F16_SCALES {
                 let bits = scales.add(b * 2).cast::<i32>().read_unaligned();
                 _mm_cvtph_ps(_mm_cvtsi32_si128(bits))
             } else {
                 _mm_castsi128_ps(_mm_loadl_epi64(scales.add(b * 4).cast()))
-            };
-            let both = _mm_mul_ps(
-                weight,
-                _mm_castsi128_ps(_mm_loadl_epi64(x_scales.add(b).cast())),
-            );
-            [
-                _mm256_broadcastss_ps(both),
-                _mm256_broadcastss_ps(_mm_movehdup_ps(both)),
-            ]
+            }
         };
-        // SAFETY: block `b` lies inside `scales` and `x_scales`.
-        let scale = |b: usize| unsafe {
-            let weight = if F16_SCALES {
+        // Block `b`'s weight scale.
+        let weight_scale = |b: usize| unsafe {
+            if F16_SCALES {
                 let bits = scales.cast::<u16>().add(b).read_unaligned();
                 _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
             } else {
                 scales.cast::<f32>().add(b).read_unaligned()
-            };
-            _mm256_set1_ps(weight * *x_scales.add(b))
+            }
         };
-        let mut totals = [_mm256_setzero_ps(); 2];
+        let mut totals = [[_mm256_setzero_ps(); 2]; V];
         let mut b = 0;
         while b + 2 <= blocks {
             // Two blocks of 32 bytes are one 64-byte line (of 16 bytes or nibbles, half).
             let bytes = if BITS < 8 { b * BLOCK / 2 } else { b * BLOCK };
             prefetch(row.wrapping_add(bytes), PREFETCH_BYTES_Q8);
-            let sums = match BITS {
-                // SAFETY: the unit of blocks `b` and `b + 1` lies inside `row`, `high` and
-                // `values`.
-                6 => unsafe {
-                    let v = values.add(b * BLOCK).cast::<__m256i>();
-                    let packed = _mm_loadu_si128(row.add(b * BLOCK / 2).cast());
-                    let crumbs = high.add(b * BLOCK / 4).cast::<u64>().read_unaligned();
-                    let [first, second] = unpack_six_bits(packed, crumbs, zero);
-                    [
-                        _mm256_cvtepi32_ps(_mm256_madd_epi16(first, _mm256_loadu_si256(v))),
-                        _mm256_cvtepi32_ps(_mm256_madd_epi16(second, _mm256_loadu_si256(v.add(1)))),
-                    ]
-                },
-                _ => [block(b), block(b + 1)],
+            // A unit of 6-bit values is both blocks, sixteen values each.
+            let weights: [[__m256i; 2]; 2] = match BITS {
+                6 => widened(b).map(|half| [half, _mm256_setzero_si256()]),
+                _ => [widened(b), widened(b + 1)],
             };
-            for ((total, sum), scale) in totals.iter_mut().zip(sums).zip(two_scales(b)) {
-                *total = _mm256_fmadd_ps(sum, scale, *total);
+            let weight_scales = two_weight_scales(b);
+            for (v, totals) in totals.iter_mut().enumerate() {
+                // SAFETY: blocks `b` and `b + 1` lie inside `xs[v]`'s scales.
+                let x_scales = unsafe { _mm_loadl_epi64(xs[v].scales.as_ptr().add(b).cast()) };
+                // Both blocks' weight scale × activation scale, each in all lanes.
+                let both = _mm_mul_ps(weight_scales, _mm_castsi128_ps(x_scales));
+                let scales = [
+                    _mm256_broadcastss_ps(both),
+                    _mm256_broadcastss_ps(_mm_movehdup_ps(both)),
+                ];
+                for (i, (total, scale)) in totals.iter_mut().zip(scales).enumerate() {
+                    *total = _mm256_fmadd_ps(block_sum(&weights[i], v, b + i), scale, *total);
+                }
             }
             b += 2;
         }
         if b < blocks {
-            totals[0] = _mm256_fmadd_ps(block(b), scale(b), totals[0]);
+            let weights = widened(b);
+            for (v, [total, _]) in totals.iter_mut().enumerate() {
+                let scale = _mm256_set1_ps(weight_scale(b) * xs[v].scales[b]);
+                *total = _mm256_fmadd_ps(block_sum(&weights, v, b), scale, *total);
+            }
         }
-        _mm256_add_ps(totals[0], totals[1])
+        totals.map(|[even, odd]| _mm256_add_ps(even, odd))
     }
 }
 
@@ -1299,9 +1348,13 @@ mod tests {
                         &format!("{kernel:?}"),
                     );
                     // Five activation rows at once (four together, then one): each gets the
-                    // bits it gets alone.
+                    // bits it gets alone. Seeds apart in high bits: seeds under the block's
+                    // length give every row the same values in another order within each
+                    // block, and so the same activation scales.
                     let xs: Vec<IntegerActivations> = (0..5)
-                        .map(|k| IntegerActivations::of(&values(cols, 20 + k), block, kernel))
+                        .map(|k| {
+                            IntegerActivations::of(&values(cols, (20 + k) << 16), block, kernel)
+                        })
                         .collect();
                     let run = |xs: &[IntegerActivations]| {
                         let mut outs = vec![vec![1.0f32; rows]; xs.len()];
