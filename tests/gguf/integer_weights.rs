@@ -146,11 +146,13 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
 fn a_tensor_of_one_type_is_split_straight_into_its_bits_and_factors() {
     // Each alone, as a file stores a projection: the query's rows reordered within heads.
     // The 4-bit types go into nibbles (Q4_0's signed values shifted by 8), Q6_K into six
-    // bits, Q5_K into bytes (packed later); the K types keep their super-block's base and
-    // each block's step as the file holds them.
+    // bits, Q5 and Q8_0 into bytes (packed later); the K types keep their super-block's base
+    // and each block's step as the file holds them.
     for (ty, scale_at, zero, per) in [
         (GgmlType::Q4_0, vec![0], Some(8), None),
         (GgmlType::Q4_1, vec![0, 2], Some(0), None),
+        (GgmlType::Q5_0, vec![0], None, None),
+        (GgmlType::Q8_0, vec![0], None, None),
         (GgmlType::Q4_K, vec![0, 2], Some(0), Some(8)),
         (GgmlType::Q5_K, vec![0, 2], None, Some(8)),
         (GgmlType::Q6_K, vec![208], None, Some(16)),
@@ -169,14 +171,16 @@ fn a_tensor_of_one_type_is_split_straight_into_its_bits_and_factors() {
         match (&integers.values, zero) {
             (IntegerValues::Nibbles { zero: z, .. }, Some(zero)) => assert_eq!(*z, zero),
             (IntegerValues::SixBits { zero: 32, .. }, None) if ty == GgmlType::Q6_K => {}
-            (IntegerValues::Bytes(_), None) if ty == GgmlType::Q5_K => {}
+            (IntegerValues::Bytes(_), None)
+                if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_K | GgmlType::Q8_0) => {}
             _ => panic!("{ty:?} is held in another form"),
         }
-        let held_per = match &integers.scales {
-            BlockFactors::Scaled { per, .. } => Some(*per),
-            _ => None,
-        };
-        assert_eq!(held_per, per, "{ty:?}");
+        // The others' f16 scales (and minimums) stay f16.
+        match (&integers.scales, per) {
+            (BlockFactors::Scaled { per: held, .. }, Some(per)) => assert_eq!(*held, per),
+            (BlockFactors::F16(_), None) => {}
+            _ => panic!("{ty:?}'s scales are held in another form"),
+        }
         let dense = checkpoint
             .stacked(&query, DType::F32, None)
             .expect("readable")

@@ -186,12 +186,26 @@ enum ValueForm {
     SixBits,
 }
 
-/// A stack's scales and offsets as they are written: f32 per block, or for a stack of one K
-/// type as its file holds them (see `KFactors`), `per` blocks to a base.
+/// How a stack's scales and offsets are held (see `BlockFactors`): for a stack of one type,
+/// as its file holds them, f16 per block or a K type's base per `per` blocks and integer per
+/// block (see `KFactors`); f32 per block where parts of different types share a block.
+/// Written in f32 and compacted after, a 1.7B file's factors took a second pass each.
+#[derive(Clone, Copy)]
+enum FactorForm {
+    Floats,
+    Halves,
+    Scaled { per: usize },
+}
+
+/// A stack's scales and offsets as they are written, in their [`FactorForm`].
 enum FactorsOut {
     Floats {
         scales: Vec<f32>,
         offsets: Option<Vec<f32>>,
+    },
+    Halves {
+        scales: Vec<f16>,
+        offsets: Option<Vec<f16>>,
     },
     Scaled {
         per: usize,
@@ -201,13 +215,17 @@ enum FactorsOut {
 }
 
 impl FactorsOut {
-    fn new(per_base: Option<usize>, blocks: usize, has_offsets: bool) -> Self {
-        match per_base {
-            None => Self::Floats {
+    fn new(form: FactorForm, blocks: usize, has_offsets: bool) -> Self {
+        match form {
+            FactorForm::Floats => Self::Floats {
                 scales: vec![0.0; blocks],
                 offsets: has_offsets.then(|| vec![0.0; blocks]),
             },
-            Some(per) => {
+            FactorForm::Halves => Self::Halves {
+                scales: vec![f16::ZERO; blocks],
+                offsets: has_offsets.then(|| vec![f16::ZERO; blocks]),
+            },
+            FactorForm::Scaled { per } => {
                 let scaled = || (vec![f16::ZERO; blocks / per], vec![0; blocks]);
                 Self::Scaled {
                     per,
@@ -226,6 +244,11 @@ impl FactorsOut {
                 .chunks_exact_mut(per_row)
                 .zip(each_row(offsets.as_deref_mut(), per_row))
                 .map(|(scales, offsets)| RowFactors::Floats { scales, offsets })
+                .collect(),
+            Self::Halves { scales, offsets } => scales
+                .chunks_exact_mut(per_row)
+                .zip(each_row(offsets.as_deref_mut(), per_row))
+                .map(|(scales, offsets)| RowFactors::Halves { scales, offsets })
                 .collect(),
             Self::Scaled {
                 per,
@@ -258,6 +281,9 @@ impl FactorsOut {
         match self {
             Self::Floats { scales, offsets } => {
                 (BlockFactors::F32(scales), offsets.map(BlockFactors::F32))
+            }
+            Self::Halves { scales, offsets } => {
+                (BlockFactors::F16(scales), offsets.map(BlockFactors::F16))
             }
             Self::Scaled {
                 per,
@@ -302,6 +328,12 @@ enum RowFactors<'a> {
     Floats {
         scales: &'a mut [f32],
         offsets: Option<&'a mut [f32]>,
+    },
+    /// The scales (and minimums) of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, which are f16 in the
+    /// file and so are their split f32 values exactly.
+    Halves {
+        scales: &'a mut [f16],
+        offsets: Option<&'a mut [f16]>,
     },
     Scaled(KFactors<'a>),
 }
@@ -409,11 +441,14 @@ impl Checkpoint for GgufCheckpoint {
             Some(GgmlType::Q4_1 | GgmlType::Q4_K) => ValueForm::Nibbles { shift: 0 },
             _ => ValueForm::Bytes,
         };
-        let per_base = match one_type {
-            Some(ty @ (GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)) => {
-                Some(ty.block_size() / block)
-            }
-            _ => None,
+        let factor_form = match one_type {
+            Some(ty @ (GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)) => FactorForm::Scaled {
+                per: ty.block_size() / block,
+            },
+            Some(
+                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0,
+            ) => FactorForm::Halves,
+            _ => FactorForm::Floats,
         };
         let (value_bytes, nibbles, crumbs) = match value_form {
             ValueForm::Bytes => (rows * cols, 0, 0),
@@ -425,7 +460,7 @@ impl Checkpoint for GgufCheckpoint {
             vec![0u8; nibbles],
             vec![0u8; crumbs],
         );
-        let mut factors = FactorsOut::new(per_base, rows * per_row, has_offsets);
+        let mut factors = FactorsOut::new(factor_form, rows * per_row, has_offsets);
         let value_rows: Vec<RowValues<'_>> = match value_form {
             ValueForm::Bytes => values
                 .chunks_exact_mut(cols.max(1))
@@ -496,6 +531,15 @@ impl Checkpoint for GgufCheckpoint {
                         let offsets = offsets.iter_mut().flat_map(|offsets| offsets.iter_mut());
                         for (out, value) in offsets.zip(repeated(own_offsets, times)) {
                             *out = value;
+                        }
+                    }
+                    RowFactors::Halves { scales, offsets } => {
+                        for (out, &value) in scales.iter_mut().zip(own_scales.iter()) {
+                            *out = f16::from_f32(value);
+                        }
+                        let offsets = offsets.iter_mut().flat_map(|offsets| offsets.iter_mut());
+                        for (out, &value) in offsets.zip(own_offsets.iter()) {
+                            *out = f16::from_f32(value);
                         }
                     }
                     RowFactors::Scaled(factors) => {

@@ -446,9 +446,10 @@ impl Weight {
 }
 
 impl IntegerWeights {
-    /// The same weights with row `i` taken from row `source[i]`, as a checkpoint gives them
-    /// (bytes or six bits, and f32 factors, not yet compacted); `None` in another form. A
-    /// rotation over part of each head reorders the query and key rows so.
+    /// The same weights with row `i` taken from row `source[i]`, in a form a checkpoint
+    /// gives them (bytes, nibbles or six bits, with any factors; rows of whole groups of a K
+    /// type's); `None` for five bits, which are packed after. A rotation over part of each
+    /// head reorders the query and key rows so.
     pub fn with_rows_from(self, source: &[usize]) -> Option<Self> {
         fn rows_from<T: Copy>(values: &[T], source: &[usize]) -> Vec<T> {
             let width = values.len() / source.len().max(1);
@@ -466,7 +467,7 @@ impl IntegerWeights {
                 steps: rows_from(&steps, source),
                 per,
             }),
-            BlockFactors::F16(_) => None,
+            BlockFactors::F16(values) => Some(BlockFactors::F16(rows_from(&values, source))),
         };
         let values = match &self.values {
             IntegerValues::Bytes(values) => IntegerValues::Bytes(rows_from(values, source)),
