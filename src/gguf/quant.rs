@@ -221,6 +221,72 @@ pub fn split_row(ty: GgmlType, bytes: &[u8], parts: IntegerParts<'_>) -> Result<
     Ok(())
 }
 
+/// A Q4_0, Q4_1 or Q4_K row's 4-bit values as Q4_0 lays them out, unsigned as stored (Q4_0
+/// means them less 8): per block of 32, byte `i` holds value `i` in its low half and value
+/// `i + 16` in its high one. Q4_0 and Q4_1 blocks hold them so, and Q4_K's 64-value chunks hold
+/// one block in the low halves of 32 bytes and the next in the high ones. The loader keeps
+/// them so without splitting them into bytes (see `IntegerValues::Nibbles`).
+pub fn nibbles_row(ty: GgmlType, bytes: &[u8], nibbles: &mut [u8]) -> Result<(), DequantError> {
+    let values = nibbles.len() * 2;
+    check_lengths(ty, bytes, values)?;
+    let blocks = bytes.chunks_exact(ty.type_size());
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q4_1 => {
+            let at = if ty == GgmlType::Q4_0 { 2 } else { 4 };
+            for (b, out) in blocks.zip(nibbles.chunks_exact_mut(16)) {
+                out.copy_from_slice(&b[at..at + 16]);
+            }
+        }
+        GgmlType::Q4_K => {
+            let chunks = blocks.flat_map(|b| b[16..144].chunks_exact(32));
+            for (q, out) in chunks.zip(nibbles.chunks_exact_mut(32)) {
+                let (first, second) = out.split_at_mut(16);
+                for (i, (first, second)) in first.iter_mut().zip(second).enumerate() {
+                    let (low, high) = (q[i], q[i + 16]);
+                    *first = (low & 0x0F) | (high << 4);
+                    *second = (low >> 4) | (high & 0xF0);
+                }
+            }
+        }
+        _ => return Err(DequantError::Unsupported(ty)),
+    }
+    Ok(())
+}
+
+/// The f16 block scales, and minimums where it has them, of Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0
+/// as the row stores them: [`split_row`]'s factors, exactly.
+pub fn half_factors(
+    ty: GgmlType,
+    bytes: &[u8],
+    scales: &mut [f16],
+    offsets: Option<&mut [f16]>,
+) -> Result<(), DequantError> {
+    use GgmlType::*;
+    let blocks = bytes.len() / ty.type_size();
+    let fits = |factors: &[f16]| factors.len() == blocks;
+    if !matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0) {
+        return Err(DequantError::Unsupported(ty));
+    }
+    if !bytes.len().is_multiple_of(ty.type_size())
+        || !fits(scales)
+        || offsets.as_deref().is_some_and(|offsets| !fits(offsets))
+        || offsets.is_some() != ty.has_offsets()
+    {
+        return Err(DequantError::PartialBlock {
+            ty,
+            n_out: scales.len() * ty.block_size(),
+        });
+    }
+    let stored = bytes.chunks_exact(ty.type_size());
+    for (b, scale) in stored.clone().zip(scales.iter_mut()) {
+        *scale = f16::from_bits(u16_at(b, 0));
+    }
+    for (b, offset) in stored.zip(offsets.into_iter().flatten()) {
+        *offset = f16::from_bits(u16_at(b, 2));
+    }
+    Ok(())
+}
+
 /// A K type's block factors (Q4_K, Q5_K, Q6_K) as its file holds them: per super-block of
 /// 256 values a base (`d`, and `dmin` for the offsets), per block the small integer that
 /// multiplies it. Scale `b` of [`split_row`]'s row is `scales.0[b / per] · scales.1[b]` and

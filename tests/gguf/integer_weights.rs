@@ -143,11 +143,12 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
 }
 
 #[test]
-fn a_tensor_of_one_type_is_split_straight_into_its_bits_and_factors() {
+fn a_tensor_of_one_type_is_held_in_its_own_bits_and_factors() {
     // Each alone, as a file stores a projection: the query's rows reordered within heads.
-    // The 4-bit types go into nibbles (Q4_0's signed values shifted by 8), Q6_K into six
-    // bits, Q5 and Q8_0 into bytes (packed later); the K types keep their super-block's base
-    // and each block's step as the file holds them.
+    // The 4-bit types are held in nibbles as stored (Q4_0's signed values shifted by 8),
+    // Q6_K in six bits, Q5 and Q8_0 in bytes (packed later); the K types keep their
+    // super-block's base and each block's step as the file holds them, the others their f16
+    // scales.
     for (ty, scale_at, zero, per) in [
         (GgmlType::Q4_0, vec![0], Some(8), None),
         (GgmlType::Q4_1, vec![0, 2], Some(0), None),

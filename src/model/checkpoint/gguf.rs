@@ -11,11 +11,10 @@ use rayon::prelude::*;
 
 use super::{Checkpoint, LayerRole, TensorRole};
 use crate::gguf::{
-    GgmlType, GgufFile, IntegerParts, KFactors, TensorInfo, k_factors, qk_gguf_row, split_row,
+    GgmlType, GgufFile, IntegerParts, KFactors, TensorInfo, half_factors, k_factors, nibbles_row,
+    qk_gguf_row, split_row,
 };
-use crate::model::cpu::{
-    BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, pack_nibbles, pack_six_bits,
-};
+use crate::model::cpu::{BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, pack_six_bits};
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
 
@@ -172,13 +171,13 @@ struct RowScratch {
 }
 
 /// How a stack's values are held (see `IntegerValues`). Rows of one type whose values fit go
-/// straight into their bits as they are split: split to bytes and packed after, a 1.7B Q6_K
-/// file took 1.5 s more to load, and a Q4_K_M file wrote and packed twice its 4-bit values.
+/// straight into their bits: split to bytes and packed after, a 1.7B Q6_K file took 1.5 s
+/// more to load, and a Q4_K_M file wrote and packed twice its 4-bit values.
 #[derive(Clone, Copy)]
 enum ValueForm {
     Bytes,
-    /// Q4_0, Q4_1 and Q4_K, shifted as `IntegerWeights::packed` shifts them (Q4_0's signed
-    /// values by 8).
+    /// Q4_0, Q4_1 and Q4_K, as stored (see `nibbles_row`): Q4_0's signed values shifted by 8,
+    /// as `IntegerWeights::packed` shifts them.
     Nibbles {
         shift: u8,
     },
@@ -314,10 +313,7 @@ struct RowOut<'a> {
 
 enum RowValues<'a> {
     Bytes(&'a mut [i8]),
-    Nibbles {
-        nibbles: &'a mut [u8],
-        shift: u8,
-    },
+    Nibbles(&'a mut [u8]),
     SixBits {
         nibbles: &'a mut [u8],
         crumbs: &'a mut [u8],
@@ -329,8 +325,7 @@ enum RowFactors<'a> {
         scales: &'a mut [f32],
         offsets: Option<&'a mut [f32]>,
     },
-    /// The scales (and minimums) of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0, which are f16 in the
-    /// file and so are their split f32 values exactly.
+    /// The f16 scales (and minimums) of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 (see `half_factors`).
     Halves {
         scales: &'a mut [f16],
         offsets: Option<&'a mut [f16]>,
@@ -466,9 +461,9 @@ impl Checkpoint for GgufCheckpoint {
                 .chunks_exact_mut(cols.max(1))
                 .map(RowValues::Bytes)
                 .collect(),
-            ValueForm::Nibbles { shift } => nibbles
+            ValueForm::Nibbles { .. } => nibbles
                 .chunks_exact_mut((cols / 2).max(1))
-                .map(|nibbles| RowValues::Nibbles { nibbles, shift })
+                .map(RowValues::Nibbles)
                 .collect(),
             ValueForm::SixBits => nibbles
                 .chunks_exact_mut((cols / 2).max(1))
@@ -504,26 +499,28 @@ impl Checkpoint for GgufCheckpoint {
                 let bytes = view
                     .row_bytes(self.stored_row(role, row) as u64)
                     .map_err(|err| corrupt(&self.file, err))?;
-                let q = match &mut out.values {
-                    RowValues::Bytes(q) => &mut **q,
-                    RowValues::Nibbles { .. } | RowValues::SixBits { .. } => &mut row_values[..],
+                let corrupt = |err| corrupt(&self.file, err);
+                // Nibbles and f16 or K-type factors are read as stored; the rest is split.
+                let mut split_into = |q: &mut [i8]| {
+                    let parts = IntegerParts {
+                        q,
+                        scales: own_scales,
+                        offsets: own_offsets,
+                    };
+                    split_row(ty, bytes, parts)
                 };
-                let parts = IntegerParts {
-                    q,
-                    scales: own_scales,
-                    offsets: own_offsets,
-                };
-                split_row(ty, bytes, parts).map_err(|err| corrupt(&self.file, err))?;
                 match &mut out.values {
-                    RowValues::Bytes(_) => {}
-                    RowValues::Nibbles { nibbles, shift } => {
-                        pack_nibbles(row_values, *shift, nibbles)
+                    RowValues::Bytes(q) => split_into(q).map_err(corrupt)?,
+                    RowValues::Nibbles(nibbles) => {
+                        nibbles_row(ty, bytes, nibbles).map_err(corrupt)?
                     }
                     RowValues::SixBits { nibbles, crumbs } => {
-                        pack_six_bits(row_values, nibbles, crumbs)
+                        split_into(row_values).map_err(corrupt)?;
+                        pack_six_bits(row_values, nibbles, crumbs);
                     }
                 }
                 match &mut out.factors {
+                    // Parts of different types: bytes, split above.
                     RowFactors::Floats { scales, offsets } => {
                         for (out, value) in scales.iter_mut().zip(repeated(own_scales, times)) {
                             *out = value;
@@ -534,16 +531,10 @@ impl Checkpoint for GgufCheckpoint {
                         }
                     }
                     RowFactors::Halves { scales, offsets } => {
-                        for (out, &value) in scales.iter_mut().zip(own_scales.iter()) {
-                            *out = f16::from_f32(value);
-                        }
-                        let offsets = offsets.iter_mut().flat_map(|offsets| offsets.iter_mut());
-                        for (out, &value) in offsets.zip(own_offsets.iter()) {
-                            *out = f16::from_f32(value);
-                        }
+                        half_factors(ty, bytes, scales, offsets.as_deref_mut()).map_err(corrupt)?
                     }
                     RowFactors::Scaled(factors) => {
-                        k_factors(ty, bytes, factors).map_err(|err| corrupt(&self.file, err))?
+                        k_factors(ty, bytes, factors).map_err(corrupt)?
                     }
                 }
                 Ok::<(), ModelError>(())
@@ -551,7 +542,14 @@ impl Checkpoint for GgufCheckpoint {
             let buffers = || RowScratch {
                 scales: vec![0.0; cols / own_block],
                 offsets: vec![0.0; cols / own_block],
-                values: vec![0; if value_bytes == 0 { cols } else { 0 }],
+                values: vec![
+                    0;
+                    if matches!(value_form, ValueForm::SixBits) {
+                        cols
+                    } else {
+                        0
+                    }
+                ],
             };
             part.par_iter_mut()
                 .enumerate()

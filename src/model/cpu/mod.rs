@@ -29,7 +29,7 @@ pub use projection::{MATVEC_ROWS, project};
 pub use quantize::quantize;
 pub use rms_norm::rms_norm;
 pub use weights::{
-    BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, Weight, pack_nibbles, pack_six_bits,
+    BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, Weight, pack_six_bits,
 };
 
 /// Deterministic values in [-1, 1) that differ for every index: the kernels' test inputs.

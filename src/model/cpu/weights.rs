@@ -635,9 +635,8 @@ pub fn pack_six_bits(values: &[i8], nibbles: &mut [u8], crumbs: &mut [u8]) {
 
 /// Packs whole blocks of 4-bit values as [`IntegerValues::Nibbles`] holds them, each plus
 /// `shift`: a block's first 16 values in the low halves of its 16 bytes, its last 16 in the
-/// high ones. The loader packs each row of a Q4_0, Q4_1 or Q4_K tensor so as it splits it,
-/// the type telling it the values fit (see [`IntegerWeights::packed`] for the shifts).
-pub fn pack_nibbles(values: &[i8], shift: u8, nibbles: &mut [u8]) {
+/// high ones.
+fn pack_nibbles(values: &[i8], shift: u8, nibbles: &mut [u8]) {
     let blocks = values.chunks_exact(NIBBLE_BLOCK);
     for (block, packed) in blocks.zip(nibbles.chunks_exact_mut(NIBBLE_BLOCK / 2)) {
         let (first, second) = block.split_at(NIBBLE_BLOCK / 2);
