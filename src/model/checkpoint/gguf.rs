@@ -499,7 +499,7 @@ impl Checkpoint for GgufCheckpoint {
                 let bytes = view
                     .row_bytes(self.stored_row(role, row) as u64)
                     .map_err(|err| corrupt(&self.file, err))?;
-                let corrupt = |err| corrupt(&self.file, err);
+                let corrupt_row = |err| corrupt(&self.file, err);
                 // Nibbles and f16 or K-type factors are read as stored; the rest is split.
                 let mut split_into = |q: &mut [i8]| {
                     let parts = IntegerParts {
@@ -510,12 +510,12 @@ impl Checkpoint for GgufCheckpoint {
                     split_row(ty, bytes, parts)
                 };
                 match &mut out.values {
-                    RowValues::Bytes(q) => split_into(q).map_err(corrupt)?,
+                    RowValues::Bytes(q) => split_into(q).map_err(corrupt_row)?,
                     RowValues::Nibbles(nibbles) => {
-                        nibbles_row(ty, bytes, nibbles).map_err(corrupt)?
+                        nibbles_row(ty, bytes, nibbles).map_err(corrupt_row)?
                     }
                     RowValues::SixBits { nibbles, crumbs } => {
-                        split_into(row_values).map_err(corrupt)?;
+                        split_into(row_values).map_err(corrupt_row)?;
                         pack_six_bits(row_values, nibbles, crumbs);
                     }
                 }
@@ -531,25 +531,24 @@ impl Checkpoint for GgufCheckpoint {
                         }
                     }
                     RowFactors::Halves { scales, offsets } => {
-                        half_factors(ty, bytes, scales, offsets.as_deref_mut()).map_err(corrupt)?
+                        half_factors(ty, bytes, scales, offsets.as_deref_mut())
+                            .map_err(corrupt_row)?
                     }
                     RowFactors::Scaled(factors) => {
-                        k_factors(ty, bytes, factors).map_err(corrupt)?
+                        k_factors(ty, bytes, factors).map_err(corrupt_row)?
                     }
                 }
                 Ok::<(), ModelError>(())
             };
+            // Only six bits are split into bytes before they are packed.
+            let split_values = match value_form {
+                ValueForm::SixBits => cols,
+                ValueForm::Bytes | ValueForm::Nibbles { .. } => 0,
+            };
             let buffers = || RowScratch {
                 scales: vec![0.0; cols / own_block],
                 offsets: vec![0.0; cols / own_block],
-                values: vec![
-                    0;
-                    if matches!(value_form, ValueForm::SixBits) {
-                        cols
-                    } else {
-                        0
-                    }
-                ],
+                values: vec![0; split_values],
             };
             part.par_iter_mut()
                 .enumerate()
