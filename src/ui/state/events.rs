@@ -147,9 +147,11 @@ impl AppState {
                 if let Some(message) = self.active_message(request) {
                     // Each token's alternatives are kept only for the token view, and only
                     // while they spell the whole reply: they made a saved chat 28 times the
-                    // size of its text.
+                    // size of its text. A token's text may be empty (a character's first
+                    // bytes, held back until it is whole), so the texts are measured.
                     let spelled = message.generation.as_ref().is_some_and(|record| {
-                        record.tokens.is_empty() == message.content.is_empty()
+                        let kept: usize = record.tokens.iter().map(|t| t.text.len()).sum();
+                        kept == message.content.len()
                     });
                     let before = message.content.len();
                     message.content.push_str(&token.text);

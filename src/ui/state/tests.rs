@@ -222,6 +222,13 @@ fn token_alternatives_are_saved_only_for_the_token_view() {
         .map(|token| token.text.clone())
         .collect();
     assert_eq!(texts, ["You", "'re", " welcome."]);
+
+    // A reply whose first token is a character's first byte, held back until it is whole.
+    let request = f.send("And in Japanese?");
+    f.reply(request.id, &["", "日本", "語"], FinishReason::StopToken);
+    let record = f.last_message().generation.as_ref().unwrap();
+    let texts: Vec<&str> = record.tokens.iter().map(|t| t.text.as_str()).collect();
+    assert_eq!(texts, ["", "日本", "語"]);
 }
 
 #[test]
