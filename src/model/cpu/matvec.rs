@@ -454,7 +454,7 @@ unsafe fn rows_dot_together<const V: usize>(
     buffer: &mut Vec<f32>,
     outs: &mut [&mut [f32]],
 ) {
-    let Ok(outs) = <&mut [_; V]>::try_from(outs) else {
+    let (Ok(xs), Ok(outs)) = (<&[_; V]>::try_from(xs), <&mut [_; V]>::try_from(outs)) else {
         unreachable!("the caller passes V activation rows and V outputs");
     };
     let prepared: Option<Vec<(&BlockInts, &integer_avx512::Activations)>> = xs
@@ -473,10 +473,7 @@ unsafe fn rows_dot_together<const V: usize>(
                 integer_avx512::rows_dot_together::<V>(weight, scales, offsets, xs, buffer, outs)
             }
             _ => {
-                let xs: Vec<&BlockInts> = xs.iter().map(|x| &x.ints).collect();
-                let Ok(xs) = <[_; V]>::try_from(xs) else {
-                    unreachable!("the caller passes V activation rows and V outputs");
-                };
+                let xs = xs.each_ref().map(|x| &x.ints);
                 rows_dot_avx2::<V>(weight, scales, offsets, buffer, xs, outs)
             }
         }
