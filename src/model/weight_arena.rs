@@ -8,8 +8,11 @@
 //! each tensor holds a read-only view of its part, and the allocation is freed with the
 //! last of them. On our 2-core machines a matrix-vector product over every layer's weights
 //! ran 8–17% faster from such an arena than from separate allocations.
+//!
+//! The allocation comes zeroed from `calloc`, which takes large blocks from the system as
+//! fresh pages that are zero already: zeroing it ourselves wrote all of a 3.4 GB BF16 model
+//! once more, on one thread, before the loader's threads filled it.
 
-use std::alloc::{Layout, alloc, dealloc};
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -27,11 +30,13 @@ pub struct WeightArena {
     used: usize,
 }
 
-/// The allocation itself. Bytes below [`WeightArena::used`] are initialized and only read
-/// from then on; bytes above it are written by [`WeightArena::push`] alone.
+/// The allocation itself, zeroed: `start` is `allocation` aligned up, with `size` bytes
+/// after it. Bytes below [`WeightArena::used`] are written and only read from then on; bytes
+/// above it are written by [`WeightArena::push`] alone.
 struct Memory {
+    allocation: NonNull<u8>,
     start: NonNull<u8>,
-    layout: Layout,
+    size: usize,
 }
 
 // SAFETY: `Memory` is a plain heap allocation; the arena's rules above keep readers and the
@@ -42,8 +47,8 @@ unsafe impl Sync for Memory {}
 
 impl Drop for Memory {
     fn drop(&mut self) {
-        // SAFETY: `start` was allocated in `WeightArena::with_capacity` with this layout.
-        unsafe { dealloc(self.start.as_ptr(), self.layout) }
+        // SAFETY: `allocation` came from `calloc` in `WeightArena::with_capacity`.
+        unsafe { libc::free(self.allocation.as_ptr().cast()) }
     }
 }
 
@@ -74,19 +79,26 @@ impl WeightArena {
             true => (bytes.next_multiple_of(HUGE_PAGE), HUGE_PAGE),
             false => (bytes.max(1), SMALL_ALIGN),
         };
-        let layout = Layout::from_size_align(size, align).ok()?;
-        // SAFETY: the layout has a non-zero size.
-        let start = NonNull::new(unsafe { alloc(layout) })?;
+        // SAFETY: a plain allocation of a non-zero size; null is refused below.
+        let allocation = unsafe { libc::calloc(size.checked_add(align)?, 1) };
+        let allocation = NonNull::new(allocation.cast::<u8>())?;
+        // SAFETY: `align_offset` is below `align`, so `start` and `size` bytes after it lie
+        // inside the `size + align` allocated.
+        let start = unsafe { allocation.add(allocation.as_ptr().align_offset(align)) };
         if huge {
             advise_huge_pages(start.as_ptr(), size);
         }
         Some(Self {
-            memory: Arc::new(Memory { start, layout }),
+            memory: Arc::new(Memory {
+                allocation,
+                start,
+                size,
+            }),
             used: 0,
         })
     }
 
-    /// Appends `len` elements, zeroed and then written by `fill`, and returns them as bytes
+    /// Appends `len` elements, zero until `fill` writes them, and returns them as bytes
     /// shared with the arena; `None` when they do not fit.
     pub fn push<T: bytemuck::Pod>(
         &mut self,
@@ -96,15 +108,14 @@ impl WeightArena {
         // Each tensor starts on a cache line, as a vector of its own would.
         let offset = self.used.next_multiple_of(64);
         let bytes = len.checked_mul(size_of::<T>())?;
-        if offset.checked_add(bytes)? > self.memory.layout.size() {
+        if offset.checked_add(bytes)? > self.memory.size {
             return None;
         }
         // SAFETY: `offset..offset + bytes` lies inside the allocation and above `used`, so no
         // view reads it while it is written; 64-byte alignment suits every element type, and
-        // all-zero bytes are a valid `T` (`Pod`) once `write_bytes` has set them.
+        // the bytes, zeroed by `calloc` and never written before, are a valid `T` (`Pod`).
         let out = unsafe {
             let start = self.memory.start.as_ptr().add(offset);
-            start.write_bytes(0, bytes);
             std::slice::from_raw_parts_mut(start.cast::<T>(), len)
         };
         fill(out);

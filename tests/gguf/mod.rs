@@ -5,6 +5,7 @@
 pub mod builder;
 mod config_and_tokenizer;
 mod dequant_reference;
+mod float_weights;
 mod fuzz;
 mod genuine_answers;
 mod integer_weights;

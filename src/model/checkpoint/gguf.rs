@@ -86,11 +86,13 @@ impl GgufCheckpoint {
     }
 
     /// Decodes the parts, row after row in Hugging Face order, into `out` as `T`, each
-    /// part's rows on every core: on one, a 1.7B BF16 file's 3.4 GB took 6–15 s to load.
-    fn decode_into<T: Send>(
+    /// part's rows on every core: on one, a 1.7B BF16 file's 3.4 GB took 6–15 s to load. A
+    /// part stored as `T` already (`held`) is copied as it is, not widened and rounded back.
+    fn decode_into<T: bytemuck::Pod + Send>(
         &self,
         parts: &[(TensorRole, &TensorInfo)],
         out: &mut [T],
+        held: GgmlType,
         from_f32: impl Fn(f32) -> T + Sync,
     ) -> Result<()> {
         let row_len = parts
@@ -115,7 +117,22 @@ impl GgufCheckpoint {
                 .try_for_each_init(
                     || vec![0.0; info.row_len() as usize],
                     |row_values, (row, out)| {
-                        view.dequantize_row(self.stored_row(role, row) as u64, row_values)
+                        let row = self.stored_row(role, row) as u64;
+                        if info.ggml_type == held && cfg!(target_endian = "little") {
+                            let bytes = view
+                                .row_bytes(row)
+                                .map_err(|err| corrupt(&self.file, err))?;
+                            let out: &mut [u8] = bytemuck::cast_slice_mut(out);
+                            if out.len() != bytes.len() {
+                                return Err(corrupt(
+                                    &self.file,
+                                    "a row's bytes differ from its type's",
+                                ));
+                            }
+                            out.copy_from_slice(bytes);
+                            return Ok(());
+                        }
+                        view.dequantize_row(row, row_values)
                             .map_err(|err| corrupt(&self.file, err))?;
                         for (slot, &value) in out.iter_mut().zip(row_values.iter()) {
                             *slot = from_f32(value);
@@ -134,16 +151,19 @@ impl GgufCheckpoint {
         parts: &[(TensorRole, &TensorInfo)],
         len: usize,
         arena: Option<&mut WeightArena>,
+        held: GgmlType,
         from_f32: impl Fn(f32) -> T + Copy + Sync,
     ) -> Result<Bytes> {
         let mut result = Ok(());
         if let Some(bytes) = arena.and_then(|arena| {
-            arena.push(len, |out| result = self.decode_into(parts, out, from_f32))
+            arena.push(len, |out| {
+                result = self.decode_into(parts, out, held, from_f32);
+            })
         }) {
             return result.map(|()| bytes);
         }
         let mut out = bytemuck::zeroed_vec(len);
-        self.decode_into(parts, &mut out, from_f32)?;
+        self.decode_into(parts, &mut out, held, from_f32)?;
         Ok(Bytes::from_elems(out))
     }
 }
@@ -387,9 +407,9 @@ impl Checkpoint for GgufCheckpoint {
         };
         let len = rows * cols;
         let bytes = match dtype {
-            DType::F32 => self.decoded(&parts, len, arena, |x| x)?,
-            DType::BF16 => self.decoded(&parts, len, arena, bf16::from_f32)?,
-            DType::F16 => self.decoded(&parts, len, arena, f16::from_f32)?,
+            DType::F32 => self.decoded(&parts, len, arena, GgmlType::F32, |x| x)?,
+            DType::BF16 => self.decoded(&parts, len, arena, GgmlType::BF16, bf16::from_f32)?,
+            DType::F16 => self.decoded(&parts, len, arena, GgmlType::F16, f16::from_f32)?,
             other => {
                 return Err(ModelError::Backend(format!(
                     "weights cannot be held as {other:?}"
