@@ -126,7 +126,12 @@ impl GgufCheckpoint {
                             if out.len() != bytes.len() {
                                 return Err(corrupt(
                                     &self.file,
-                                    "a row's bytes differ from its type's",
+                                    format!(
+                                        "tensor {} has rows of {} bytes where the stack holds {}",
+                                        info.name,
+                                        bytes.len(),
+                                        out.len()
+                                    ),
                                 ));
                             }
                             out.copy_from_slice(bytes);
