@@ -57,18 +57,7 @@ impl Fixture {
                 _ => {}
             }
         }
-        let mut config = ServerConfig {
-            host: [127, 0, 0, 1].into(),
-            port: 0,
-            api_key: api_key.map(str::to_string),
-            cors: Vec::new(),
-            allowed_hosts: Vec::new(),
-            model_names: vec![MODEL.to_string()],
-            limits: ServerLimits {
-                max_body_bytes: MAX_BODY,
-                ..ServerLimits::default()
-            },
-        };
+        let mut config = loopback_config(api_key);
         configure(&mut config);
         let server = Server::bind(config, engine.clone_client())
             .expect("bind")
@@ -82,6 +71,21 @@ impl Fixture {
 
     fn address(&self) -> SocketAddr {
         self.server.address()
+    }
+}
+
+fn loopback_config(api_key: Option<&str>) -> ServerConfig {
+    ServerConfig {
+        host: [127, 0, 0, 1].into(),
+        port: 0,
+        api_key: api_key.map(str::to_string),
+        cors: Vec::new(),
+        allowed_hosts: Vec::new(),
+        model_names: vec![MODEL.to_string()],
+        limits: ServerLimits {
+            max_body_bytes: MAX_BODY,
+            ..ServerLimits::default()
+        },
     }
 }
 
@@ -995,6 +999,33 @@ fn a_flood_of_idle_connections_cannot_lock_out_a_real_request() {
     );
     let newest = flood.last_mut().expect("a connection");
     assert!(!is_closed(newest), "the newest connection was closed");
+}
+
+/// A burst of connections far past the standard library's listen backlog (128) waits in the
+/// kernel's queue until the server takes it, as a busy machine's accept loop falls behind:
+/// none has its first packet dropped (then a connection waits a second for the retry), and
+/// each is served once the server runs.
+#[test]
+fn a_burst_of_connections_waits_for_the_server_to_take_it() {
+    let engine = EngineHandle::spawn_with(EngineOptions::default(), || {}).expect("spawn");
+    let server = Server::bind(loopback_config(None), engine.clone_client()).expect("bind");
+    let address = server.local_addr();
+    // Nothing accepts yet: every connection stays in the listen queue. (No model is loaded,
+    // so the one that asks asks for the list of models, which answers 200 without one.)
+    let mut burst: Vec<std::net::TcpStream> = (0..600)
+        .map(|n| {
+            std::net::TcpStream::connect_timeout(&address, Duration::from_millis(500))
+                .unwrap_or_else(|err| panic!("connection {n} of the burst: {err}"))
+        })
+        .collect();
+    let _server = server.spawn().expect("serve");
+    let last = burst.last_mut().expect("a connection");
+    std::io::Write::write_all(last, b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .expect("send");
+    last.set_read_timeout(Some(http::TIMEOUT)).expect("timeout");
+    let mut head = [0u8; 12];
+    std::io::Read::read_exact(last, &mut head).expect("the last of the burst is answered");
+    assert_eq!(&head, b"HTTP/1.1 200");
 }
 
 /// Whether the server has closed `stream`: a read ends (or fails) rather than waiting.

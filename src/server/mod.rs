@@ -99,6 +99,30 @@ fn unix_seconds() -> u64 {
         .map_or(0, |since| since.as_secs())
 }
 
+/// Connections the kernel completes and holds while the accept loop catches up. The standard
+/// library asks for 128: a burst beyond that (a flood of idle connections, many clients at
+/// once on a busy machine) had new connections' first packet dropped, and each waited a
+/// second for its retry. The kernel caps it at `net.core.somaxconn` (4096 on Linux).
+const LISTEN_BACKLOG: i32 = 4096;
+
+fn listen(address: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    // As the standard library does on Unix: a restarted server can take its port back while
+    // the last one's connections linger in TIME_WAIT. (On Windows the flag would let another
+    // program take a port that is in use.)
+    #[cfg(unix)]
+    socket.set_reuse_address(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
+
 /// A bound server, not yet serving: bind first, so the address (port 0 picks a free one) is
 /// known before anything waits on it.
 pub struct Server {
@@ -111,11 +135,8 @@ impl Server {
     pub fn bind(config: ServerConfig, engine: Client) -> Result<Self, String> {
         config.check()?;
         let address = SocketAddr::new(config.host, config.port);
-        let listener = TcpListener::bind(address)
-            .map_err(|err| format!("cannot listen on {address}: {err}"))?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|err| err.to_string())?;
+        let listener =
+            listen(address).map_err(|err| format!("cannot listen on {address}: {err}"))?;
         let limits = config.limits;
         let router = router(AppState {
             engine,
