@@ -261,6 +261,79 @@ mod tests {
         }
     }
 
+    /// The context of each token, in bits, when the prompt is attended over the calls that
+    /// `calls` bounds.
+    fn context_bits(
+        layout: HeadLayout,
+        calls: &[usize],
+        window: Option<usize>,
+        (qkv, cos, sin): (&[f32], &[f32], &[f32]),
+    ) -> Vec<u32> {
+        let width = (layout.heads + 2 * layout.kv_heads) * layout.head_dim;
+        let d = layout.head_dim;
+        let mut cache = CachedRows::default();
+        let mut bits = Vec::new();
+        for call in calls.windows(2) {
+            let (start, end) = (call[0], call[1]);
+            let table = RopeTables {
+                cos: &cos[start * d..end * d],
+                signed_sin: &sin[start * d..end * d],
+            };
+            let queries = rotate_and_cache(
+                &qkv[start * width..end * width],
+                table,
+                &mut cache,
+                start,
+                layout,
+            );
+            let context = attend(&queries, &cache, start, layout, window);
+            bits.extend(context.iter().map(|c| c.to_bits()));
+        }
+        bits
+    }
+
+    /// Every token's context is the same to the bit whether its prompt is read whole, as
+    /// cache and remainder split anywhere (inside a block of tokens, at and around a range
+    /// of keys' edge), or a token at a time: the ranges of keys are fixed, and each score
+    /// and each weighted sum of values is summed in one order whatever the rows beside it.
+    /// Head sizes of 16 and 64 take the two kernels for values; the window the other start
+    /// of the ranges. (Where the CPU lacks AVX2, gemm takes the products, in an order of
+    /// its choosing.)
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_tokens_context_does_not_depend_on_how_its_prompt_was_split() {
+        assert!(
+            crate::model::cpu::features::cpu().avx2,
+            "this test needs AVX2"
+        );
+        let tokens = 600;
+        for (head_dim, window) in [(16, None), (64, None), (64, Some(300))] {
+            let layout = HeadLayout {
+                heads: 6,
+                kv_heads: 2,
+                head_dim,
+            };
+            let width = (layout.heads + 2 * layout.kv_heads) * head_dim;
+            let qkv = values(tokens * width, 3);
+            let (cos, sin) = tables(tokens, head_dim);
+            let inputs = (&qkv[..], &cos[..], &sin[..]);
+            let whole = context_bits(layout, &[0, tokens], window, inputs);
+            let mut splits: Vec<Vec<usize>> = [1, 5, 31, 32, 33, 255, 256, 257, 599]
+                .iter()
+                .map(|&k| vec![0, k, tokens])
+                .collect();
+            splits.push(vec![0, 290, 291, 292, 293, 520, 600]);
+            splits.push((0..=tokens).step_by(7).chain([tokens]).collect());
+            for calls in splits {
+                assert!(
+                    context_bits(layout, &calls, window, inputs) == whole,
+                    "head size {head_dim}, window {window:?}: read in calls {calls:?} differs \
+                     from whole"
+                );
+            }
+        }
+    }
+
     #[test]
     fn writing_at_an_earlier_position_replaces_what_followed() {
         let layout = HeadLayout {

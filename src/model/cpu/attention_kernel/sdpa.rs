@@ -18,25 +18,20 @@ use std::ops::Range;
 
 use super::HeadLayout;
 use crate::model::cpu::math::exp_in_place;
-use crate::model::cpu::threads::{split_rows, thread_count};
+use crate::model::cpu::threads::split_rows;
 use crate::model::kv_cache::CachedRows;
 
-mod few_rows;
+mod products;
 
 /// Tokens of a prompt per work item.
 const TOKENS_PER_BLOCK: usize = 32;
 
-/// Most key positions per work item: the item's `[rows, keys]` scores then stay in the
-/// core's cache.
-const MAX_KEYS_PER_ITEM: usize = 512;
-
-/// Fewest key positions per work item when positions are split for the sake of more items:
-/// shorter ranges cost more to set up than they compute.
-const MIN_KEYS_PER_ITEM: usize = 64;
-
-/// Work items wanted per thread, so that a thread that runs slower does not hold the
-/// others up at the end.
-const ITEMS_PER_THREAD: usize = 4;
+/// Key positions per work item, in ranges that start at multiples of it: a token's keys fall
+/// into the same ranges, merged in the same order, however its prompt was split and
+/// whatever the number of threads, so its context comes out the same to the bit. The item's
+/// `[rows, keys]` scores stay in the core's cache, and a decode step at 2,000 positions still
+/// has eight items per KV head to share between the cores.
+const KEYS_PER_ITEM: usize = 256;
 
 /// One work item: the query heads of KV head `group` for `tokens` (indices into the new
 /// tokens), against the cached positions `keys`.
@@ -86,29 +81,22 @@ fn partial_row_len(layout: HeadLayout) -> usize {
 /// `window`, a block's ranges begin where its first token's window does: no item covers only
 /// keys that none of its tokens sees.
 fn items(tokens: usize, start: usize, layout: HeadLayout, window: Option<usize>) -> Vec<Item> {
-    let blocks = tokens.div_ceil(TOKENS_PER_BLOCK);
-    let wanted = (thread_count() * ITEMS_PER_THREAD).div_ceil(blocks * layout.kv_heads);
     let mut items = Vec::new();
-    for block in 0..blocks {
-        let tokens = block * TOKENS_PER_BLOCK..((block + 1) * TOKENS_PER_BLOCK).min(tokens);
+    for block in (0..tokens).step_by(TOKENS_PER_BLOCK) {
+        let tokens = block..(block + TOKENS_PER_BLOCK).min(tokens);
         // The block's last token sees the most: positions up to its own; its first token's
         // window starts earliest.
         let visible = start + tokens.end;
         let lowest = window.map_or(0, |window| {
             (start + tokens.start + 1).saturating_sub(window)
         });
-        let seen = visible - lowest;
-        let ranges = seen
-            .div_ceil(MAX_KEYS_PER_ITEM)
-            .max(wanted.min(seen.div_ceil(MIN_KEYS_PER_ITEM)))
-            .max(1);
-        let keys_per_item = seen.div_ceil(ranges);
+        let first_range = lowest / KEYS_PER_ITEM * KEYS_PER_ITEM;
         for group in 0..layout.kv_heads {
-            for first_key in (lowest..visible).step_by(keys_per_item) {
+            for range in (first_range..visible).step_by(KEYS_PER_ITEM) {
                 items.push(Item {
                     group,
                     tokens: tokens.clone(),
-                    keys: first_key..(first_key + keys_per_item).min(visible),
+                    keys: range.max(lowest)..(range + KEYS_PER_ITEM).min(visible),
                 });
             }
         }
@@ -232,9 +220,11 @@ fn product(a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32], out_stride: usize) {
             && (rows == 0 || cols == 0 || (rows - 1) * out_stride + cols <= out.len()),
         "attention: product of matrices that do not fit"
     );
-    if few_rows::product(a, b, out, out_stride) {
+    if products::product(a, b, out, out_stride) {
         return;
     }
+    // Without AVX2. gemm's order of sums depends on the number of rows, so here a token's
+    // context can differ in its last bits with how its prompt was split.
     // SAFETY: both operands and the output are read and written inside their slices,
     // checked just above.
     unsafe {
@@ -340,7 +330,7 @@ thread_local! {
 
 #[cfg(test)]
 mod tests {
-    use super::{Matrix, few_rows, product};
+    use super::{Matrix, product, products};
     use crate::model::cpu::test_values as values;
 
     fn reference(a: Matrix<'_>, b: Matrix<'_>) -> Vec<f64> {
@@ -353,16 +343,17 @@ mod tests {
             .collect()
     }
 
-    /// Decode-sized products (1–4 rows) with `b`'s columns contiguous (scores against keys)
-    /// and with its rows contiguous (weights times values), strided as the cache is, with
-    /// lengths that leave tails after the vector blocks.
+    /// Products of 1 to 35 rows (a kernel of sixteen rows takes from eight) with `b`'s columns contiguous (scores against keys) and with
+    /// its rows contiguous (weights times values), strided as the cache is, with lengths that
+    /// leave tails after the vector blocks. Each row's outputs are also the bits it gets
+    /// alone.
     #[test]
-    fn few_row_products_equal_a_float64_reference() {
+    fn products_equal_a_float64_reference_and_each_row_alone() {
         #[cfg(target_arch = "x86_64")]
         let direct = crate::model::cpu::features::cpu().avx2;
         #[cfg(not(target_arch = "x86_64"))]
         let direct = false;
-        for rows in 1..=4 {
+        for rows in [1, 2, 3, 4, 5, 9, 16, 21, 35] {
             // Output rows of 64 and 16 values take the AVX-512 kernel where there is one.
             for (depth, cols) in [(64, 40), (12, 20), (70, 33), (96, 64), (5, 16)] {
                 let a_data = values(rows * depth, 1);
@@ -390,7 +381,7 @@ mod tests {
                 for b in [columns, rows_of_b] {
                     let out_stride = cols + 2;
                     let mut out = vec![0.0; rows * out_stride];
-                    assert_eq!(few_rows::product(a, b, &mut out, out_stride), direct);
+                    assert_eq!(products::product(a, b, &mut out, out_stride), direct);
                     product(a, b, &mut out, out_stride);
                     let expected = reference(a, b);
                     for (i, e) in expected.iter().enumerate() {
@@ -398,6 +389,23 @@ mod tests {
                         assert!(
                             (f64::from(got) - e).abs() < 1e-4,
                             "{rows}x{depth}·{depth}x{cols}: {got} vs {e}"
+                        );
+                    }
+                    for r in (0..rows).filter(|_| direct) {
+                        let row = Matrix {
+                            data: &a_data[r * depth..],
+                            rows: 1,
+                            ..a
+                        };
+                        let mut alone = vec![0.0; cols];
+                        product(row, b, &mut alone, cols);
+                        let together = &out[r * out_stride..][..cols];
+                        assert!(
+                            together
+                                .iter()
+                                .zip(&alone)
+                                .all(|(t, a)| t.to_bits() == a.to_bits()),
+                            "{rows}x{depth}·{depth}x{cols}: row {r} differs from alone"
                         );
                     }
                 }

@@ -1,34 +1,50 @@
-//! Products with a few rows in `a` (a decode step's query heads of one group), streamed
-//! through AVX registers instead of gemm, which packs `b` into panels on every call: for so
-//! few rows the packing cost more than the product (at 2000 cached positions, gemm and its
-//! packing took half of a bf16 decode step; with these kernels that step is about a quarter
-//! faster).
+//! Attention's products on AVX registers instead of gemm, each output summed in one order
+//! whatever the rows beside it: four rows of `a` at a time (a decode step's query heads of
+//! one group, or four of a prompt's), and a prompt's scores sixteen rows at a time where the
+//! CPU has AVX-512 ([`row_lanes`]).
+//!
+//! For a decode step's few rows gemm's packing of `b` into panels cost more than the
+//! product (at 2000 cached positions, gemm and its packing took half of a bf16 decode step;
+//! with these kernels that step is about a quarter faster). gemm picks its tiles, and so its
+//! sums' order, by the number of rows: with a prompt's products on gemm, a token's context
+//! depended on how its prompt was split between the cache and new tokens.
 
 use super::Matrix;
 use crate::model::cpu::features;
 
-/// Most rows of `a` these kernels take: their accumulators fill the AVX registers.
+#[cfg(target_arch = "x86_64")]
+mod row_lanes;
+
+/// Rows of `a` a kernel takes at once: their accumulators fill the AVX registers.
 const MAX_ROWS: usize = 4;
 
-/// `out = a · b` when `a` has at most [`MAX_ROWS`] contiguous rows, `b` has contiguous
-/// rows or columns and the CPU has AVX2 and FMA; returns whether it did. The caller has
-/// checked that the shapes fit.
+/// `out = a · b` when `a`'s rows are contiguous, `b` has contiguous rows or columns and the
+/// CPU has AVX2 and FMA; returns whether it did. The caller has checked that the shapes fit.
 pub fn product(a: Matrix<'_>, b: Matrix<'_>, out: &mut [f32], out_stride: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        if a.rows <= MAX_ROWS && a.col_stride == 1 && features::cpu().avx2 {
-            if b.row_stride == 1 {
-                // SAFETY: the CPU has the kernel's features, checked just above.
-                unsafe { avx2::dot_columns(a, b, out, out_stride) };
+        if a.col_stride == 1 && features::cpu().avx2 && (b.row_stride == 1 || b.col_stride == 1) {
+            if b.row_stride == 1 && a.rows >= row_lanes::LANES / 2 && features::cpu().avx512 {
+                // SAFETY: the CPU has AVX-512, checked just above.
+                unsafe { row_lanes::dot_columns(a, b, out, out_stride) };
                 return true;
             }
-            if b.col_stride == 1 {
-                if !avx512::weigh_rows(a, b, out, out_stride) {
+            for first in (0..a.rows).step_by(MAX_ROWS) {
+                let a = Matrix {
+                    data: &a.data[first * a.row_stride..],
+                    rows: MAX_ROWS.min(a.rows - first),
+                    ..a
+                };
+                let out = &mut out[first * out_stride..];
+                if b.row_stride == 1 {
+                    // SAFETY: the CPU has the kernel's features, checked just above.
+                    unsafe { avx2::dot_columns(a, b, out, out_stride) };
+                } else if !avx512::weigh_rows(a, b, out, out_stride) {
                     // SAFETY: as above.
                     unsafe { avx2::weigh_rows(a, b, out, out_stride) };
                 }
-                return true;
             }
+            return true;
         }
     }
     let _ = (a, b, out, out_stride);
