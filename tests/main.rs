@@ -19,6 +19,7 @@ mod model_families;
 mod model_golden;
 mod model_precision;
 mod model_variants;
+mod prompt_splits;
 mod server;
 mod text_behaviour;
 mod text_golden;

@@ -1,0 +1,54 @@
+//! A prompt read whole against the same prompt read as cache and remainder, split at every
+//! point: the logits after its last token must be the same bits (issue 37's split
+//! invariance), where the kernels sum in one order whatever the number of tokens.
+
+use burn::tensor::DType;
+use smolchat::backend::BackendKind;
+use smolchat::model::{Llama, Logits, logits_to_vec};
+
+use crate::common;
+
+/// The bits of the logits after `prompt`, read in the calls that `calls` bounds.
+fn last_logits(model: &Llama, prompt: &[u32], calls: &[usize]) -> Vec<u32> {
+    let mut cache = model.new_cache();
+    let mut logits = Vec::new();
+    for call in calls.windows(2) {
+        let read = model
+            .forward(&prompt[call[0]..call[1]], &mut cache, Logits::Last)
+            .expect("a part of the prompt");
+        logits = logits_to_vec(read).expect("logits");
+    }
+    logits.iter().map(|v| v.to_bits()).collect()
+}
+
+/// bf16 weights and activations: a prompt's products and a decode step's sum each output in
+/// the same order, and so does attention.
+#[test]
+fn a_bf16_prompt_split_anywhere_gives_the_logits_it_gives_whole() {
+    let model = Llama::load(
+        &common::tiny_model_dir(),
+        &common::device(BackendKind::Flex),
+        DType::BF16,
+    )
+    .expect("the tiny model");
+    let vocab = model.config().vocab_size;
+    // Past a range of 256 keys, so that attention merges several, and past the 32 tokens of
+    // one block of queries.
+    let prompt: Vec<u32> = (0..300)
+        .map(|t| ((7 + 13 * t * t + 5 * t) % vocab) as u32)
+        .collect();
+    let whole = last_logits(&model, &prompt, &[0, prompt.len()]);
+    let splits = (1..=40).chain([100, 255, 256, 257, 270, 290, 299]);
+    for split in splits {
+        assert!(
+            last_logits(&model, &prompt, &[0, split, prompt.len()]) == whole,
+            "split after {split} of {} tokens: the logits differ from the whole prompt's",
+            prompt.len()
+        );
+    }
+    let last_ones_alone: Vec<usize> = [0].into_iter().chain(280..=prompt.len()).collect();
+    assert!(
+        last_logits(&model, &prompt, &last_ones_alone) == whole,
+        "the last 20 tokens read one at a time: the logits differ from the whole prompt's"
+    );
+}
