@@ -233,46 +233,30 @@ mod tests {
             let qkv = values(tokens * width, 7);
             let (cos, sin) = tables(tokens, layout.head_dim);
             let expected = reference(&qkv, &cos, &sin, layout, tokens, window);
-            let d = layout.head_dim;
-            let mut cache = CachedRows::default();
-            for call in calls.windows(2) {
-                let (start, end) = (call[0], call[1]);
-                let table = RopeTables {
-                    cos: &cos[start * d..end * d],
-                    signed_sin: &sin[start * d..end * d],
-                };
-                let queries = rotate_and_cache(
-                    &qkv[start * width..end * width],
-                    table,
-                    &mut cache,
-                    start,
-                    layout,
+            let got = read_in_calls(layout, calls, window, (&qkv, &cos, &sin));
+            assert_eq!(got.len(), expected.len());
+            for (i, (g, e)) in got.iter().zip(&expected).enumerate() {
+                assert!(
+                    (f64::from(*g) - e).abs() < 1e-5,
+                    "{layout:?}, window {window:?}, calls {calls:?}, token {}: {g} vs {e}",
+                    i / per_token
                 );
-                let got = attend(&queries, &cache, start, layout, window);
-                let expected = &expected[start * per_token..end * per_token];
-                assert_eq!(got.len(), expected.len());
-                for (g, e) in got.iter().zip(expected) {
-                    assert!(
-                        (f64::from(*g) - e).abs() < 1e-5,
-                        "{layout:?}, window {window:?}, tokens {start}..{end}: {g} vs {e}"
-                    );
-                }
             }
         }
     }
 
-    /// The context of each token, in bits, when the prompt is attended over the calls that
-    /// `calls` bounds.
-    fn context_bits(
+    /// The context of each token when the prompt is attended over the calls that `calls`
+    /// bounds.
+    fn read_in_calls(
         layout: HeadLayout,
         calls: &[usize],
         window: Option<usize>,
         (qkv, cos, sin): (&[f32], &[f32], &[f32]),
-    ) -> Vec<u32> {
+    ) -> Vec<f32> {
         let width = (layout.heads + 2 * layout.kv_heads) * layout.head_dim;
         let d = layout.head_dim;
         let mut cache = CachedRows::default();
-        let mut bits = Vec::new();
+        let mut contexts = Vec::new();
         for call in calls.windows(2) {
             let (start, end) = (call[0], call[1]);
             let table = RopeTables {
@@ -286,10 +270,9 @@ mod tests {
                 start,
                 layout,
             );
-            let context = attend(&queries, &cache, start, layout, window);
-            bits.extend(context.iter().map(|c| c.to_bits()));
+            contexts.extend(attend(&queries, &cache, start, layout, window));
         }
-        bits
+        contexts
     }
 
     /// Every token's context is the same to the bit whether its prompt is read whole, as
@@ -317,7 +300,11 @@ mod tests {
             let qkv = values(tokens * width, 3);
             let (cos, sin) = tables(tokens, head_dim);
             let inputs = (&qkv[..], &cos[..], &sin[..]);
-            let whole = context_bits(layout, &[0, tokens], window, inputs);
+            let bits = |calls: &[usize]| -> Vec<u32> {
+                let contexts = read_in_calls(layout, calls, window, inputs);
+                contexts.iter().map(|c| c.to_bits()).collect()
+            };
+            let whole = bits(&[0, tokens]);
             let mut splits: Vec<Vec<usize>> = [1, 5, 31, 32, 33, 255, 256, 257, 599]
                 .iter()
                 .map(|&k| vec![0, k, tokens])
@@ -326,7 +313,7 @@ mod tests {
             splits.push((0..=tokens).step_by(7).chain([tokens]).collect());
             for calls in splits {
                 assert!(
-                    context_bits(layout, &calls, window, inputs) == whole,
+                    bits(&calls) == whole,
                     "head size {head_dim}, window {window:?}: read in calls {calls:?} differs \
                      from whole"
                 );
