@@ -343,10 +343,10 @@ mod tests {
             .collect()
     }
 
-    /// Products of 1 to 35 rows (a kernel of sixteen rows takes from eight) with `b`'s columns contiguous (scores against keys) and with
-    /// its rows contiguous (weights times values), strided as the cache is, with lengths that
-    /// leave tails after the vector blocks. Each row's outputs are also the bits it gets
-    /// alone.
+    /// Products of 1 to 35 rows (a kernel of sixteen rows takes from eight) with `b`'s
+    /// columns contiguous (scores against keys) and with its rows contiguous (weights times
+    /// values), strided as the cache is, with lengths that leave tails after the vector
+    /// blocks. Each row's outputs are also the bits it gets alone.
     #[test]
     fn products_equal_a_float64_reference_and_each_row_alone() {
         #[cfg(target_arch = "x86_64")]
