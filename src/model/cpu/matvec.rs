@@ -127,10 +127,11 @@ fn quantized(
     let block_range =
         |first: usize, len: usize| first * blocks_per_row..(first + len) * blocks_per_row;
     let kernel = integer_kernel(weight, block);
+    let stepped = read_stepped(block, scales, offsets);
     let integer: Vec<IntegerActivations> = match kernel {
         Some(kernel) => xs
             .iter()
-            .map(|x| IntegerActivations::of(x, block, kernel))
+            .map(|x| IntegerActivations::of(x, weight, block, kernel, stepped))
             .collect(),
         None => Vec::new(),
     };
@@ -153,7 +154,9 @@ fn quantized(
                 // SAFETY: the kernel runs on this CPU, checked above; the sizes are checked
                 // at the top.
                 Some(kernel) => unsafe {
-                    rows_dot_integers(kernel, weight, scales, offsets, buffer, &integer, outs)
+                    rows_dot_integers(
+                        kernel, weight, scales, offsets, stepped, buffer, &integer, outs,
+                    )
                 },
                 None => {
                     for (v, out) in outs.iter_mut().enumerate() {
@@ -338,10 +341,6 @@ unsafe fn round_block_avx2(x: &[f32], values: &mut [i16], limit: i16) -> Rounded
     }
 }
 
-/// Rows the AVX2 integer kernel multiplies per call where their factors are widened first
-/// (see [`rows_dot_integer`]).
-const AVX2_ROWS_AT_ONCE: usize = 16;
-
 /// The integer kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum IntegerKernel {
@@ -381,75 +380,98 @@ struct IntegerActivations {
 }
 
 impl IntegerActivations {
-    fn of(x: &[f32], block: usize, kernel: IntegerKernel) -> Self {
-        let ints = BlockInts::of(x, block);
+    /// For `values` in blocks of `block`, `stepped` (see [`read_stepped`]) or not.
+    fn of(x: &[f32], values: Ints<'_>, block: usize, kernel: IntegerKernel, stepped: bool) -> Self {
+        let ints = match stepped {
+            true => BlockInts::within(x, 2 * block, STEPPED_LARGEST),
+            false => BlockInts::of(x, block),
+        };
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = kernel;
+        let _ = (values, kernel);
         Self {
             #[cfg(target_arch = "x86_64")]
-            avx512: matches!(kernel, IntegerKernel::Avx512 { .. })
-                .then(|| integer_avx512::Activations::of(&ints)),
+            avx512: matches!(kernel, IntegerKernel::Avx512 { .. }).then(|| {
+                use integer_avx512::{Activations, Reading};
+                let reading = match (stepped, values) {
+                    (true, _) => Reading::InOrder,
+                    (false, Ints::Nibbles { .. }) => Reading::Quads,
+                    (false, _) => Reading::Pairs,
+                };
+                Activations::of(&ints, reading)
+            }),
             ints,
         }
     }
 }
 
-/// [`rows_dot_integer`] for each activation row of `xs` into its `outs`, the weights widened
-/// once for up to [`integer_avx512::TOGETHER`] rows, which costs the later rows only their
-/// products: every integer type on AVX2 (`avx2::rows_dot_q8` and its siblings), and on
-/// AVX-512 4-, 5- and 6-bit weights and bytes in blocks of 32
-/// (`integer_avx512::rows_dot_together`). Each row's sums are the ones it gets alone.
+/// Whether integer weights in blocks of `block` with these factors are read as blocks of
+/// twice the size: blocks of 16 without offsets whose pairs of factors share a base (Q6_K's),
+/// multiplied by their steps as they are widened so that a pair takes one scale, the base.
+/// One conversion and scaling per 32 values, not per 16, with the activations rounded to
+/// [`STEPPED_LARGEST`] per 32 instead of 16 bits per 16.
+pub fn read_stepped(block: usize, scales: Factors<'_>, offsets: Option<Factors<'_>>) -> bool {
+    block == 16 && offsets.is_none() && scales.pairs_share_bases()
+}
+
+/// The activations' bound where the weights are read stepped: a block of 32 then sums
+/// products of at most 16383 · 32 · 128 (a 6-bit value times an 8-bit step), and 32 of them
+/// stay below 2³¹.
+pub const STEPPED_LARGEST: i16 = 16383;
+
+/// Adds `W x` to `out` for each activation row `x` of `xs` and its `out` of `outs` with the
+/// integer `kernel`, offsets included (`offset · Σ x` per block, from the activations' block
+/// sums), up to [`integer_avx512::TOGETHER`] rows at once: the weights are widened once for
+/// all of them, which costs the later rows only their products, and each row's sums are the
+/// ones it gets alone.
 ///
 /// # Safety
-/// As for [`rows_dot_integer`], for each activation row and its output.
+/// `kernel` must be one that [`integer_kernel`] gives for `weight` and the activations'
+/// block (or a slower one this CPU runs), each `x` hold `cols` values rounded in blocks (as
+/// [`IntegerActivations::of`] rounds them for `stepped`), `weight` `out.len()` rows of
+/// `cols` values and `scales` and `offsets` one per block. The AVX2 kernels read f16 and f32
+/// scales in the loop, others widened into `buffer` first; the AVX-512 kernel multiplies a
+/// group of rows' scales by the activations' scales into `buffer` first.
+#[allow(clippy::too_many_arguments)]
 unsafe fn rows_dot_integers(
     kernel: IntegerKernel,
     weight: Ints<'_>,
     scales: Factors<'_>,
     offsets: Option<Factors<'_>>,
+    stepped: bool,
     buffer: &mut Vec<f32>,
     xs: &[IntegerActivations],
     outs: &mut [&mut [f32]],
 ) {
-    #[cfg(target_arch = "x86_64")]
-    if xs.len() > 1
-        && match (kernel, weight) {
-            (IntegerKernel::Avx2, _) => true,
-            (IntegerKernel::Avx512 { .. }, Ints::Bytes(_)) => xs[0].ints.block == 32,
-            (IntegerKernel::Avx512 { .. }, _) => true,
-        }
-    {
-        let at_once = integer_avx512::TOGETHER;
-        for (xs, outs) in xs.chunks(at_once).zip(outs.chunks_mut(at_once)) {
-            // SAFETY: the caller's guarantees are the kernel's.
-            unsafe {
-                match xs.len() {
-                    1 => rows_dot_together::<1>(kernel, weight, scales, offsets, xs, buffer, outs),
-                    2 => rows_dot_together::<2>(kernel, weight, scales, offsets, xs, buffer, outs),
-                    3 => rows_dot_together::<3>(kernel, weight, scales, offsets, xs, buffer, outs),
-                    _ => rows_dot_together::<4>(kernel, weight, scales, offsets, xs, buffer, outs),
-                }
+    let at_once = integer_avx512::TOGETHER;
+    for (xs, outs) in xs.chunks(at_once).zip(outs.chunks_mut(at_once)) {
+        let kernel = (kernel, weight, scales, offsets, stepped);
+        // SAFETY: the caller's guarantees are the kernel's.
+        unsafe {
+            match xs.len() {
+                1 => rows_dot_together::<1>(kernel, xs, buffer, outs),
+                2 => rows_dot_together::<2>(kernel, xs, buffer, outs),
+                3 => rows_dot_together::<3>(kernel, xs, buffer, outs),
+                _ => rows_dot_together::<4>(kernel, xs, buffer, outs),
             }
         }
-        return;
-    }
-    for (x, out) in xs.iter().zip(outs.iter_mut()) {
-        // SAFETY: the caller's guarantees.
-        unsafe { rows_dot_integer(kernel, weight, scales, offsets, buffer, x, out) };
     }
 }
+
+/// A kernel and the weight it multiplies, with its factors and whether it is read stepped.
+type KernelOn<'a> = (
+    IntegerKernel,
+    Ints<'a>,
+    Factors<'a>,
+    Option<Factors<'a>>,
+    bool,
+);
 
 /// [`rows_dot_integers`]' work for a group of `V` activation rows.
 ///
 /// # Safety
-/// As for [`rows_dot_integer`]; `xs` and `outs` hold `V` rows each, and with the AVX-512
-/// kernel `weight` is of a type `integer_avx512::rows_dot_together` takes.
-#[cfg(target_arch = "x86_64")]
+/// As for [`rows_dot_integers`]; `xs` and `outs` hold `V` rows each.
 unsafe fn rows_dot_together<const V: usize>(
-    kernel: IntegerKernel,
-    weight: Ints<'_>,
-    scales: Factors<'_>,
-    offsets: Option<Factors<'_>>,
+    (kernel, weight, scales, offsets, stepped): KernelOn<'_>,
     xs: &[IntegerActivations],
     buffer: &mut Vec<f32>,
     outs: &mut [&mut [f32]],
@@ -457,153 +479,200 @@ unsafe fn rows_dot_together<const V: usize>(
     let (Ok(xs), Ok(outs)) = (<&[_; V]>::try_from(xs), <&mut [_; V]>::try_from(outs)) else {
         unreachable!("the caller passes V activation rows and V outputs");
     };
-    let prepared: Option<Vec<(&BlockInts, &integer_avx512::Activations)>> = xs
-        .iter()
-        .map(|x| Some((&x.ints, x.avx512.as_ref()?)))
-        .collect();
-    // SAFETY: the caller's guarantees are the kernels'.
-    unsafe {
-        match (kernel, prepared.map(<[_; V]>::try_from)) {
-            (IntegerKernel::Avx512 { vnni: true }, Some(Ok(xs))) => {
-                integer_avx512::rows_dot_together_vnni::<V>(
-                    weight, scales, offsets, xs, buffer, outs,
-                )
-            }
-            (IntegerKernel::Avx512 { vnni: false }, Some(Ok(xs))) => {
-                integer_avx512::rows_dot_together::<V>(weight, scales, offsets, xs, buffer, outs)
-            }
-            _ => {
-                let xs = xs.each_ref().map(|x| &x.ints);
-                rows_dot_avx2::<V>(weight, scales, offsets, buffer, xs, outs)
-            }
-        }
-    }
-}
-
-/// Adds `W x` to `out` with the integer `kernel`, offsets included (`offset · Σ x` per
-/// block, from the activations' block sums).
-///
-/// # Safety
-/// `kernel` must be one that [`integer_kernel`] gives for `weight` and `x`'s block (or a
-/// slower one this CPU runs), `x` hold `cols` values rounded in blocks, `weight` `out.len()`
-/// rows of `cols` values and `scales` and `offsets` one per block. The AVX2 kernels read f16
-/// and f32 scales in the loop, others widened into `buffer` first; the AVX-512 kernel
-/// multiplies a group of rows' scales by the activations' scales, and their offsets by the
-/// activations' sums, into `buffer` first.
-unsafe fn rows_dot_integer(
-    kernel: IntegerKernel,
-    weight: Ints<'_>,
-    scales: Factors<'_>,
-    offsets: Option<Factors<'_>>,
-    buffer: &mut Vec<f32>,
-    x: &IntegerActivations,
-    out: &mut [f32],
-) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the caller's guarantees are each kernel's.
-    unsafe {
-        match (kernel, &x.avx512) {
-            (IntegerKernel::Avx512 { vnni: true }, Some(prepared)) => {
-                integer_avx512::rows_dot_vnni(
-                    weight, scales, offsets, &x.ints, prepared, buffer, out,
-                )
+    {
+        let prepared: Option<Vec<(&BlockInts, &integer_avx512::Activations)>> = xs
+            .iter()
+            .map(|x| Some((&x.ints, x.avx512.as_ref()?)))
+            .collect();
+        // SAFETY: the caller's guarantees are the kernels'.
+        unsafe {
+            match (kernel, prepared.map(<[_; V]>::try_from)) {
+                (IntegerKernel::Avx512 { vnni: true }, Some(Ok(xs))) => {
+                    integer_avx512::rows_dot_vnni::<V>(
+                        weight, scales, offsets, stepped, xs, buffer, outs,
+                    )
+                }
+                (IntegerKernel::Avx512 { vnni: false }, Some(Ok(xs))) => {
+                    integer_avx512::rows_dot::<V>(
+                        weight, scales, offsets, stepped, xs, buffer, outs,
+                    )
+                }
+                _ => {
+                    let xs = xs.each_ref().map(|x| &x.ints);
+                    rows_dot_avx2::<V>(weight, scales, offsets, stepped, buffer, xs, outs)
+                }
             }
-            (IntegerKernel::Avx512 { vnni: false }, Some(prepared)) => {
-                integer_avx512::rows_dot(weight, scales, offsets, &x.ints, prepared, buffer, out)
-            }
-            _ => rows_dot_avx2::<1>(weight, scales, offsets, buffer, [&x.ints], &mut [out]),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (kernel, weight, scales, offsets, buffer, x, out);
+        let _ = (kernel, weight, scales, offsets, stepped, xs, buffer, outs);
         unreachable!("integer_kernel is None off x86-64");
     }
 }
 
-/// The AVX2 kernels' products of `weight` with each of the `V` activation rows `xs`,
-/// offsets included, into `outs`.
+/// The AVX2 kernel's products of `weight` with each of the `V` activation rows `xs`, offsets
+/// included, into `outs`, [`avx2::GROUP`] rows at a time: each row's terms block by block
+/// (`avx2::row_terms`), then added to the group's outputs in turn (`avx2::add_in_turn`).
 ///
 /// # Safety
-/// As for [`rows_dot_integer`], for each activation row and its output; the CPU has AVX2.
+/// As for [`rows_dot_integers`], for each activation row and its output; the CPU has AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn rows_dot_avx2<const V: usize>(
     weight: Ints<'_>,
     scales: Factors<'_>,
     offsets: Option<Factors<'_>>,
+    stepped: bool,
     buffer: &mut Vec<f32>,
     xs: [&BlockInts; V],
     outs: &mut [&mut [f32]; V],
 ) {
-    macro_rules! run {
-        ($halves:literal, $scales:expr, $weight:expr, $outs:expr) => {{
-            let scales = $scales.as_ptr().cast::<u8>();
-            // SAFETY: the caller's guarantees are the kernels'.
-            unsafe {
-                match $weight {
-                    Ints::Bytes(weight) if xs[0].block == 16 => {
-                        avx2::rows_dot_q8::<16, $halves, V>(weight, scales, xs, $outs)
+    let rows = outs[0].len();
+    let (cols, blocks) = (xs[0].values.len(), xs[0].scales.len());
+    // The stored factors per row: two per block read when stepped.
+    let per_row = scales.len() / rows.max(1);
+    let stride = blocks.next_multiple_of(avx2::GROUP);
+    AVX2_BUFFERS.with_borrow_mut(|(offset_values, terms)| {
+        grow(terms, V * avx2::GROUP * stride);
+        for first in (0..rows).step_by(avx2::GROUP) {
+            let len = avx2::GROUP.min(rows - first);
+            let factors = first * per_row..(first + len) * per_row;
+            let group_scales = scales.range(factors.clone());
+            // f16 and f32 scales are read where they lie, others widened for the group.
+            let (row_scales, f16_scales): (*const u8, bool) = match (stepped, group_scales) {
+                (false, Factors::F32(values)) => (values.as_ptr().cast(), false),
+                (false, Factors::F16(values)) => (values.as_ptr().cast(), true),
+                (false, scaled) => (scaled.f32s(0..scaled.len(), buffer).as_ptr().cast(), false),
+                (true, scaled) => with_pair_bases(scaled, |bases| {
+                    (bases.f32s(0..bases.len(), buffer).as_ptr().cast(), false)
+                }),
+            };
+            let row_offsets = offsets.map(|offsets| {
+                let offsets = offsets.range(factors);
+                offsets.f32s(0..offsets.len(), offset_values).as_ptr()
+            });
+            for in_group in 0..len {
+                let row = first + in_group;
+                let terms: [*mut f32; V] = std::array::from_fn(|v| {
+                    terms[(v * avx2::GROUP + in_group) * stride..].as_mut_ptr()
+                });
+                let factor_bytes = if f16_scales { 2 } else { 4 };
+                let row_scales = row_scales.wrapping_add(in_group * blocks * factor_bytes);
+                let row_offsets = row_offsets.map(|o| o.wrapping_add(in_group * blocks));
+                let steps = scales.steps().as_ptr().wrapping_add(row * per_row);
+                macro_rules! terms_of {
+                    ($block:literal, $bits:literal, $stepped:literal, $values:expr, $high:expr,
+                     $zero:expr) => {{
+                        let row = avx2::Row {
+                            values: $values,
+                            high: $high,
+                            zero: $zero,
+                            scales: row_scales,
+                            steps,
+                            offsets: row_offsets.unwrap_or(std::ptr::null()),
+                        };
+                        // SAFETY: the row, its factors and steps lie where the pointers say,
+                        // as the caller guarantees; each row's terms have `stride` places.
+                        unsafe {
+                            match f16_scales {
+                                true => avx2::row_terms::<$block, $bits, true, $stepped, V>(
+                                    row, &xs, blocks, terms,
+                                ),
+                                false => avx2::row_terms::<$block, $bits, false, $stepped, V>(
+                                    row, &xs, blocks, terms,
+                                ),
+                            }
+                        }
+                    }};
+                }
+                let none = std::ptr::null::<u8>();
+                match weight {
+                    Ints::Bytes(values) if stepped => {
+                        terms_of!(16, 8, true, values[row * cols..].as_ptr().cast(), none, 0)
                     }
-                    Ints::Bytes(weight) => {
-                        avx2::rows_dot_q8::<32, $halves, V>(weight, scales, xs, $outs)
+                    Ints::Bytes(values) if xs[0].block == 16 => {
+                        terms_of!(16, 8, false, values[row * cols..].as_ptr().cast(), none, 0)
+                    }
+                    Ints::Bytes(values) => {
+                        terms_of!(32, 8, false, values[row * cols..].as_ptr().cast(), none, 0)
                     }
                     Ints::Nibbles { values, zero } => {
-                        avx2::rows_dot_packed::<$halves, V>(values, &[], zero, scales, xs, $outs)
+                        terms_of!(32, 4, false, values[row * cols / 2..].as_ptr(), none, zero)
                     }
                     Ints::FiveBits {
                         nibbles,
                         high,
                         zero,
                     } => {
-                        avx2::rows_dot_packed::<$halves, V>(nibbles, high, zero, scales, xs, $outs)
+                        let high = high[row * blocks..].as_ptr().cast();
+                        terms_of!(32, 5, false, nibbles[row * cols / 2..].as_ptr(), high, zero)
                     }
                     Ints::SixBits {
                         nibbles,
                         crumbs,
                         zero,
-                    } => avx2::rows_dot_six_bits::<$halves, V>(
-                        nibbles, crumbs, zero, scales, xs, $outs,
-                    ),
+                    } => {
+                        let (values, crumbs) = (
+                            nibbles[row * cols / 2..].as_ptr(),
+                            crumbs[row * cols / 4..].as_ptr(),
+                        );
+                        match stepped {
+                            true => terms_of!(16, 6, true, values, crumbs, zero),
+                            false => terms_of!(16, 6, false, values, crumbs, zero),
+                        }
+                    }
                 }
             }
-        }};
-    }
-    // A few rows at a time, so that factors widened to f32 (a K type's) are still in the
-    // first-level cache when the kernel reads them: widened a task's rows at once, they
-    // passed through memory once more.
-    let (cols, blocks) = (xs[0].values.len(), xs[0].scales.len());
-    let widened = matches!(scales, Factors::Scaled { .. })
-        || offsets.is_some_and(|offsets| !matches!(offsets, Factors::F32(_)));
-    let rows = outs[0].len();
-    let rows_at_once = match widened {
-        true => AVX2_ROWS_AT_ONCE,
-        // One call: the kernel's prefetching restarts with each.
-        false => rows.max(1),
+            for (v, out) in outs.iter_mut().enumerate() {
+                let terms = &terms[v * avx2::GROUP * stride..][..avx2::GROUP * stride];
+                // SAFETY: the group's terms are `GROUP` rows of `stride`.
+                unsafe { avx2::add_in_turn(terms, stride, blocks, &mut out[first..first + len]) };
+            }
+        }
+    });
+}
+
+thread_local! {
+    /// Each thread's buffers for the AVX2 kernel, which only grow: a group of rows' offsets
+    /// in f32, and its rows' terms.
+    static AVX2_BUFFERS: RefCell<(Vec<f32>, Vec<f32>)> = const {
+        RefCell::new((Vec::new(), Vec::new()))
     };
-    for first in (0..rows).step_by(rows_at_once) {
-        let len = rows_at_once.min(rows - first);
-        let weight = weight.rows(first, len, cols);
-        let factors = first * blocks..(first + len) * blocks;
-        let mut parts = outs.each_mut().map(|out| &mut out[first..first + len]);
-        match scales.range(factors.clone()) {
-            Factors::F32(scales) => run!(false, scales, weight, &mut parts),
-            Factors::F16(scales) => run!(true, scales, weight, &mut parts),
-            scales @ Factors::Scaled { .. } => {
-                run!(
-                    false,
-                    scales.f32s(0..scales.len(), buffer),
-                    weight,
-                    &mut parts
-                )
-            }
-        }
-        if let Some(offsets) = offsets {
-            for (x, out) in xs.iter().zip(parts) {
-                add_offset_terms(offsets.range(factors.clone()), &x.sums, buffer, out);
-            }
-        }
+}
+
+/// `buffer` at least `len` long.
+fn grow(buffer: &mut Vec<f32>, len: usize) {
+    if buffer.len() < len {
+        buffer.resize(len, 0.0);
     }
+}
+
+/// Stepped factors (see [`read_stepped`]) as one factor per pair of blocks, the pair's base,
+/// as the kernels scale a pair read as one block: `with` gets them.
+fn with_pair_bases<R>(scales: Factors<'_>, with: impl FnOnce(Factors<'_>) -> R) -> R {
+    thread_local! {
+        /// Steps of one for the pairs' factors; it only grows.
+        static ONES: RefCell<Vec<i8>> = const { RefCell::new(Vec::new()) };
+    }
+    ONES.with_borrow_mut(|ones| {
+        let pairs = scales.len() / 2;
+        if ones.len() < pairs {
+            ones.resize(pairs, 1);
+        }
+        match scales {
+            Factors::Scaled {
+                bases, first, per, ..
+            } => with(Factors::Scaled {
+                bases,
+                steps: &ones[..pairs],
+                first: first / 2,
+                per: per / 2,
+            }),
+            other => with(other),
+        }
+    })
 }
 
 /// Adds `Σ_b offsets[r, b] · sums[b]` to each row `r` of `out`: the weights' offsets times the
@@ -741,256 +810,252 @@ mod avx2 {
         }
     }
 
-    /// Each block of `BLOCK` (16 or 32) weights is widened to 16 bits and multiplied by the
-    /// activations' integers into exact 32-bit sums, which then take both scales in f32.
-    /// Alternate blocks go to two f32 totals, so that one block's multiply-add need not wait
-    /// for the last one's. The weights are widened once for the `V` activation rows of `xs`,
-    /// each of which sums as it does alone (`V = 1`): several sequences decoded together read
-    /// each weight once.
-    ///
-    /// The block is fixed and the loop runs on raw pointers: written for any block through
-    /// slices, the same arithmetic compiled to bounds checks, a multiply per block and
-    /// spilled registers around it, and read 8-bit weights at half the bytes per second of
-    /// the bf16 kernel.
-    ///
-    /// # Safety
-    /// `BLOCK` must be a multiple of 16, each of `xs` be rounded in blocks of `BLOCK`, `weight`
-    /// hold `outs[v].len()` rows of `xs[v].values.len()` integers (the same for every `v`) and
-    /// `scales` one per block of them, f16 when `F16_SCALES`, else f32.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows_dot_q8<const BLOCK: usize, const F16_SCALES: bool, const V: usize>(
-        weight: &[i8],
-        scales: *const u8,
-        xs: [&BlockInts; V],
-        outs: &mut [&mut [f32]; V],
-    ) {
-        let cols = xs[0].values.len();
-        let blocks = cols / BLOCK;
-        for row in 0..outs[0].len() {
-            // SAFETY: `row` is one of the outputs' rows, and the caller guarantees the sizes.
-            let totals = unsafe {
-                row_totals::<BLOCK, 8, F16_SCALES, V>(
-                    weight.as_ptr().add(row * cols).cast(),
-                    std::ptr::null(),
-                    0,
-                    scales.add(row * blocks * scale_bytes::<F16_SCALES>()),
-                    &xs,
-                    blocks,
-                )
-            };
-            for (out, total) in outs.iter_mut().zip(totals) {
-                out[row] += horizontal_sum(total);
-            }
-        }
+    /// Rows whose terms are added together, a row to a lane.
+    pub const GROUP: usize = 8;
+
+    /// One row of integer weights as [`row_terms`] reads it.
+    #[derive(Clone, Copy)]
+    pub struct Row {
+        /// The values: bytes, or nibbles (4, 5 and 6 bits).
+        pub values: *const u8,
+        /// 5 bits: a word of fifth bits per block; 6 bits: the crumbs.
+        pub high: *const u8,
+        pub zero: u8,
+        /// One per block read, f16 or f32 (f32 bases when stepped).
+        pub scales: *const u8,
+        /// Stepped: the steps of the row's blocks of 16.
+        pub steps: *const i8,
+        /// One per block read in f32, or null.
+        pub offsets: *const f32,
     }
 
-    /// [`rows_dot_q8`] for 4- and 5-bit values (see `IntegerValues::Nibbles` and
-    /// `IntegerValues::FiveBits`): each block's 16 bytes of nibbles are split into low and
-    /// high halves, which are its first and last 16 values, `high`'s word for the block (5-bit
-    /// values; `high` is empty for 4-bit ones) adds their fifth bits, and they are widened to
-    /// 16 bits like the bytes, less `zero`.
+    /// One row's terms against each of `xs`, a block at a time, into `terms[v]`: each block's
+    /// integer sum whole, converted, times its weight scale times its activation scale, plus
+    /// its offset times the activations' block sum in one rounding, as `token_lanes` and the
+    /// AVX-512 kernel form them. The eight lanes of a block's partial sums are added across
+    /// eight blocks at once ([`sums_of_eight`]), so eight blocks take one conversion and one
+    /// scaling.
+    ///
+    /// `BLOCK` is the stored block (16 or 32); `STEPPED` reads pairs of blocks of 16 as
+    /// blocks of 32, each half times its step (see `read_stepped`), and `blocks` counts the
+    /// blocks read.
     ///
     /// # Safety
-    /// As [`rows_dot_q8`] with blocks of 32, `nibbles` holding half a byte per value and
-    /// `high`, unless empty, a word per block.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows_dot_packed<const F16_SCALES: bool, const V: usize>(
-        nibbles: &[u8],
-        high: &[u32],
-        zero: u8,
-        scales: *const u8,
-        xs: [&BlockInts; V],
-        outs: &mut [&mut [f32]; V],
-    ) {
-        let cols = xs[0].values.len();
-        let blocks = cols / 32;
-        for row in 0..outs[0].len() {
-            let (nibbles, scales) = (
-                nibbles.as_ptr().wrapping_add(row * cols / 2),
-                scales.wrapping_add(row * blocks * scale_bytes::<F16_SCALES>()),
-            );
-            // SAFETY: `row` is one of the outputs' rows, and the caller guarantees the sizes.
-            let totals = unsafe {
-                match high.is_empty() {
-                    true => row_totals::<32, 4, F16_SCALES, V>(
-                        nibbles,
-                        std::ptr::null(),
-                        zero,
-                        scales,
-                        &xs,
-                        blocks,
-                    ),
-                    false => row_totals::<32, 5, F16_SCALES, V>(
-                        nibbles,
-                        high.as_ptr().add(row * blocks).cast(),
-                        zero,
-                        scales,
-                        &xs,
-                        blocks,
-                    ),
-                }
-            };
-            for (out, total) in outs.iter_mut().zip(totals) {
-                out[row] += horizontal_sum(total);
-            }
-        }
-    }
-
-    /// [`rows_dot_q8`] for 6-bit values in blocks of 16 (see `IntegerValues::SixBits`): each
-    /// unit of 32 is widened to 16 bits once, for its two blocks.
-    ///
-    /// # Safety
-    /// As [`rows_dot_q8`] with blocks of 16, `nibbles` holding half a byte per value and
-    /// `crumbs` a quarter.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn rows_dot_six_bits<const F16_SCALES: bool, const V: usize>(
-        nibbles: &[u8],
-        crumbs: &[u8],
-        zero: u8,
-        scales: *const u8,
-        xs: [&BlockInts; V],
-        outs: &mut [&mut [f32]; V],
-    ) {
-        let cols = xs[0].values.len();
-        let blocks = cols / 16;
-        for row in 0..outs[0].len() {
-            // SAFETY: `row` is one of the outputs' rows, and the caller guarantees the sizes.
-            let totals = unsafe {
-                row_totals::<16, 6, F16_SCALES, V>(
-                    nibbles.as_ptr().add(row * cols / 2),
-                    crumbs.as_ptr().add(row * cols / 4),
-                    zero,
-                    scales.add(row * blocks * scale_bytes::<F16_SCALES>()),
-                    &xs,
-                    blocks,
-                )
-            };
-            for (out, total) in outs.iter_mut().zip(totals) {
-                out[row] += horizontal_sum(total);
-            }
-        }
-    }
-
-    /// Bytes per weight scale.
-    const fn scale_bytes<const F16_SCALES: bool>() -> usize {
-        if F16_SCALES { 2 } else { 4 }
-    }
-
-    /// One row's blocks against each of `xs`, their lanes not yet summed. f16 scales are
-    /// widened here, one per block: widened a task's rows at a time into a buffer, they cost
-    /// 10% of a Q4_0 decode.
-    ///
-    /// # Safety
-    /// `row` must point to `blocks · BLOCK` integers of `BITS` bits (bytes, or in blocks of
-    /// 32 nibbles, less `zero`, with `high` pointing to a word of fifth bits per block when
-    /// `BITS` is 5; for 6 bits, blocks of 16 in units of two and `high` the crumbs), `scales`
-    /// to `blocks` f16 (`F16_SCALES`) or f32 values, and each of `xs` hold as many values and
-    /// scales.
+    /// `row` must hold `blocks` blocks read of `BITS`-bit values (bytes, or in blocks of 32
+    /// nibbles, less `zero`, with a word of fifth bits per block for 5 bits; for 6 bits,
+    /// blocks of 16 in units of two and their crumbs) and their factors, each of `xs` as many
+    /// values, scales and sums, and each of `terms` room for `blocks` rounded up to [`GROUP`].
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn row_totals<
+    pub unsafe fn row_terms<
         const BLOCK: usize,
         const BITS: u32,
         const F16_SCALES: bool,
+        const STEPPED: bool,
         const V: usize,
     >(
-        row: *const u8,
-        high: *const u8,
-        zero: u8,
-        scales: *const u8,
+        row: Row,
         xs: &[&BlockInts; V],
         blocks: usize,
-    ) -> [__m256; V] {
-        let zero = _mm256_set1_epi16(i16::from(zero));
-        // SAFETY (for the closures and the loop below): b < blocks, so block `b` lies inside
-        // `row`, `high`, `scales` and each of `xs`; for 6 bits, `b` is even and begins a unit.
-        // Block `b`'s weights in 16 bits, sixteen per vector (the second unused for 16).
+        terms: [*mut f32; V],
+    ) {
+        let zero = _mm256_set1_epi16(i16::from(row.zero));
+        // Values per block read.
+        let read = if STEPPED { 2 * BLOCK } else { BLOCK };
+        // SAFETY (for the closures and the loop below): every block asked for is one of
+        // `blocks`, so it lies inside the row, its factors and each of `xs`.
+        // Stored block `b`'s weights in 16 bits, sixteen per vector (the second unused for
+        // 16); for 6 bits, `b` is even and both vectors are its unit's.
         let widened = |b: usize| unsafe {
             match BITS {
                 8 => {
-                    let w = row.add(b * BLOCK).cast::<__m128i>();
+                    let w = row.values.add(b * BLOCK).cast::<__m128i>();
                     std::array::from_fn(|step| match step < BLOCK / 16 {
                         true => _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(step))),
                         false => _mm256_setzero_si256(),
                     })
                 }
                 _ => {
-                    let packed = _mm_loadu_si128(row.add(b * BLOCK / 2).cast::<__m128i>());
+                    let packed = _mm_loadu_si128(row.values.add(b * BLOCK / 2).cast::<__m128i>());
                     match BITS {
                         4 => unpack_nibbles(packed, zero),
-                        5 => unpack_five_bits(packed, high.cast::<u32>().add(b).read(), zero),
+                        5 => unpack_five_bits(packed, row.high.cast::<u32>().add(b).read(), zero),
                         _ => {
-                            let crumbs = high.add(b * BLOCK / 4).cast::<u64>().read_unaligned();
+                            let crumbs = row.high.add(b * BLOCK / 4).cast::<u64>().read_unaligned();
                             unpack_six_bits(packed, crumbs, zero)
                         }
                     }
                 }
             }
         };
-        // Block `b` of activation row `v` against its widened weights: sixteen weights per
-        // step, 32-bit sums of pairs of their products.
-        let block_sum = |weights: &[__m256i; 2], v: usize, b: usize| unsafe {
-            let values = xs[v].values.as_ptr().add(b * BLOCK).cast::<__m256i>();
+        let step = |b: usize| unsafe { _mm256_set1_epi16(i16::from(row.steps.add(b).read())) };
+        // The weights of read blocks `j` and `j + 1` (its first alone where `!both`), sixteen
+        // per vector.
+        let pair = |j: usize, both: bool| -> [[__m256i; 2]; 2] {
+            let none = _mm256_setzero_si256();
+            match (STEPPED, BITS) {
+                // A block read is a unit: its halves times their steps.
+                (true, 6) => {
+                    let one = |j: usize| {
+                        let [first, second] = widened(2 * j);
+                        [
+                            _mm256_mullo_epi16(first, step(2 * j)),
+                            _mm256_mullo_epi16(second, step(2 * j + 1)),
+                        ]
+                    };
+                    [one(j), if both { one(j + 1) } else { [none; 2] }]
+                }
+                (true, _) => {
+                    let one = |j: usize| {
+                        let (first, second) = (widened(2 * j)[0], widened(2 * j + 1)[0]);
+                        [
+                            _mm256_mullo_epi16(first, step(2 * j)),
+                            _mm256_mullo_epi16(second, step(2 * j + 1)),
+                        ]
+                    };
+                    [one(j), if both { one(j + 1) } else { [none; 2] }]
+                }
+                // A unit is both blocks.
+                (false, 6) => widened(j).map(|half| [half, none]),
+                (false, _) => [widened(j), if both { widened(j + 1) } else { [none; 2] }],
+            }
+        };
+        // Read block `j` of activation row `v` against its weights: 32-bit sums of pairs
+        // of products, eight lanes.
+        let block_sums = |weights: &[__m256i; 2], v: usize, j: usize| unsafe {
+            let values = xs[v].values.as_ptr().add(j * read).cast::<__m256i>();
             let mut sum = _mm256_setzero_si256();
-            for (step, weights) in weights.iter().take(BLOCK / 16).enumerate() {
-                let products = _mm256_madd_epi16(*weights, _mm256_loadu_si256(values.add(step)));
+            for (k, weights) in weights.iter().take(read / 16).enumerate() {
+                let products = _mm256_madd_epi16(*weights, _mm256_loadu_si256(values.add(k)));
                 sum = _mm256_add_epi32(sum, products);
             }
-            _mm256_cvtepi32_ps(sum)
+            sum
         };
-        // Blocks `b` and `b + 1`'s weight scales, in the low lanes.
-        let two_weight_scales = |b: usize| unsafe {
-            if F16_SCALES {
-                let bits = scales.add(b * 2).cast::<i32>().read_unaligned();
-                _mm_cvtph_ps(_mm_cvtsi32_si128(bits))
-            } else {
-                _mm_castsi128_ps(_mm_loadl_epi64(scales.add(b * 4).cast()))
-            }
-        };
-        // Block `b`'s weight scale.
-        let weight_scale = |b: usize| unsafe {
-            if F16_SCALES {
-                let bits = scales.cast::<u16>().add(b).read_unaligned();
-                _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(bits))))
-            } else {
-                scales.cast::<f32>().add(b).read_unaligned()
-            }
-        };
-        let mut totals = [[_mm256_setzero_ps(); 2]; V];
-        let mut b = 0;
-        while b + 2 <= blocks {
-            // Two blocks of 32 bytes are one 64-byte line (of 16 bytes or nibbles, half).
-            let bytes = if BITS < 8 { b * BLOCK / 2 } else { b * BLOCK };
-            prefetch(row.wrapping_add(bytes), PREFETCH_BYTES_Q8);
-            // A unit of 6-bit values is both blocks, sixteen values each.
-            let weights: [[__m256i; 2]; 2] = match BITS {
-                6 => widened(b).map(|half| [half, _mm256_setzero_si256()]),
-                _ => [widened(b), widened(b + 1)],
-            };
-            let weight_scales = two_weight_scales(b);
-            for (v, totals) in totals.iter_mut().enumerate() {
-                // SAFETY: blocks `b` and `b + 1` lie inside `xs[v]`'s scales.
-                let x_scales = unsafe { _mm_loadl_epi64(xs[v].scales.as_ptr().add(b).cast()) };
-                // Both blocks' weight scale × activation scale, each in all lanes.
-                let both = _mm_mul_ps(weight_scales, _mm_castsi128_ps(x_scales));
-                let scales = [
-                    _mm256_broadcastss_ps(both),
-                    _mm256_broadcastss_ps(_mm_movehdup_ps(both)),
-                ];
-                for (i, (total, scale)) in totals.iter_mut().zip(scales).enumerate() {
-                    *total = _mm256_fmadd_ps(block_sum(&weights[i], v, b + i), scale, *total);
+        for chunk in (0..blocks).step_by(GROUP) {
+            let in_chunk = GROUP.min(blocks - chunk);
+            let mut sums = [[_mm256_setzero_si256(); GROUP]; V];
+            for k in (0..in_chunk).step_by(2) {
+                let j = chunk + k;
+                // Two blocks of 32 bytes are one 64-byte line (of 16 bytes or nibbles, half).
+                let bytes = if BITS < 8 { j * read / 2 } else { j * read };
+                prefetch(row.values.wrapping_add(bytes), PREFETCH_BYTES_Q8);
+                let both = k + 1 < in_chunk;
+                let weights = pair(j, both);
+                for (v, sums) in sums.iter_mut().enumerate() {
+                    sums[k] = block_sums(&weights[0], v, j);
+                    if both {
+                        sums[k + 1] = block_sums(&weights[1], v, j + 1);
+                    }
                 }
             }
-            b += 2;
-        }
-        if b < blocks {
-            let weights = widened(b);
-            for (v, [total, _]) in totals.iter_mut().enumerate() {
-                let scale = _mm256_set1_ps(weight_scale(b) * xs[v].scales[b]);
-                *total = _mm256_fmadd_ps(block_sum(&weights, v, b), scale, *total);
+            // SAFETY: the lanes of `in_chunk` are blocks of the row, whose factors lie at
+            // `chunk`; the row's terms have room for a whole chunk.
+            unsafe {
+                let weight_scales = match F16_SCALES {
+                    true => {
+                        let mut bits = [0u16; GROUP];
+                        let from = row.scales.cast::<u16>().add(chunk);
+                        std::ptr::copy_nonoverlapping(from, bits.as_mut_ptr(), in_chunk);
+                        _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()))
+                    }
+                    false => load(row.scales.cast::<f32>().add(chunk), in_chunk),
+                };
+                let offsets = match row.offsets.is_null() {
+                    true => None,
+                    false => Some(load(row.offsets.add(chunk), in_chunk)),
+                };
+                for (v, sums) in sums.iter().enumerate() {
+                    let x_scales = load(xs[v].scales.as_ptr().add(chunk), in_chunk);
+                    let scales = _mm256_mul_ps(weight_scales, x_scales);
+                    let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(sums_of_eight(sums)), scales);
+                    if let Some(offsets) = offsets {
+                        let x_sums = load(xs[v].sums.as_ptr().add(chunk), in_chunk);
+                        term = _mm256_fmadd_ps(x_sums, offsets, term);
+                    }
+                    _mm256_storeu_ps(terms[v].add(chunk), term);
+                }
             }
         }
-        totals.map(|[even, odd]| _mm256_add_ps(even, odd))
+    }
+
+    /// The first `len` (at most eight) values at `at`, the other lanes zero.
+    ///
+    /// # Safety
+    /// `len` values must lie at `at`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn load(at: *const f32, len: usize) -> __m256 {
+        let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(len as i32), lanes);
+        // SAFETY: the lanes of `mask` are the first `len`, which the caller guarantees.
+        unsafe { _mm256_maskload_ps(at, mask) }
+    }
+
+    /// Lane `i` the sum of the eight lanes of `sums[i]`, exactly.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn sums_of_eight(sums: &[__m256i; GROUP]) -> __m256i {
+        let [a, b, c, d, e, f, g, h] = *sums;
+        let low = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+        let high = _mm256_hadd_epi32(_mm256_hadd_epi32(e, f), _mm256_hadd_epi32(g, h));
+        _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(low, high),
+            _mm256_permute2x128_si256::<0x31>(low, high),
+        )
+    }
+
+    /// An eight-by-eight matrix of rows of `m` transposed in place.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn transpose(m: &mut [__m256; GROUP]) {
+        let t: [__m256; 8] = std::array::from_fn(|i| {
+            let (a, b) = (m[i / 2 * 2], m[i / 2 * 2 + 1]);
+            match i % 2 {
+                0 => _mm256_unpacklo_ps(a, b),
+                _ => _mm256_unpackhi_ps(a, b),
+            }
+        });
+        // In each 128-bit lane, `u[4h + j]` holds column `j` of rows `4h..4h + 4`.
+        let mut u = [_mm256_setzero_ps(); 8];
+        for h in 0..2 {
+            let [a, b, c, d] = [t[4 * h], t[4 * h + 1], t[4 * h + 2], t[4 * h + 3]];
+            u[4 * h] = _mm256_shuffle_ps::<0x44>(a, c);
+            u[4 * h + 1] = _mm256_shuffle_ps::<0xEE>(a, c);
+            u[4 * h + 2] = _mm256_shuffle_ps::<0x44>(b, d);
+            u[4 * h + 3] = _mm256_shuffle_ps::<0xEE>(b, d);
+        }
+        for j in 0..4 {
+            m[j] = _mm256_permute2f128_ps::<0x20>(u[j], u[4 + j]);
+            m[4 + j] = _mm256_permute2f128_ps::<0x31>(u[j], u[4 + j]);
+        }
+    }
+
+    /// Adds each of a group's rows' block terms to its output in the order of the blocks:
+    /// `terms` holds [`GROUP`] rows of `stride` terms, of which `blocks` are the row's, and
+    /// `out` the group's outputs (as many as it has rows).
+    ///
+    /// # Safety
+    /// `terms` must hold `GROUP · stride` values, `stride` a multiple of 8 and at least
+    /// `blocks`; `out` at most [`GROUP`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn add_in_turn(terms: &[f32], stride: usize, blocks: usize, out: &mut [f32]) {
+        // SAFETY: `out` holds its rows, and each chunk of 8 terms of each row lies in
+        // `terms`, as the caller guarantees.
+        unsafe {
+            let mut sums = load(out.as_ptr(), out.len());
+            for first in (0..blocks).step_by(GROUP) {
+                let mut m: [__m256; GROUP] = std::array::from_fn(|r| {
+                    _mm256_loadu_ps(terms.as_ptr().add(r * stride + first))
+                });
+                transpose(&mut m);
+                for block in &m[..GROUP.min(blocks - first)] {
+                    sums = _mm256_add_ps(sums, *block);
+                }
+            }
+            let mut lanes = [0.0f32; GROUP];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), sums);
+            out.copy_from_slice(&lanes[..out.len()]);
+        }
     }
 }
 
@@ -1315,27 +1380,37 @@ mod tests {
                 offsets: offset_factors.as_ref().map(BlockFactors::borrowed),
                 block,
             };
+            // Q6_K's factors (blocks of 16, K-type, no offsets) are read stepped.
+            let stepped = read_stepped(
+                block,
+                scale_factors.borrowed(),
+                offset_factors.as_ref().map(BlockFactors::borrowed),
+            );
+            assert_eq!(stepped, k_type && block == 16 && !with_offsets);
+            // The activations as `kernel` rounds them.
+            let rounded = |kernel: IntegerKernel| {
+                let ints = IntegerActivations::of(&x, ints, block, kernel, stepped).ints;
+                let block = ints.block;
+                (ints.values.iter().enumerate())
+                    .map(|(c, &q)| f32::from(q) * ints.scales[c / block])
+                    .collect::<Vec<f32>>()
+            };
             if let Some(fastest) = integer_kernel(ints, block) {
-                let rounded_x = BlockInts::of(&x, block);
-                let rounded: Vec<f32> = rounded_x
-                    .values
-                    .iter()
-                    .enumerate()
-                    .map(|(c, &q)| f32::from(q) * rounded_x.scales[c / block])
-                    .collect();
                 for kernel in integer_kernels_up_to(fastest) {
-                    let x = IntegerActivations::of(&x, block, kernel);
+                    let rounded = rounded(kernel);
+                    let x = IntegerActivations::of(&x, ints, block, kernel, stepped);
                     let mut out = vec![1.0; rows];
                     // SAFETY: the kernel runs on this CPU, and the sizes are the ones it reads.
                     unsafe {
-                        rows_dot_integer(
+                        rows_dot_integers(
                             kernel,
                             ints,
                             scale_factors.borrowed(),
                             offset_factors.as_ref().map(BlockFactors::borrowed),
+                            stepped,
                             &mut Vec::new(),
-                            &x,
-                            &mut out,
+                            std::slice::from_ref(&x),
+                            &mut [&mut out],
                         )
                     };
                     close(
@@ -1350,7 +1425,8 @@ mod tests {
                     // block, and so the same activation scales.
                     let xs: Vec<IntegerActivations> = (0..5)
                         .map(|k| {
-                            IntegerActivations::of(&values(cols, (20 + k) << 16), block, kernel)
+                            let x = values(cols, (20 + k) << 16);
+                            IntegerActivations::of(&x, ints, block, kernel, stepped)
                         })
                         .collect();
                     let run = |xs: &[IntegerActivations]| {
@@ -1364,6 +1440,7 @@ mod tests {
                                 ints,
                                 scale_factors.borrowed(),
                                 offset_factors.as_ref().map(BlockFactors::borrowed),
+                                stepped,
                                 &mut Vec::new(),
                                 xs,
                                 &mut slices,
@@ -1383,7 +1460,12 @@ mod tests {
                         );
                     }
                 }
-                close(&product(rows_of, &x), &rounded, &offset_part, "matvec");
+                close(
+                    &product(rows_of, &x),
+                    &rounded(fastest),
+                    &offset_part,
+                    "matvec",
+                );
             } else {
                 close(&product(rows_of, &x), &x, &offset_part, "matvec");
             }

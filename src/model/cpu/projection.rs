@@ -177,6 +177,110 @@ mod tests {
         }
     }
 
+    /// Each token's outputs, bit for bit, whatever tokens it is multiplied with: alone (a
+    /// decode step), beside a few (sequences decoded together), or in prompts of every length
+    /// the prompt kernel takes, for every integer form: bytes in blocks of 32 and 16, 4-, 5-
+    /// and 6-bit values, with and without offsets, Q6_K's stepped factors, rows of 18, 19 and
+    /// 48 blocks (chunks of 16 with the rest, an odd last block), with and without a
+    /// residual. A prompt read as cache plus remainder, or decoded beside other sequences,
+    /// gets the logits it gets alone.
+    #[test]
+    fn a_tokens_integer_product_does_not_depend_on_the_tokens_beside_it() {
+        use std::sync::Arc;
+
+        use half::f16;
+
+        use crate::model::cpu::{BlockFactors, IntegerValues, IntegerWeights};
+
+        let device = Device::flex();
+        let rows = 37;
+        let weight = |cols: usize, block: usize, bits: u32, offsets: bool, stepped: bool| {
+            let values: Vec<i8> = (0..rows * cols)
+                .map(|i| {
+                    let v = ((i * 7919 + bits as usize * 31) % (1 << bits)) as i32;
+                    match offsets {
+                        true => v as i8,
+                        false => (v - (1 << (bits - 1))) as i8,
+                    }
+                })
+                .collect();
+            let blocks = rows * cols / block;
+            let factor = |b: usize, seed: usize| {
+                let v = ((b * 104_729 + seed) % 1000) as f32 / 1000.0;
+                f16::from_f32(0.001 + v * 0.01).to_f32()
+            };
+            let scales: Vec<f32> = match stepped {
+                // A base per super-block of 16 blocks times an 8-bit step, as Q6_K's.
+                true => (0..blocks)
+                    .map(|b| factor(b / 16, 1) * (((b * 37) % 255) as i32 - 127) as f32)
+                    .collect(),
+                false => (0..blocks).map(|b| factor(b, 1)).collect(),
+            };
+            let values = match bits {
+                8 => IntegerValues::Bytes(values),
+                _ => IntegerValues::packing(&values, block),
+            };
+            let scales = BlockFactors::F32(scales).compacted(block);
+            assert_eq!(
+                stepped,
+                matches!(scales, BlockFactors::Scaled { per: 16, .. })
+            );
+            Weight::Integers(Arc::new(IntegerWeights {
+                dims: [rows, cols],
+                block,
+                values,
+                scales,
+                offsets: offsets
+                    .then(|| BlockFactors::F32((0..blocks).map(|b| -factor(b, 2)).collect())),
+            }))
+        };
+        let tokens = 40;
+        for (cols, block, bits, offsets, stepped) in [
+            (576, 32, 8, false, false),
+            (608, 32, 8, true, false),
+            (768, 16, 8, false, false),
+            (768, 16, 8, false, true),
+            (576, 32, 4, false, false),
+            (608, 32, 4, true, false),
+            (576, 32, 5, true, false),
+            (608, 32, 5, false, false),
+            (768, 16, 6, false, false),
+            (768, 16, 6, false, true),
+        ] {
+            let weight = weight(cols, block, bits, offsets, stepped);
+            let x = tensor(tokens, cols, 8, &device);
+            let residual = tensor(tokens, rows, 9, &device);
+            for residual in [None, Some(&residual)] {
+                let whole = project(&weight, &x, residual).expect("integer weights");
+                let whole = whole.into_data().to_vec::<f32>().expect("f32");
+                // Runs of tokens: one at a time, a few together, prompts short and long.
+                for run in [1, 3, 8, 9, 15, 16, 23] {
+                    for first in (0..tokens).step_by(run) {
+                        let len = run.min(tokens - first);
+                        let part = x.clone().slice([first..first + len, 0..cols]);
+                        let residual =
+                            residual.map(|r| r.clone().slice([first..first + len, 0..rows]));
+                        let got = project(&weight, &part, residual.as_ref()).expect("integers");
+                        let got = got.into_data().to_vec::<f32>().expect("f32");
+                        let want = &whole[first * rows..(first + len) * rows];
+                        for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                            assert_eq!(
+                                g.to_bits(),
+                                w.to_bits(),
+                                "{bits}-bit in blocks of {block}, {cols} columns, offsets \
+                                 {offsets}, stepped {stepped}, residual {}: token {} of a \
+                                 run of {len}, row {}: {g} against {w}",
+                                residual.is_some(),
+                                first + i / rows,
+                                i % rows
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// Reading Burn's own quantized tensor checks what the kernels' unit tests cannot: that
     /// the integers and scales are laid out as the kernels assume.
     #[test]

@@ -176,6 +176,21 @@ impl<'a> Factors<'a> {
         }
     }
 
+    /// The steps of scaled factors; none for the others.
+    pub fn steps(self) -> &'a [i8] {
+        match self {
+            Self::Scaled { steps, .. } => steps,
+            _ => &[],
+        }
+    }
+
+    /// Whether each pair of factors shares a base: scaled factors whose groups, and the
+    /// first, start at even factors. Blocks of 16 with such factors can be read as blocks
+    /// of 32 with the base as scale and the steps applied to the values.
+    pub fn pairs_share_bases(self) -> bool {
+        matches!(self, Self::Scaled { first, per, .. } if per.is_multiple_of(2) && first.is_multiple_of(2))
+    }
+
     pub fn get(self, index: usize) -> f32 {
         match self {
             Self::F16(values) => values[index].to_f32(),

@@ -4,17 +4,26 @@
 //! With 16-bit activations (kept for their accuracy, see [`BlockInts`]) a decode step at
 //! 1–2B parameters is bound by instructions, not memory: the AVX2 kernel read a 1.7B Q4_K_M
 //! file's weights at a fifth of the memory bandwidth. Here one vector of products holds two
-//! blocks' halves, so each pair of blocks costs one conversion and one scaling where the AVX2
-//! kernel spends one per block, and the weight and activation scales are multiplied once per
-//! group of rows, ahead of their loops.
+//! blocks' halves (four blocks' quarters for 4-bit values), and the weight and activation
+//! scales are multiplied once per group of rows, ahead of their loops.
 //!
-//! The integer sums are the AVX2 kernel's exactly; only the order in which the scaled block
-//! sums are added differs.
+//! Each output is summed as the prompt kernel (`token_lanes`) sums it, so that a token's
+//! outputs are the same bits whether it is decoded alone, beside other sequences, or read
+//! in a prompt of any length: each block's integer sum whole, then its term (the sum
+//! converted, times the weight's and the activation's scales multiplied, plus the offset
+//! times the activations' block sum in one rounding), the terms added to the output block
+//! after block. The vector of products holds a block's sum in eight lanes (four for the
+//! quads), so sixteen blocks' vectors are added across to a lane per block ([`halve`]) and
+//! take one conversion and one scaling; a group of rows' terms are then added to their
+//! outputs with rows in lanes ([`add_in_turn`]). On a 1.7B Q4_K_M file this costs about a
+//! tenth more kernel time per decoded token than the order it replaced (pairs of blocks
+//! scaled in sixteen lanes, the lanes added at the end), which depended on how many
+//! tokens were read at once.
 
 use std::arch::x86_64::*;
 
-use super::BlockInts;
 use super::avx2::{PREFETCH_BYTES_Q8, prefetch};
+use super::{BlockInts, with_pair_bases};
 use crate::model::cpu::math::nibbles_in_order;
 use crate::model::cpu::weights::{Factors, Ints};
 
@@ -25,28 +34,39 @@ use crate::model::cpu::weights::{Factors, Ints};
 /// first-level cache.
 const ROWS_AT_ONCE: usize = 16;
 
-/// Activation rows [`rows_dot_together`] takes at once: each keeps two totals in registers.
+/// Activation rows the kernel takes at once, for each of which it keeps a chunk's partial
+/// sums in registers.
 pub const TOGETHER: usize = 4;
 
-/// The activations as the kernel reads them besides their values: for blocks of 32, the
-/// values [`paired`]; and their block scales and sums repeated for [`ROWS_AT_ONCE`] rows,
-/// which a group's factors multiply element by element.
+/// The activations as the kernel reads them besides their values: for blocks of 32 read in
+/// pairs or quads, the values [`arranged`] so; and their block scales repeated for
+/// [`ROWS_AT_ONCE`] rows, which a group's factors multiply element by element.
 pub struct Activations {
-    /// Empty for blocks of 16, which the kernel reads as they are.
-    paired: Vec<i16>,
+    /// Empty where the kernel reads the values as they are.
+    arranged: Vec<i16>,
     scales: Vec<f32>,
-    sums: Vec<f32>,
+}
+
+/// How the kernel reads a weight's blocks of 32, and the activations with them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// In order (blocks of 16, and the stepped weights' blocks of 32).
+    InOrder,
+    /// A pair of blocks at a time ([`paired`]).
+    Pairs,
+    /// 4-bit values: four blocks at a time ([`quads`]), then the last pairs.
+    Quads,
 }
 
 impl Activations {
-    pub fn of(x: &BlockInts) -> Self {
+    pub fn of(x: &BlockInts, reading: Reading) -> Self {
         Self {
-            paired: match x.block {
-                32 => paired(x),
+            arranged: match (reading, x.block) {
+                (Reading::Pairs, 32) => paired(&x.values),
+                (Reading::Quads, 32) => quads(&x.values),
                 _ => Vec::new(),
             },
             scales: x.scales.repeat(ROWS_AT_ONCE),
-            sums: x.sums.repeat(ROWS_AT_ONCE),
         }
     }
 }
@@ -54,15 +74,32 @@ impl Activations {
 /// Activations for blocks of 32, reordered so that one vector of 32 lanes holds the same
 /// half of two blocks: per pair of blocks, the first halves of both, then the second halves
 /// of both. A last, odd block stays in order.
-fn paired(x: &BlockInts) -> Vec<i16> {
-    let mut out = Vec::with_capacity(x.values.len());
-    let mut pairs = x.values.chunks_exact(64);
+fn paired(values: &[i16]) -> Vec<i16> {
+    let mut out = Vec::with_capacity(values.len());
+    let mut pairs = values.chunks_exact(64);
     for pair in &mut pairs {
         for half in [&pair[..16], &pair[32..48], &pair[16..32], &pair[48..]] {
             out.extend_from_slice(half);
         }
     }
     out.extend_from_slice(pairs.remainder());
+    out
+}
+
+/// Activations for blocks of 32 as [`NibbleWidening::quad`] widens four blocks: each vector of
+/// 32 lanes holds the same quarter of four blocks. The blocks after the last four are
+/// [`paired`].
+fn quads(values: &[i16]) -> Vec<i16> {
+    let mut out = Vec::with_capacity(values.len());
+    let mut quads = values.chunks_exact(128);
+    for quad in &mut quads {
+        for quarter in 0..4 {
+            for block in quad.chunks_exact(32) {
+                out.extend_from_slice(&block[8 * quarter..][..8]);
+            }
+        }
+    }
+    out.extend(paired(quads.remainder()));
     out
 }
 
@@ -125,6 +162,33 @@ impl NibbleWidening {
             let high = _mm256_and_si256(_mm256_srli_epi16::<4>(packed), self.low_bits);
             [low, high].map(|half| _mm512_cvtepi8_epi16(_mm256_sub_epi8(half, self.zero)))
         }
+    }
+
+    /// Blocks `b` to `b + 3`, a quarter of each in each vector, as [`quads`] orders the
+    /// activations: a block's bytes 0–7 hold its values 0–7 and 16–23, bytes 8–15 its values
+    /// 8–15 and 24–31. One vector's products then hold four lanes of each of four blocks, half
+    /// the lanes a pair's take, and a quarter of the additions across lanes are saved.
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    #[inline]
+    unsafe fn quad(&self, w: *const u8, b: usize) -> [__m512i; 4] {
+        // SAFETY: the caller asks for four blocks the row holds.
+        let packed = unsafe {
+            prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
+            _mm512_loadu_si512(w.add(b * 16).cast())
+        };
+        // Bytes 0–7 of each block, then bytes 8–15 of each.
+        let halves = _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), packed);
+        let low_bits = _mm512_castsi256_si512(self.low_bits);
+        let low_bits = _mm512_inserti64x4::<1>(low_bits, self.low_bits);
+        let lows = _mm512_and_si512(halves, low_bits);
+        let highs = _mm512_and_si512(_mm512_srli_epi16::<4>(halves), low_bits);
+        [
+            _mm512_castsi512_si256(lows),
+            _mm512_extracti64x4_epi64::<1>(lows),
+            _mm512_castsi512_si256(highs),
+            _mm512_extracti64x4_epi64::<1>(highs),
+        ]
+        .map(|bytes| _mm512_cvtepi8_epi16(_mm256_sub_epi8(bytes, self.zero)))
     }
 
     /// Block `b` alone: its low halves, then its high ones, which are its values in order.
@@ -305,461 +369,487 @@ impl SixBitWidening {
     }
 }
 
-/// Adds blocks' integer sums, scaled, to `$totals`: `$pairs` gives the sums of `$step` blocks
-/// from block `$b`, a vector per pair (lanes 0–7 its first block's, 8–15 its second's), and
-/// `$rest` those of the `$rest_blocks` blocks a row may end with (1: every lane block `$b`'s;
-/// 2: a pair). `$combined` holds each block's weight scale times its activation scale.
-macro_rules! add_blocks {
-    (
-        $totals:ident, $blocks:expr, $combined:expr,
-        |$b:ident| $step:literal: $pairs:expr, $rest_blocks:literal: $rest:expr
-    ) => {{
-        let blocks: usize = $blocks;
-        let c: *const f32 = $combined;
-        // Lanes 0–7 of a pair's sums are its first block's, 8–15 its second's.
-        let pair_lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-        // The factors of blocks `b` and `b + 1` in the lanes of their sums.
-        let two = |b: usize| {
-            let both = _mm_castpd_ps(_mm_load_sd(c.add(b).cast()));
-            _mm512_permutexvar_ps(pair_lanes, _mm512_castps128_ps512(both))
-        };
-        // Pair `p` adds to total `p % 2`, two chains of multiply-adds in flight. The totals
-        // are swapped after each pair rather than indexed by `p`: an index the compiler
-        // cannot resolve kept them on the stack, and every pair waited on a store and a
-        // load of its total (28% of a 1.7B decode step on Zen 4).
-        let [mut next, mut other] = $totals;
-        let mut $b = 0;
-        while $b + $step <= blocks {
-            let sums: [__m512i; $step / 2] = $pairs;
-            for (i, sums) in sums.into_iter().enumerate() {
-                next = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), two($b + 2 * i), next);
-                std::mem::swap(&mut next, &mut other);
+/// Lanes `2i` and `2i + 1` of `a` added into lane `i`, then those of `b` into lane `8 + i`.
+/// A vector of a pair of blocks' partial sums (eight lanes each) becomes four lanes each,
+/// and three rounds of it turn eight such vectors into one lane per block, exactly: integer
+/// sums in any order are the same.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+#[inline]
+fn halve(a: __m512i, b: __m512i) -> __m512i {
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    _mm512_add_epi32(
+        _mm512_permutex2var_epi32(a, even, b),
+        _mm512_permutex2var_epi32(a, odd, b),
+    )
+}
+
+/// A sixteen-by-sixteen matrix of rows of `m` transposed in place: each row's terms, a
+/// block to a lane, become each block's terms, a row to a lane.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+#[inline]
+fn transpose(m: &mut [__m512; 16]) {
+    let mut t = [_mm512_setzero_ps(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_ps(m[2 * i], m[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(m[2 * i], m[2 * i + 1]);
+    }
+    // Within each 128-bit lane `l`, `m[4i + j]` holds column `4l + j` of rows `4i..4i + 4`.
+    for i in 0..4 {
+        let [a, b, c, d] = [t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]];
+        m[4 * i] = _mm512_shuffle_ps::<0x44>(a, c);
+        m[4 * i + 1] = _mm512_shuffle_ps::<0xEE>(a, c);
+        m[4 * i + 2] = _mm512_shuffle_ps::<0x44>(b, d);
+        m[4 * i + 3] = _mm512_shuffle_ps::<0xEE>(b, d);
+    }
+    // Then the 128-bit lanes, four by four.
+    let u = *m;
+    for j in 0..4 {
+        let low = _mm512_shuffle_f32x4::<0x44>(u[j], u[4 + j]);
+        let high = _mm512_shuffle_f32x4::<0xEE>(u[j], u[4 + j]);
+        let low_2 = _mm512_shuffle_f32x4::<0x44>(u[8 + j], u[12 + j]);
+        let high_2 = _mm512_shuffle_f32x4::<0xEE>(u[8 + j], u[12 + j]);
+        m[j] = _mm512_shuffle_f32x4::<0x88>(low, low_2);
+        m[4 + j] = _mm512_shuffle_f32x4::<0xDD>(low, low_2);
+        m[8 + j] = _mm512_shuffle_f32x4::<0x88>(high, high_2);
+        m[12 + j] = _mm512_shuffle_f32x4::<0xDD>(high, high_2);
+    }
+}
+
+/// Adds each of a group's rows' block terms to its output in the order of the blocks:
+/// `terms` holds [`ROWS_AT_ONCE`] rows of `stride` terms, of which `blocks` are the row's,
+/// and `out` the group's outputs (as many as it has rows).
+///
+/// # Safety
+/// `terms` must hold `ROWS_AT_ONCE · stride` values, `stride` a multiple of 16 and at least
+/// `blocks`.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+unsafe fn add_in_turn(terms: &[f32], stride: usize, blocks: usize, out: &mut [f32]) {
+    let rows: __mmask16 = (1u32 << out.len()).wrapping_sub(1) as u16;
+    // SAFETY: the lanes of `rows` are `out`'s; each chunk of 16 terms of each row lies in
+    // `terms`, as the caller guarantees.
+    unsafe {
+        let mut sums = _mm512_maskz_loadu_ps(rows, out.as_ptr());
+        let whole = blocks / 16 * 16;
+        for first in (0..whole).step_by(16) {
+            let mut m: [__m512; 16] =
+                std::array::from_fn(|r| _mm512_loadu_ps(terms.as_ptr().add(r * stride + first)));
+            transpose(&mut m);
+            for block in m {
+                sums = _mm512_add_ps(sums, block);
             }
-            $b += $step;
         }
-        // After an odd number of pairs, `next` holds total 1.
-        if ($b / 2) % 2 == 1 {
-            std::mem::swap(&mut next, &mut other);
+        // The few blocks past the last sixteen (two of SmolLM2-135M's eighteen) gathered
+        // a block at a time, where a whole transposition took as long as eight of them.
+        let rows_apart = _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(stride as i32),
+        );
+        for block in whole..blocks {
+            let column = _mm512_i32gather_ps::<4>(rows_apart, terms.as_ptr().add(block).cast());
+            sums = _mm512_add_ps(sums, column);
         }
-        $totals = [next, other];
-        if $b < blocks {
-            let sums: __m512i = $rest;
-            let scale = match $rest_blocks {
-                1 => _mm512_set1_ps(*c.add($b)),
-                _ => two($b),
-            };
-            $totals[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, $totals[0]);
-        }
-    }};
+        _mm512_mask_storeu_ps(out.as_mut_ptr(), rows, sums);
+    }
 }
 
 macro_rules! kernel {
     ($name:ident, $features:literal, $dot:expr) => {
-        /// Adds each row's product with `x` to `out`, offsets included. `prepared` is
-        /// [`Activations::of`]`(x)`; `buffer` is scratch space.
+        /// Adds each row's product with each of the `V` activation rows to that row's output,
+        /// offsets included, every output summed as `token_lanes` sums it: each block's
+        /// integer sum whole, scaled (`cvt(sum) · (w_scale · x_scale)`, then
+        /// `+ offset · Σx` in one rounding), and the blocks' terms added to the output in
+        /// turn. A row's blocks are taken sixteen at a time, their pairs' partial sums
+        /// [`halve`]d to a lane per block; the terms of a group of rows are then added
+        /// together, rows in lanes ([`add_in_turn`]). The weights of each step are loaded
+        /// and widened once for all `V` activation rows.
+        ///
+        /// `stepped`: 6-bit values or bytes in blocks of 16 whose pairs share a base, taken
+        /// as `token_lanes` takes them: multiplied by their steps and read in blocks of 32
+        /// with the base as scale, the activations rounded in blocks of 32 (to
+        /// [`STEPPED_LARGEST`](super::STEPPED_LARGEST)).
         ///
         /// # Safety
-        /// The CPU must have the features named; `weight` must hold `out.len()` rows of
+        /// The CPU must have the features named; `weight` must hold `outs[v].len()` rows of
         /// `x.values.len()` values in blocks of `x.block` (bytes in blocks of 16 or 32,
-        /// 4- and 5-bit values in blocks of 32), and `scales` and `offsets` one factor per
-        /// block.
-        #[target_feature(enable = $features)]
-        pub unsafe fn $name(
-            weight: Ints<'_>,
-            scales: Factors<'_>,
-            offsets: Option<Factors<'_>>,
-            x: &BlockInts,
-            prepared: &Activations,
-            buffer: &mut Vec<f32>,
-            out: &mut [f32],
-        ) {
-            let cols = x.values.len();
-            let blocks = cols / x.block;
-            let group = ROWS_AT_ONCE * blocks;
-            if buffer.len() < 2 * group {
-                buffer.resize(2 * group, 0.0);
-            }
-            // Each block's weight scale times its activation scale, and its offset times
-            // its activation sum.
-            let (combined, offset_terms) = buffer[..2 * group].split_at_mut(group);
-            // Sixteen pairs of 16-bit products, added to `sums`.
-            let dot = $dot;
-            // The sums of a pair of blocks of 32 from their first halves and their second
-            // halves (as `paired` orders the activations), the activations' from `at`.
-            let pair = |first: __m512i, second: __m512i, at: *const i16| {
-                // SAFETY: the callers ask for a pair of blocks the row holds, and `at` is its
-                // activations'.
-                unsafe {
-                    let sums = dot(_mm512_setzero_si512(), first, _mm512_loadu_si512(at.cast()));
-                    dot(sums, second, _mm512_loadu_si512(at.add(32).cast()))
-                }
-            };
-            for (part, out) in out.chunks_mut(ROWS_AT_ONCE).enumerate() {
-                let first = part * ROWS_AT_ONCE;
-                let factors = first * blocks..(first + out.len()) * blocks;
-                // SAFETY: `prepared` repeats the activations' scales and sums for as many
-                // rows as a group has.
-                unsafe {
-                    products(scales.range(factors.clone()), &prepared.scales, combined);
-                    if let Some(offsets) = offsets {
-                        products(offsets.range(factors), &prepared.sums, offset_terms);
-                    }
-                }
-                for (in_part, y) in out.iter_mut().enumerate() {
-                    let row = first + in_part;
-                    let row_factors = in_part * blocks..(in_part + 1) * blocks;
-                    let mut totals = [_mm512_setzero_ps(); 2];
-                    if offsets.is_some() {
-                        totals[1] = lanes_sum(&offset_terms[row_factors.clone()]);
-                    }
-                    let combined = combined[row_factors].as_ptr();
-                    // SAFETY: every read below lies inside the row's weights and `x`: `add_blocks`
-                    // asks for the blocks from `b` that the row holds.
-                    unsafe {
-                        match weight {
-                            Ints::Bytes(values) if x.block == 16 => {
-                                let w = values.as_ptr().add(row * cols);
-                                let v = x.values.as_ptr();
-                                add_blocks!(
-                                    totals,
-                                    blocks,
-                                    combined,
-                                    |b| 2: [{
-                                        prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
-                                        let ws = _mm512_cvtepi8_epi16(_mm256_loadu_si256(
-                                            w.add(b * 16).cast(),
-                                        ));
-                                        dot(
-                                            _mm512_setzero_si512(),
-                                            ws,
-                                            _mm512_loadu_si512(v.add(b * 16).cast()),
-                                        )
-                                    }],
-                                    1: {
-                                        let ws = _mm256_cvtepi8_epi16(_mm_loadu_si128(
-                                            w.add(b * 16).cast(),
-                                        ));
-                                        let xs = _mm256_loadu_si256(v.add(b * 16).cast());
-                                        dot(
-                                            _mm512_setzero_si512(),
-                                            _mm512_zextsi256_si512(ws),
-                                            _mm512_zextsi256_si512(xs),
-                                        )
-                                    }
-                                );
-                            }
-                            Ints::Bytes(values) => {
-                                let w = values.as_ptr().add(row * cols);
-                                let v = prepared.paired.as_ptr();
-                                add_blocks!(
-                                    totals,
-                                    blocks,
-                                    combined,
-                                    |b| 2: [{
-                                        let [first, second] = byte_pair(w, b);
-                                        pair(first, second, v.add(b * 32))
-                                    }],
-                                    1: {
-                                        let xs = _mm512_loadu_si512(v.add(b * 32).cast());
-                                        dot(_mm512_setzero_si512(), byte_block(w, b), xs)
-                                    }
-                                );
-                            }
-                            Ints::Nibbles { values, zero } => {
-                                let w = values.as_ptr().add(row * cols / 2);
-                                let v = prepared.paired.as_ptr();
-                                let widen = NibbleWidening::new(zero);
-                                add_blocks!(
-                                    totals,
-                                    blocks,
-                                    combined,
-                                    |b| 2: [{
-                                        let [first, second] = widen.pair(w, b);
-                                        pair(first, second, v.add(b * 32))
-                                    }],
-                                    1: {
-                                        let xs = _mm512_loadu_si512(v.add(b * 32).cast());
-                                        dot(_mm512_setzero_si512(), widen.block(w, b), xs)
-                                    }
-                                );
-                            }
-                            Ints::FiveBits {
-                                nibbles,
-                                high,
-                                zero,
-                            } => {
-                                let w = nibbles.as_ptr().add(row * cols / 2);
-                                let h = high.as_ptr().add(row * blocks);
-                                let v = prepared.paired.as_ptr();
-                                let widen = FiveBitWidening::new(zero);
-                                add_blocks!(
-                                    totals,
-                                    blocks,
-                                    combined,
-                                    |b| 2: [{
-                                        let [first, second] = widen.pair(w, h, b);
-                                        pair(first, second, v.add(b * 32))
-                                    }],
-                                    1: {
-                                        let xs = _mm512_loadu_si512(v.add(b * 32).cast());
-                                        dot(_mm512_setzero_si512(), widen.block(w, h, b), xs)
-                                    }
-                                );
-                            }
-                            Ints::SixBits {
-                                nibbles,
-                                crumbs,
-                                zero,
-                            } => {
-                                let w = nibbles.as_ptr().add(row * cols / 2);
-                                let c = crumbs.as_ptr().add(row * cols / 4);
-                                let v = x.values.as_ptr();
-                                let widen = SixBitWidening::new(zero);
-                                add_blocks!(
-                                    totals,
-                                    blocks,
-                                    combined,
-                                    |b| 4: {
-                                        let [first, second] = widen.units(w, c, b);
-                                        let xs = |at: usize| _mm512_loadu_si512(v.add(at).cast());
-                                        [
-                                            dot(_mm512_setzero_si512(), first, xs(b * 16)),
-                                            dot(_mm512_setzero_si512(), second, xs(b * 16 + 32)),
-                                        ]
-                                    },
-                                    2: {
-                                        let xs = _mm512_loadu_si512(v.add(b * 16).cast());
-                                        dot(_mm512_setzero_si512(), widen.unit(w, c, b), xs)
-                                    }
-                                );
-                            }
-                        }
-                    }
-                    *y += _mm512_reduce_add_ps(_mm512_add_ps(totals[0], totals[1]));
-                }
-            }
-        }
-    };
-}
-
-macro_rules! kernel_together {
-    ($name:ident, $features:literal, $dot:expr) => {
-        /// [`rows_dot`]'s work for `V` activation rows at once, on 4- and 5-bit weights or
-        /// bytes in blocks of 32, or 6-bit weights in blocks of 16: each step's weights are loaded and
-        /// widened once for all the rows, then dotted with each row's activations. Each
-        /// row's integer sums, scalings and additions are the single-row kernel's, in its
-        /// order, so every output is bit for bit what it is alone.
-        ///
-        /// # Safety
-        /// As for [`rows_dot`], for each activation row with its output; `weight` holds
-        /// 4- or 5-bit values or bytes in blocks of 32, or 6-bit values in blocks of 16.
+        /// 4- and 5-bit values in blocks of 32, 6-bit in blocks of 16, and for `stepped`
+        /// blocks of 16 paired as one of 32), and `scales` and `offsets` one factor per block
+        /// of the weight; each `prepared` is [`Activations::of`] its `x`.
         #[target_feature(enable = $features)]
         pub unsafe fn $name<const V: usize>(
             weight: Ints<'_>,
             scales: Factors<'_>,
             offsets: Option<Factors<'_>>,
+            stepped: bool,
             xs: [(&BlockInts, &Activations); V],
             buffer: &mut Vec<f32>,
             outs: &mut [&mut [f32]; V],
         ) {
             let cols = xs[0].0.values.len();
             let blocks = cols / xs[0].0.block;
+            // Blocks of the weight's factors per row: two per block when stepped.
+            let factors_per_row = scales.len() / outs[0].len().max(1);
+            let stride = blocks.next_multiple_of(16);
             let group = ROWS_AT_ONCE * blocks;
-            if buffer.len() < 2 * V * group {
-                buffer.resize(2 * V * group, 0.0);
+            // Each activation row's scaled factors, the offsets in f32, each row's terms.
+            let needed = V * group + group + V * ROWS_AT_ONCE * stride;
+            if buffer.len() < needed {
+                buffer.resize(needed, 0.0);
             }
+            let (combined, rest) = buffer[..needed].split_at_mut(V * group);
+            let (offset_values, terms) = rest.split_at_mut(group);
             let dot = $dot;
+            let zero = _mm512_setzero_si512();
+            let with_offsets = offsets.is_some();
+            // The integer sums of a pair of blocks of 32 from their first halves and their
+            // second halves (as `paired` orders the activations), the activations' at `at`.
             let pair = |first: __m512i, second: __m512i, at: *const i16| {
-                // SAFETY: as in the single-row kernel.
+                // SAFETY: the callers ask for a pair of blocks the row holds, and `at` is its
+                // activations'.
                 unsafe {
-                    let sums = dot(_mm512_setzero_si512(), first, _mm512_loadu_si512(at.cast()));
+                    let sums = dot(zero, first, _mm512_loadu_si512(at.cast()));
                     dot(sums, second, _mm512_loadu_si512(at.add(32).cast()))
                 }
             };
-            let pair_lanes = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+            // 32 values in order times the activations in order at `at`: a whole block's
+            // partial sums, sixteen lanes of it.
+            let whole = |values: __m512i, at: *const i16| {
+                // SAFETY: as for `pair`.
+                dot(zero, values, unsafe { _mm512_loadu_si512(at.cast()) })
+            };
+            let activations: [*const i16; V] =
+                std::array::from_fn(|v| match xs[v].1.arranged.is_empty() {
+                    true => xs[v].0.values.as_ptr(),
+                    false => xs[v].1.arranged.as_ptr(),
+                });
             let rows = outs[0].len();
             for first in (0..rows).step_by(ROWS_AT_ONCE) {
                 let in_group = ROWS_AT_ONCE.min(rows - first);
-                let factors = first * blocks..(first + in_group) * blocks;
-                // Row `v`'s weight scales times its activation scales from `v · group`,
-                // and its offsets times its activation sums from `(V + v) · group`.
-                let (combined, offset_terms) = buffer[..2 * V * group].split_at_mut(V * group);
+                let factors = first * factors_per_row..(first + in_group) * factors_per_row;
                 for (v, (_, prepared)) in xs.iter().enumerate() {
-                    let part = v * group..(v + 1) * group;
-                    // SAFETY: as in the single-row kernel.
+                    let part = &mut combined[v * group..(v + 1) * group];
+                    // SAFETY: `prepared` repeats the activations' scales for as many rows
+                    // as a group has.
                     unsafe {
-                        products(
-                            scales.range(factors.clone()),
-                            &prepared.scales,
-                            &mut combined[part.clone()],
-                        );
-                        if let Some(offsets) = offsets {
-                            products(
-                                offsets.range(factors.clone()),
-                                &prepared.sums,
-                                &mut offset_terms[part],
-                            );
+                        match stepped {
+                            true => with_pair_bases(scales.range(factors.clone()), |bases| {
+                                products(bases, &prepared.scales, part)
+                            }),
+                            false => {
+                                products(scales.range(factors.clone()), &prepared.scales, part)
+                            }
                         }
-                    }
+                    };
                 }
+                // The group's offsets where they lie in f16 or f32, others widened to f32.
+                let (group_offsets, f16_offsets): (*const u8, bool) =
+                    match offsets.map(|offsets| offsets.range(factors.clone())) {
+                        None => (std::ptr::null(), false),
+                        Some(Factors::F16(values)) => (values.as_ptr().cast(), true),
+                        Some(Factors::F32(values)) => (values.as_ptr().cast(), false),
+                        Some(scaled) => {
+                            // SAFETY: the buffer holds a group's factors.
+                            unsafe { widened(scaled, offset_values) };
+                            (offset_values.as_ptr().cast(), false)
+                        }
+                    };
                 for in_part in 0..in_group {
                     let row = first + in_part;
-                    let mut totals = [[_mm512_setzero_ps(); 2]; V];
-                    let mut c = [std::ptr::null::<f32>(); V];
-                    for v in 0..V {
-                        let row_factors =
-                            v * group + in_part * blocks..v * group + (in_part + 1) * blocks;
-                        if offsets.is_some() {
-                            totals[v][1] = lanes_sum(&offset_terms[row_factors.clone()]);
-                        }
-                        c[v] = combined[row_factors].as_ptr();
-                    }
-                    // The pairs of blocks as `pair_weights(b)` widens them, then a last odd
-                    // block as `last_weights(b)` does, as the single-row kernel adds them.
-                    macro_rules! add_blocks_of_each {
-                        (|$b:ident| $pair_weights:expr, $last_weights:expr) => {{
-                            let two = |c: *const f32, b: usize| {
-                                let both = _mm_castpd_ps(_mm_load_sd(c.add(b).cast()));
-                                _mm512_permutexvar_ps(pair_lanes, _mm512_castps128_ps512(both))
+                    // Scales each chunk's sums into its terms.
+                    macro_rules! terms_of {
+                        ($chunk:expr, $sums:expr) => {{
+                            let (chunk, sums): (usize, [__m512i; V]) = ($chunk, $sums);
+                            let lanes: __mmask16 = match blocks - chunk {
+                                16.. => 0xFFFF,
+                                left => (1 << left) - 1,
                             };
-                            let mut $b = 0;
-                            while $b + 2 <= blocks {
-                                let [first, second] = $pair_weights;
-                                for v in 0..V {
-                                    let x = xs[v].1.paired.as_ptr().add($b * 32);
-                                    let sums = pair(first, second, x);
-                                    let [next, other] = &mut totals[v];
-                                    let scale = two(c[v], $b);
-                                    *next = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, *next);
-                                    std::mem::swap(next, other);
-                                }
-                                $b += 2;
-                            }
-                            // After an odd number of pairs, total 1 is first (see `add_blocks`).
-                            if ($b / 2) % 2 == 1 {
-                                for [next, other] in &mut totals {
-                                    std::mem::swap(next, other);
-                                }
-                            }
-                            if $b < blocks {
-                                let ordered = $last_weights;
-                                for v in 0..V {
-                                    let x = xs[v].1.paired.as_ptr().add($b * 32);
-                                    let sums = dot(
-                                        _mm512_setzero_si512(),
-                                        ordered,
-                                        _mm512_loadu_si512(x.cast()),
+                            let at = in_part * blocks + chunk;
+                            for (v, sums) in sums.into_iter().enumerate() {
+                                // (Expanded inside the kernel's `unsafe` block.) The lanes of
+                                // `lanes` are blocks of the row, whose factors and sums lie at
+                                // `at` and `chunk`; the row's terms have `stride` places.
+                                let scale = _mm512_maskz_loadu_ps(
+                                    lanes,
+                                    combined.as_ptr().add(v * group + at),
+                                );
+                                let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(sums), scale);
+                                if with_offsets {
+                                    let offset = match f16_offsets {
+                                        true => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+                                            lanes,
+                                            group_offsets.cast::<u16>().add(at).cast(),
+                                        )),
+                                        false => _mm512_maskz_loadu_ps(
+                                            lanes,
+                                            group_offsets.cast::<f32>().add(at),
+                                        ),
+                                    };
+                                    let sum = _mm512_maskz_loadu_ps(
+                                        lanes,
+                                        xs[v].0.sums.as_ptr().add(chunk),
                                     );
-                                    let scale = _mm512_set1_ps(*c[v].add($b));
-                                    totals[v][0] = _mm512_fmadd_ps(
-                                        _mm512_cvtepi32_ps(sums),
-                                        scale,
-                                        totals[v][0],
-                                    );
+                                    term = _mm512_fmadd_ps(sum, offset, term);
                                 }
+                                let to = (v * ROWS_AT_ONCE + in_part) * stride + chunk;
+                                _mm512_storeu_ps(terms.as_mut_ptr().add(to), term);
                             }
                         }};
                     }
-                    // SAFETY: every read lies inside the row's weights, each row's
-                    // activations and its factors, as in the single-row kernel.
+                    // Each chunk of sixteen blocks: `$pair` gives the partial sums of blocks
+                    // `$b` and `$b + 1` (of one, the rest zero, at a row's odd end) for each
+                    // activation row, eight lanes each. Written out where it is used: as
+                    // closures, they were not inlined, and the step ran at half the speed.
+                    macro_rules! each_chunk {
+                        (|$b:ident| $pair:expr) => {
+                            each_chunk!(|$b| $pair, |_q| None)
+                        };
+                        (|$b:ident| $pair:expr, |$q:ident| $four:expr) => {{
+                            for chunk in (0..blocks).step_by(16) {
+                                // Blocks `first..first + 4`, four lanes each.
+                                let mut fours = [[zero; V]; 4];
+                                for (i, four) in fours.iter_mut().enumerate() {
+                                    let first = chunk + 4 * i;
+                                    if first >= blocks {
+                                        break;
+                                    }
+                                    if first + 4 <= blocks {
+                                        let $q = first;
+                                        let sums: Option<[__m512i; V]> = $four;
+                                        if let Some(sums) = sums {
+                                            *four = sums;
+                                            continue;
+                                        }
+                                    }
+                                    let p: [__m512i; V] = match first < blocks {
+                                        true => {
+                                            let $b = first;
+                                            $pair
+                                        }
+                                        false => [zero; V],
+                                    };
+                                    let q: [__m512i; V] = match first + 2 < blocks {
+                                        true => {
+                                            let $b = first + 2;
+                                            $pair
+                                        }
+                                        false => [zero; V],
+                                    };
+                                    *four = std::array::from_fn(|v| halve(p[v], q[v]));
+                                }
+                                let [a, b, c, d] = fours;
+                                terms_of!(
+                                    chunk,
+                                    std::array::from_fn::<_, V, _>(|v| {
+                                        halve(halve(a[v], b[v]), halve(c[v], d[v]))
+                                    })
+                                );
+                            }
+                        }};
+                    }
+                    let at = |b: usize, values_per_block: usize| {
+                        activations.map(|x| x.wrapping_add(b * values_per_block))
+                    };
+                    // SAFETY: every read below lies inside the row's weights and each
+                    // activation row: `each_chunk` asks for blocks the row holds.
                     unsafe {
                         match weight {
-                            Ints::Nibbles { values, zero } => {
-                                let w = values.as_ptr().add(row * cols / 2);
-                                let widen = NibbleWidening::new(zero);
-                                add_blocks_of_each!(|b| widen.pair(w, b), widen.block(w, b));
+                            Ints::Bytes(values) if stepped => {
+                                let w = values.as_ptr().add(row * cols);
+                                let s = scales.steps().as_ptr().add(row * factors_per_row);
+                                // Block `b` of 32 times its two steps.
+                                let block = |b: usize| {
+                                    let steps = steps_of(s, b);
+                                    _mm512_mullo_epi16(byte_block(w, b), steps)
+                                };
+                                each_chunk!(|b| {
+                                    let first = block(b);
+                                    let x = at(b, 32);
+                                    match b + 1 < blocks {
+                                        true => {
+                                            let second = block(b + 1);
+                                            std::array::from_fn(|v| {
+                                                halve(
+                                                    whole(first, x[v]),
+                                                    whole(second, x[v].add(32)),
+                                                )
+                                            })
+                                        }
+                                        false => {
+                                            std::array::from_fn(|v| halve(whole(first, x[v]), zero))
+                                        }
+                                    }
+                                });
+                            }
+                            Ints::Bytes(values) if xs[0].0.block == 16 => {
+                                let w = values.as_ptr().add(row * cols);
+                                each_chunk!(|b| {
+                                    let x = at(b, 16);
+                                    match b + 1 < blocks {
+                                        true => {
+                                            prefetch(w.add(b * 16), PREFETCH_BYTES_Q8);
+                                            let ws = _mm512_cvtepi8_epi16(_mm256_loadu_si256(
+                                                w.add(b * 16).cast(),
+                                            ));
+                                            std::array::from_fn(|v| whole(ws, x[v]))
+                                        }
+                                        false => {
+                                            let ws = _mm256_cvtepi8_epi16(_mm_loadu_si128(
+                                                w.add(b * 16).cast(),
+                                            ));
+                                            std::array::from_fn(|v| {
+                                                let xs = _mm256_loadu_si256(x[v].cast());
+                                                dot(
+                                                    zero,
+                                                    _mm512_zextsi256_si512(ws),
+                                                    _mm512_zextsi256_si512(xs),
+                                                )
+                                            })
+                                        }
+                                    }
+                                });
                             }
                             Ints::Bytes(values) => {
                                 let w = values.as_ptr().add(row * cols);
-                                add_blocks_of_each!(|b| byte_pair(w, b), byte_block(w, b));
-                            }
-                            Ints::SixBits {
-                                nibbles,
-                                crumbs,
-                                zero,
-                            } => {
-                                // As the single-row kernel: two units of 32 (four blocks of
-                                // 16) a step, a last unit alone; the activations in order.
-                                let w = nibbles.as_ptr().add(row * cols / 2);
-                                let crumbs = crumbs.as_ptr().add(row * cols / 4);
-                                let widen = SixBitWidening::new(zero);
-                                let two = |c: *const f32, b: usize| {
-                                    let both = _mm_castpd_ps(_mm_load_sd(c.add(b).cast()));
-                                    _mm512_permutexvar_ps(pair_lanes, _mm512_castps128_ps512(both))
-                                };
-                                let mut b = 0;
-                                while b + 4 <= blocks {
-                                    let units = widen.units(w, crumbs, b);
-                                    for v in 0..V {
-                                        let x = xs[v].0.values.as_ptr().add(b * 16);
-                                        for (i, unit) in units.into_iter().enumerate() {
-                                            let xs = _mm512_loadu_si512(x.add(32 * i).cast());
-                                            let sums = dot(_mm512_setzero_si512(), unit, xs);
-                                            let [next, other] = &mut totals[v];
-                                            let scale = two(c[v], b + 2 * i);
-                                            *next = _mm512_fmadd_ps(
-                                                _mm512_cvtepi32_ps(sums),
-                                                scale,
-                                                *next,
-                                            );
-                                            std::mem::swap(next, other);
+                                each_chunk!(|b| {
+                                    let x = at(b, 32);
+                                    match b + 1 < blocks {
+                                        true => {
+                                            let [first, second] = byte_pair(w, b);
+                                            std::array::from_fn(|v| pair(first, second, x[v]))
+                                        }
+                                        false => {
+                                            let ws = byte_block(w, b);
+                                            std::array::from_fn(|v| halve(whole(ws, x[v]), zero))
                                         }
                                     }
-                                    b += 4;
-                                }
-                                if (b / 2) % 2 == 1 {
-                                    for [next, other] in &mut totals {
-                                        std::mem::swap(next, other);
-                                    }
-                                }
-                                if b < blocks {
-                                    let unit = widen.unit(w, crumbs, b);
-                                    for v in 0..V {
-                                        let x = xs[v].0.values.as_ptr().add(b * 16);
-                                        let sums = dot(
-                                            _mm512_setzero_si512(),
-                                            unit,
-                                            _mm512_loadu_si512(x.cast()),
-                                        );
-                                        totals[v][0] = _mm512_fmadd_ps(
-                                            _mm512_cvtepi32_ps(sums),
-                                            two(c[v], b),
-                                            totals[v][0],
-                                        );
-                                    }
-                                }
+                                });
+                            }
+                            Ints::Nibbles { values, zero: z } => {
+                                let w = values.as_ptr().add(row * cols / 2);
+                                let widen = NibbleWidening::new(z);
+                                // Four blocks at a time while they last, as `quads` orders
+                                // the activations.
+                                let quads = blocks / 4 * 4;
+                                each_chunk!(
+                                    |b| {
+                                        let x = at(b, 32);
+                                        match b + 1 < blocks {
+                                            true => {
+                                                let [first, second] = widen.pair(w, b);
+                                                std::array::from_fn(|v| pair(first, second, x[v]))
+                                            }
+                                            false => {
+                                                let ws = widen.block(w, b);
+                                                std::array::from_fn(|v| {
+                                                    halve(whole(ws, x[v]), zero)
+                                                })
+                                            }
+                                        }
+                                    },
+                                    |q| (q < quads).then(|| {
+                                        let ws = widen.quad(w, q);
+                                        let x = at(q, 32);
+                                        std::array::from_fn(|v| {
+                                            let sums = ws.iter().enumerate().fold(
+                                                zero,
+                                                |sums, (k, &w)| {
+                                                    dot(
+                                                        sums,
+                                                        w,
+                                                        _mm512_loadu_si512(x[v].add(32 * k).cast()),
+                                                    )
+                                                },
+                                            );
+                                            sums
+                                        })
+                                    })
+                                );
                             }
                             Ints::FiveBits {
                                 nibbles,
                                 high,
-                                zero,
+                                zero: z,
                             } => {
                                 let w = nibbles.as_ptr().add(row * cols / 2);
                                 let h = high.as_ptr().add(row * blocks);
-                                let widen = FiveBitWidening::new(zero);
-                                add_blocks_of_each!(|b| widen.pair(w, h, b), widen.block(w, h, b));
+                                let widen = FiveBitWidening::new(z);
+                                each_chunk!(|b| {
+                                    let x = at(b, 32);
+                                    match b + 1 < blocks {
+                                        true => {
+                                            let [first, second] = widen.pair(w, h, b);
+                                            std::array::from_fn(|v| pair(first, second, x[v]))
+                                        }
+                                        false => {
+                                            let ws = widen.block(w, h, b);
+                                            std::array::from_fn(|v| halve(whole(ws, x[v]), zero))
+                                        }
+                                    }
+                                });
+                            }
+                            Ints::SixBits {
+                                nibbles,
+                                crumbs,
+                                zero: z,
+                            } if stepped => {
+                                // Blocks of 32 here: a unit, both its blocks of 16 times
+                                // their steps.
+                                let w = nibbles.as_ptr().add(row * cols / 2);
+                                let c = crumbs.as_ptr().add(row * cols / 4);
+                                let s = scales.steps().as_ptr().add(row * factors_per_row);
+                                let widen = SixBitWidening::new(z);
+                                each_chunk!(|b| {
+                                    let x = at(b, 32);
+                                    match b + 1 < blocks {
+                                        true => {
+                                            let [first, second] = widen.units(w, c, 2 * b);
+                                            let first = _mm512_mullo_epi16(first, steps_of(s, b));
+                                            let second =
+                                                _mm512_mullo_epi16(second, steps_of(s, b + 1));
+                                            std::array::from_fn(|v| {
+                                                halve(
+                                                    whole(first, x[v]),
+                                                    whole(second, x[v].add(32)),
+                                                )
+                                            })
+                                        }
+                                        false => {
+                                            let unit = widen.unit(w, c, 2 * b);
+                                            let unit = _mm512_mullo_epi16(unit, steps_of(s, b));
+                                            std::array::from_fn(|v| halve(whole(unit, x[v]), zero))
+                                        }
+                                    }
+                                });
+                            }
+                            Ints::SixBits {
+                                nibbles,
+                                crumbs,
+                                zero: z,
+                            } => {
+                                // A unit is a pair of blocks of 16; rows hold whole units.
+                                let w = nibbles.as_ptr().add(row * cols / 2);
+                                let c = crumbs.as_ptr().add(row * cols / 4);
+                                let widen = SixBitWidening::new(z);
+                                each_chunk!(|b| {
+                                    let unit = widen.unit(w, c, b);
+                                    let x = at(b, 16);
+                                    std::array::from_fn(|v| whole(unit, x[v]))
+                                });
                             }
                         }
                     }
-                    for (out, [first, second]) in outs.iter_mut().zip(totals) {
-                        out[row] += _mm512_reduce_add_ps(_mm512_add_ps(first, second));
-                    }
+                }
+                for (v, out) in outs.iter_mut().enumerate() {
+                    let terms = &terms[v * ROWS_AT_ONCE * stride..][..ROWS_AT_ONCE * stride];
+                    // SAFETY: the group's terms are `ROWS_AT_ONCE` rows of `stride`.
+                    unsafe {
+                        add_in_turn(terms, stride, blocks, &mut out[first..first + in_group])
+                    };
                 }
             }
         }
     };
 }
-
-kernel_together!(
-    rows_dot_together,
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl",
-    |sums, a, b| { _mm512_add_epi32(sums, _mm512_madd_epi16(a, b)) }
-);
-kernel_together!(
-    rows_dot_together_vnni,
-    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    |sums, a, b| _mm512_dpwssd_epi32(sums, a, b)
-);
 
 kernel!(
     rows_dot,
@@ -771,6 +861,22 @@ kernel!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     |sums, a, b| _mm512_dpwssd_epi32(sums, a, b)
 );
+
+/// The steps of block `b` of 32's two blocks of 16 from a row's steps `s`, each in its half
+/// of a vector of 16-bit lanes.
+///
+/// # Safety
+/// `s` must hold the row's steps, two per block of 32.
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+#[inline]
+unsafe fn steps_of(s: *const i8, b: usize) -> __m512i {
+    // SAFETY: as the caller guarantees.
+    let [first, second] = unsafe { [s.add(2 * b).read(), s.add(2 * b + 1).read()] };
+    _mm512_inserti64x4::<1>(
+        _mm512_set1_epi16(i16::from(first)),
+        _mm256_set1_epi16(i16::from(second)),
+    )
+}
 
 /// Runs `$body` for each sixteen factors from the first, as f32 in `$vector`, `$at` their
 /// first index and `$mask` the lanes that hold one, the kind of factors told apart once;
@@ -884,19 +990,20 @@ unsafe fn products(factors: Factors<'_>, values: &[f32], out: &mut [f32]) {
     }
 }
 
-/// `values` added in sixteen lanes.
+/// `out[i] = factors[i]`, in f32: a group of rows' offsets, which the kernel reads sixteen
+/// blocks at a time.
+///
+/// # Safety
+/// The CPU must have AVX-512 F, BW and VL and F16C; `out` must hold `factors.len()` values.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-fn lanes_sum(values: &[f32]) -> __m512 {
-    let mut total = _mm512_setzero_ps();
-    let mut chunks = values.chunks_exact(16);
-    for chunk in &mut chunks {
-        // SAFETY: the chunk holds 16 values.
-        total = _mm512_add_ps(total, unsafe { _mm512_loadu_ps(chunk.as_ptr()) });
+unsafe fn widened(factors: Factors<'_>, out: &mut [f32]) {
+    let len = factors.len();
+    let out = &mut out[..len];
+    let done = each_sixteen!(factors, |at, lanes, factors| {
+        // SAFETY: the lanes hold elements of `out`, which has `len`.
+        unsafe { _mm512_mask_storeu_ps(out.as_mut_ptr().add(at), lanes, factors) };
+    });
+    for (i, out) in out.iter_mut().enumerate().skip(done) {
+        *out = factors.get(i);
     }
-    let rest = chunks.remainder();
-    let lanes = (1u16 << rest.len()).wrapping_sub(1);
-    // SAFETY: the lanes of `lanes` hold `rest`'s values; the others are not read.
-    _mm512_add_ps(total, unsafe {
-        _mm512_maskz_loadu_ps(lanes, rest.as_ptr())
-    })
 }

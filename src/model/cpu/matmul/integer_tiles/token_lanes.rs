@@ -1,7 +1,7 @@
 //! The prompt tile for CPUs with AVX512-VNNI: sixteen tokens side by side in the lanes of a
 //! vector, each pair of a weight row's values broadcast to all of them, so that a block of
 //! 32 values is 16 multiply-adds into integer sums (`vpdpwssd`), then one conversion and one
-//! scaling per block. The tile of `kernels::avx512` converts and scales every 32 products,
+//! scaling per block. A tile of rows by a few tokens converted and scaled every 32 products,
 //! and those two instructions took as long as the products themselves.
 //!
 //! CPUs without AVX-512 VNNI run the same tile on 256-bit vectors ([`Lanes::Avx2`]): the same
@@ -18,8 +18,13 @@
 //! than the cache, and was read from memory again for every tile of rows. Each output's sum
 //! goes on from where the previous chunk left it, in the same order of blocks as without
 //! chunks. For the same reason a product added onto the output (`accumulate`: the residual)
-//! starts from the output's value and adds the blocks to it, where the other tiles add the
-//! finished product to the output: the two round differently, by about an ulp of the output.
+//! starts from the output's value and adds the blocks to it.
+//!
+//! That order is every integer kernel's (the decode kernels in `matvec` sum so too): each
+//! block's term (its integer sum converted, times the token's and the row's scales
+//! multiplied, plus its offset term in one rounding) added to the output in turn. A token's
+//! outputs are then the same bits however many tokens it is read with, so a prompt read as
+//! cache and remainder gives the logits it gives whole.
 //!
 //! The weights' offsets (Q4_1, Q4_K, Q5_K) are summed in the tile, `offset · Σ x` per block
 //! beside the block's product, where a pass after the tile read and wrote every output
@@ -31,7 +36,8 @@ use std::ops::Range;
 use super::{
     BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, SCRATCH, Scratch, Shape, TokenBlocks, Weights, grow,
 };
-use crate::model::cpu::matvec::BlockInts;
+use crate::model::cpu::features;
+use crate::model::cpu::matvec::{BlockInts, STEPPED_LARGEST, read_stepped};
 use crate::model::cpu::threads::{SharedOutput, split_ranges, split_rows};
 use crate::model::cpu::weights::{Factors, Ints};
 
@@ -52,6 +58,32 @@ pub enum Lanes {
     Avx512,
     /// AVX2: eight tokens to a vector, with AVX-VNNI's dot products where `vnni`.
     Avx2 { vnni: bool },
+}
+
+impl Lanes {
+    /// The widest this CPU has: AVX-512 without VNNI takes the 256-bit tile, whose products
+    /// it has, and gets the same bits.
+    pub fn for_this_cpu() -> Self {
+        let cpu = features::cpu();
+        match cpu.avx512_vnni {
+            true => Self::Avx512,
+            false => Self::Avx2 { vnni: cpu.avx_vnni },
+        }
+    }
+
+    /// Every compilation this CPU runs.
+    #[cfg(test)]
+    pub fn all_for_this_cpu() -> Vec<Self> {
+        let cpu = features::cpu();
+        let mut all = vec![Self::Avx2 { vnni: false }];
+        if cpu.avx_vnni {
+            all.push(Self::Avx2 { vnni: true });
+        }
+        if cpu.avx512_vnni {
+            all.push(Self::Avx512);
+        }
+        all
+    }
 }
 
 /// Groups of [`LANES`] tokens of a tile: 6 × 2 keeps both the integer and the float sums
@@ -191,10 +223,6 @@ pub unsafe fn multiply(
     );
 }
 
-/// The activations' bound where the weights are [`Stepped`]: a block of 32 then sums
-/// products of at most 16383 · 32 · 128, and 32 of them stay below 2³¹.
-const STEPPED_LARGEST: i16 = 16383;
-
 /// Q6_K's scales: each block of 16 has an integer step of its super-block's base
 /// (`Factors::Scaled`). The tile takes such weights multiplied by their steps as they are
 /// widened (at most 32 · 128 in magnitude: blocks of 16 are Q6_K's alone, whose values are
@@ -218,11 +246,7 @@ impl<'a> Stepped<'a> {
                 steps,
                 first,
                 per,
-            } if weight.halves
-                && weight.offsets.is_none()
-                && per.is_multiple_of(2)
-                && first.is_multiple_of(2) =>
-            {
+            } if weight.halves && read_stepped(HALF_BLOCK, weight.scales, weight.offsets) => {
                 Some(Self {
                     bases,
                     steps,
@@ -440,23 +464,21 @@ unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
         let token_scales: [__m512; GROUPS] = std::array::from_fn(|g| unsafe {
             _mm512_loadu_ps(by_block.scales(b, group_of(g) * LANES))
         });
-        for (sums, (ints, row_scales)) in sums.iter_mut().zip(ints.iter().zip(&row_scales)) {
-            let row_scale = _mm512_set1_ps(row_scales[b]);
-            for ((sum, &int), &token_scale) in sums.iter_mut().zip(ints).zip(&token_scales) {
-                let scale = _mm512_mul_ps(token_scale, row_scale);
-                *sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(int), scale, *sum);
-            }
-        }
-        if OFFSETS {
-            // SAFETY: as for the scales; the sums are padded alike.
-            let token_sums: [__m512; GROUPS] = std::array::from_fn(|g| unsafe {
-                _mm512_loadu_ps(by_block.sums(b, group_of(g) * LANES))
-            });
-            for (sums, row_offsets) in sums.iter_mut().zip(&row_offsets) {
-                let offset = _mm512_set1_ps(row_offsets[b]);
-                for (sum, &token_sum) in sums.iter_mut().zip(&token_sums) {
-                    *sum = _mm512_fmadd_ps(token_sum, offset, *sum);
+        // SAFETY: as for the scales; the sums are padded alike, and read only with offsets.
+        let token_sums: [__m512; GROUPS] = std::array::from_fn(|g| match OFFSETS {
+            true => unsafe { _mm512_loadu_ps(by_block.sums(b, group_of(g) * LANES)) },
+            false => _mm512_setzero_ps(),
+        });
+        for (j, (sums, ints)) in sums.iter_mut().zip(&ints).enumerate() {
+            let row_scale = _mm512_set1_ps(row_scales[j][b]);
+            let offset = _mm512_set1_ps(row_offsets[j][b]);
+            for (g, (sum, &int)) in sums.iter_mut().zip(ints).enumerate() {
+                let scale = _mm512_mul_ps(token_scales[g], row_scale);
+                let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(int), scale);
+                if OFFSETS {
+                    term = _mm512_fmadd_ps(token_sums[g], offset, term);
                 }
+                *sum = _mm512_add_ps(*sum, term);
             }
         }
     }
@@ -619,27 +641,24 @@ macro_rules! tile_at_256 {
                         let token_scales: [__m256; 2] = std::array::from_fn(|h| unsafe {
                             _mm256_loadu_ps(by_block.scales(b, group * LANES + h * HALF))
                         });
-                        for (sums, (ints, row_scales)) in
-                            sums.iter_mut().zip(ints.iter().zip(&row_scales))
-                        {
-                            let row_scale = _mm256_set1_ps(row_scales[b]);
-                            for ((sum, &int), &token_scale) in
-                                sums.iter_mut().zip(ints).zip(&token_scales)
-                            {
-                                let scale = _mm256_mul_ps(token_scale, row_scale);
-                                *sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(int), scale, *sum);
-                            }
-                        }
-                        if OFFSETS {
-                            // SAFETY: as for the scales; the sums are padded alike.
-                            let token_sums: [__m256; 2] = std::array::from_fn(|h| unsafe {
+                        // SAFETY: as for the scales; the sums are padded alike, and read
+                        // only with offsets.
+                        let token_sums: [__m256; 2] = std::array::from_fn(|h| match OFFSETS {
+                            true => unsafe {
                                 _mm256_loadu_ps(by_block.sums(b, group * LANES + h * HALF))
-                            });
-                            for (sums, row_offsets) in sums.iter_mut().zip(&row_offsets) {
-                                let offset = _mm256_set1_ps(row_offsets[b]);
-                                for (sum, &token_sum) in sums.iter_mut().zip(&token_sums) {
-                                    *sum = _mm256_fmadd_ps(token_sum, offset, *sum);
+                            },
+                            false => _mm256_setzero_ps(),
+                        });
+                        for (j, (sums, ints)) in sums.iter_mut().zip(&ints).enumerate() {
+                            let row_scale = _mm256_set1_ps(row_scales[j][b]);
+                            let offset = _mm256_set1_ps(row_offsets[j][b]);
+                            for (h, (sum, &int)) in sums.iter_mut().zip(ints).enumerate() {
+                                let scale = _mm256_mul_ps(token_scales[h], row_scale);
+                                let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(int), scale);
+                                if OFFSETS {
+                                    term = _mm256_fmadd_ps(token_sums[h], offset, term);
                                 }
+                                *sum = _mm256_add_ps(*sum, term);
                             }
                         }
                     }
