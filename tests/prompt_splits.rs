@@ -2,8 +2,11 @@
 //! point: the logits after its last token must be the same bits (issue 37's split
 //! invariance), where the kernels sum in one order whatever the number of tokens.
 
+use std::path::Path;
+
 use burn::tensor::DType;
 use smolchat::backend::BackendKind;
+use smolchat::generation::{LoadedModel, ModelOptions};
 use smolchat::model::{Llama, Logits, logits_to_vec};
 
 use crate::common;
@@ -51,4 +54,44 @@ fn a_bf16_prompt_split_anywhere_gives_the_logits_it_gives_whole() {
         last_logits(&model, &prompt, &last_ones_alone) == whole,
         "the last 20 tokens read one at a time: the logits differ from the whole prompt's"
     );
+}
+
+/// Integer weights as GGUF files hold them (the genuine SmolLM2 Q4_1 file; the K types and
+/// Q8_0 that llama.cpp's quantizer wrote for a Qwen3 checkpoint): a decode step, a few
+/// tokens and a prompt each sum every output in the order the prompt kernel does, so a
+/// 40-token prompt split at any point, or read a token at a time from any point (a reply's
+/// tokens, then the conversation read again), gives the logits it gives whole.
+#[test]
+fn an_integer_prompt_split_anywhere_gives_the_logits_it_gives_whole() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in [
+        "tests/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+        "tests/fixtures/converted/qwen3/Q4_K_M.gguf",
+        "tests/fixtures/converted/qwen3/Q8_0.gguf",
+    ] {
+        let loaded = LoadedModel::load(&root.join(file), ModelOptions::default())
+            .unwrap_or_else(|err| panic!("{file}: {err}"));
+        let model = &loaded.model;
+        let vocab = model.config().vocab_size;
+        let prompt: Vec<u32> = (0..40)
+            .map(|t| ((11 + 17 * t * t + 3 * t) % vocab) as u32)
+            .collect();
+        let whole = last_logits(model, &prompt, &[0, prompt.len()]);
+        for split in 1..prompt.len() {
+            assert!(
+                last_logits(model, &prompt, &[0, split, prompt.len()]) == whole,
+                "{file}: split after {split} of {} tokens: the logits differ from the whole \
+                 prompt's",
+                prompt.len()
+            );
+        }
+        for from in [1, 25, 39] {
+            let calls: Vec<usize> = [0].into_iter().chain(from..=prompt.len()).collect();
+            assert!(
+                last_logits(model, &prompt, &calls) == whole,
+                "{file}: the tokens from {from} read one at a time: the logits differ from \
+                 the whole prompt's"
+            );
+        }
+    }
 }
