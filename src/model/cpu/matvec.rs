@@ -931,50 +931,78 @@ mod avx2 {
             }
             sum
         };
-        for chunk in (0..blocks).step_by(GROUP) {
-            let in_chunk = GROUP.min(blocks - chunk);
-            let mut sums = [[_mm256_setzero_si256(); GROUP]; V];
-            for k in (0..in_chunk).step_by(2) {
-                let j = chunk + k;
-                // Two blocks of 32 bytes are one 64-byte line (of 16 bytes or nibbles, half).
-                let bytes = if BITS < 8 { j * read / 2 } else { j * read };
-                prefetch(row.values.wrapping_add(bytes), PREFETCH_BYTES_Q8);
-                let both = k + 1 < in_chunk;
-                let weights = pair(j, both);
-                for (v, sums) in sums.iter_mut().enumerate() {
-                    sums[k] = block_sums(&weights[0], v, j);
-                    if both {
-                        sums[k + 1] = block_sums(&weights[1], v, j + 1);
+        // A chunk of `$in_chunk` blocks from `$chunk`: a literal for whole chunks, which
+        // the compiler unrolls and keeps in registers (with the count a variable, the sums
+        // went through the stack and the kernel ran 1.4 times as long).
+        macro_rules! chunk {
+            ($chunk:expr, $in_chunk:expr) => {{
+                let (chunk, in_chunk): (usize, usize) = ($chunk, $in_chunk);
+                // Blocks `chunk + k` and the next, for each activation row; zeros past the
+                // row's end. Written out four times below: in a loop, the sums went through
+                // the stack.
+                macro_rules! pair_sums {
+                    ($k:literal) => {{
+                        let mut sums = [[_mm256_setzero_si256(); 2]; V];
+                        if $k < in_chunk {
+                            let j = chunk + $k;
+                            // Two blocks of 32 bytes are one 64-byte line (of 16 bytes or
+                            // nibbles, half).
+                            let bytes = if BITS < 8 { j * read / 2 } else { j * read };
+                            prefetch(row.values.wrapping_add(bytes), PREFETCH_BYTES_Q8);
+                            let both = $k + 1 < in_chunk;
+                            let weights = pair(j, both);
+                            for (v, sums) in sums.iter_mut().enumerate() {
+                                sums[0] = block_sums(&weights[0], v, j);
+                                if both {
+                                    sums[1] = block_sums(&weights[1], v, j + 1);
+                                }
+                            }
+                        }
+                        sums
+                    }};
+                }
+                let pairs = [pair_sums!(0), pair_sums!(2), pair_sums!(4), pair_sums!(6)];
+                let sums: [[__m256i; GROUP]; V] =
+                    std::array::from_fn(|v| std::array::from_fn(|k| pairs[k / 2][v][k % 2]));
+                // SAFETY: the lanes of `in_chunk` are blocks of the row, whose factors lie
+                // at `chunk`; the row's terms have room for a whole chunk.
+                unsafe {
+                    let weight_scales = match (F16_SCALES, in_chunk == GROUP) {
+                        (true, true) => _mm256_cvtph_ps(_mm_loadu_si128(
+                            row.scales.cast::<u16>().add(chunk).cast(),
+                        )),
+                        (true, false) => {
+                            let mut bits = [0u16; GROUP];
+                            let from = row.scales.cast::<u16>().add(chunk);
+                            std::ptr::copy_nonoverlapping(from, bits.as_mut_ptr(), in_chunk);
+                            _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()))
+                        }
+                        (false, _) => load(row.scales.cast::<f32>().add(chunk), in_chunk),
+                    };
+                    let offsets = match row.offsets.is_null() {
+                        true => None,
+                        false => Some(load(row.offsets.add(chunk), in_chunk)),
+                    };
+                    for (v, sums) in sums.iter().enumerate() {
+                        let x_scales = load(xs[v].scales.as_ptr().add(chunk), in_chunk);
+                        let scales = _mm256_mul_ps(weight_scales, x_scales);
+                        let ints = _mm256_cvtepi32_ps(sums_of_eight(sums));
+                        let mut term = _mm256_mul_ps(ints, scales);
+                        if let Some(offsets) = offsets {
+                            let x_sums = load(xs[v].sums.as_ptr().add(chunk), in_chunk);
+                            term = _mm256_fmadd_ps(x_sums, offsets, term);
+                        }
+                        _mm256_storeu_ps(terms[v].add(chunk), term);
                     }
                 }
-            }
-            // SAFETY: the lanes of `in_chunk` are blocks of the row, whose factors lie at
-            // `chunk`; the row's terms have room for a whole chunk.
-            unsafe {
-                let weight_scales = match F16_SCALES {
-                    true => {
-                        let mut bits = [0u16; GROUP];
-                        let from = row.scales.cast::<u16>().add(chunk);
-                        std::ptr::copy_nonoverlapping(from, bits.as_mut_ptr(), in_chunk);
-                        _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()))
-                    }
-                    false => load(row.scales.cast::<f32>().add(chunk), in_chunk),
-                };
-                let offsets = match row.offsets.is_null() {
-                    true => None,
-                    false => Some(load(row.offsets.add(chunk), in_chunk)),
-                };
-                for (v, sums) in sums.iter().enumerate() {
-                    let x_scales = load(xs[v].scales.as_ptr().add(chunk), in_chunk);
-                    let scales = _mm256_mul_ps(weight_scales, x_scales);
-                    let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(sums_of_eight(sums)), scales);
-                    if let Some(offsets) = offsets {
-                        let x_sums = load(xs[v].sums.as_ptr().add(chunk), in_chunk);
-                        term = _mm256_fmadd_ps(x_sums, offsets, term);
-                    }
-                    _mm256_storeu_ps(terms[v].add(chunk), term);
-                }
-            }
+            }};
+        }
+        let whole = blocks / GROUP * GROUP;
+        for first in (0..whole).step_by(GROUP) {
+            chunk!(first, GROUP);
+        }
+        if whole < blocks {
+            chunk!(whole, blocks - whole);
         }
     }
 
