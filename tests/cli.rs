@@ -63,6 +63,49 @@ fn token_ids(report: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
+/// The genuine Q4_1 file answers a chat question with the same tokens and the same
+/// log-probabilities, bit for bit, on this CPU's widest kernels and on the path a CPU without
+/// AVX-512 takes (`SMOLCHAT_MAX_CPU=avx2`): the integer products, attention and the rest sum
+/// each value in one order on both. (Where the CPU has no AVX-512, both runs take that path.)
+#[test]
+fn the_avx2_path_answers_with_the_bits_of_the_widest_one() {
+    let genuine = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        genuine.is_file(),
+        "{} is missing: run .ci/setup",
+        genuine.display()
+    );
+    let run = |env: &[(&str, &str)]| -> Vec<(u64, u64)> {
+        let output = Command::new(env!("CARGO_BIN_EXE_smolchat"))
+            .args(["generate", "--model", genuine.to_str().expect("utf-8 path")])
+            .args([
+                "--prompt",
+                "What is the capital of France?",
+                "--temperature",
+                "0",
+            ])
+            .args(["--max-tokens", "8", "--json", "--logprobs", "1"])
+            .envs(env.iter().copied())
+            .output()
+            .expect("the smolchat binary runs");
+        let tokens = json_stdout(&output)["tokens"].clone();
+        (tokens.as_array().expect("tokens").iter())
+            .map(|token| {
+                let logprob = token["logprob"].as_f64().expect("a log-probability");
+                (token["id"].as_u64().expect("an id"), logprob.to_bits())
+            })
+            .collect()
+    };
+    let widest = run(&[]);
+    assert!(!widest.is_empty(), "no tokens generated");
+    assert_eq!(
+        run(&[("SMOLCHAT_MAX_CPU", "avx2")]),
+        widest,
+        "(token, log-probability bits) on the AVX2 path against the widest"
+    );
+}
+
 #[test]
 fn raw_greedy_generation_prints_the_reference_ids() {
     let golden = Golden::load();
