@@ -394,7 +394,6 @@ fn transpose(m: &mut [__m512; 16]) {
         t[2 * i] = _mm512_unpacklo_ps(m[2 * i], m[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_ps(m[2 * i], m[2 * i + 1]);
     }
-    // Within each 128-bit lane `l`, `m[4i + j]` holds column `4l + j` of rows `4i..4i + 4`.
     for i in 0..4 {
         let [a, b, c, d] = [t[4 * i], t[4 * i + 1], t[4 * i + 2], t[4 * i + 3]];
         m[4 * i] = _mm512_shuffle_ps::<0x44>(a, c);
@@ -402,7 +401,8 @@ fn transpose(m: &mut [__m512; 16]) {
         m[4 * i + 2] = _mm512_shuffle_ps::<0x44>(b, d);
         m[4 * i + 3] = _mm512_shuffle_ps::<0xEE>(b, d);
     }
-    // Then the 128-bit lanes, four by four.
+    // Within each 128-bit lane `l`, `m[4i + j]` now holds column `4l + j` of rows
+    // `4i..4i + 4`; then the 128-bit lanes are transposed, four by four.
     let u = *m;
     for j in 0..4 {
         let low = _mm512_shuffle_f32x4::<0x44>(u[j], u[4 + j]);
@@ -439,8 +439,8 @@ unsafe fn add_in_turn(terms: &[f32], stride: usize, blocks: usize, out: &mut [f3
                 sums = _mm512_add_ps(sums, block);
             }
         }
-        // The few blocks past the last sixteen (two of SmolLM2-135M's eighteen) gathered
-        // a block at a time, where a whole transposition took as long as eight of them.
+        // The few blocks past the last sixteen (two of SmolLM2-135M's eighteen) are gathered
+        // a block at a time rather than transposed as a whole sixteen.
         let rows_apart = _mm512_mullo_epi32(
             _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
             _mm512_set1_epi32(stride as i32),
