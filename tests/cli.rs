@@ -69,13 +69,7 @@ fn token_ids(report: &serde_json::Value) -> Vec<u32> {
 /// each value in one order on both. (Where the CPU has no AVX-512, both runs take that path.)
 #[test]
 fn the_avx2_path_answers_with_the_bits_of_the_widest_one() {
-    let genuine = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        genuine.is_file(),
-        "{} is missing: run .ci/setup",
-        genuine.display()
-    );
+    let genuine = crate::gguf::builder::real_model();
     let run = |env: &[(&str, &str)]| -> Vec<(u64, u64)> {
         let output = Command::new(env!("CARGO_BIN_EXE_smolchat"))
             .args(["generate", "--model", genuine.to_str().expect("utf-8 path")])
@@ -425,13 +419,7 @@ fn in_home(home: &std::path::Path) -> Command {
 /// copy then answer as the file itself does.
 #[test]
 fn models_list_finds_other_apps_models_and_each_opens() {
-    let genuine = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        genuine.is_file(),
-        "{} is missing: run .ci/setup",
-        genuine.display()
-    );
+    let genuine = crate::gguf::builder::real_model();
     let home = tempfile::tempdir().expect("temp dir");
     let ollama = home.path().join("ollama");
     let blob = ollama.join("blobs/sha256-0123abcd");

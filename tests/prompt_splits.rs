@@ -65,12 +65,13 @@ fn a_bf16_prompt_split_anywhere_gives_the_logits_it_gives_whole() {
 fn an_integer_prompt_split_anywhere_gives_the_logits_it_gives_whole() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     for file in [
-        "tests/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-        "tests/fixtures/converted/qwen3/Q4_K_M.gguf",
-        "tests/fixtures/converted/qwen3/Q8_0.gguf",
+        crate::gguf::builder::real_model(),
+        root.join("tests/fixtures/converted/qwen3/Q4_K_M.gguf"),
+        root.join("tests/fixtures/converted/qwen3/Q8_0.gguf"),
     ] {
-        let loaded = LoadedModel::load(&root.join(file), ModelOptions::default())
-            .unwrap_or_else(|err| panic!("{file}: {err}"));
+        let loaded = LoadedModel::load(&file, ModelOptions::default())
+            .unwrap_or_else(|err| panic!("{}: {err}", file.display()));
+        let file = file.display();
         let model = &loaded.model;
         let vocab = model.config().vocab_size;
         let prompt: Vec<u32> = (0..40)

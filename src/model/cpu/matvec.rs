@@ -13,11 +13,11 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::features;
 use super::host::HostFloat;
 use super::math::dot;
 use super::threads::{SharedOutput, split_ranges, split_rows};
 use super::weights::{Factors, Ints, NIBBLE_BLOCK, WeightRows};
+use super::{features, grow};
 
 /// Products smaller than this many rows run on the calling thread alone: splitting them
 /// costs more than it saves.
@@ -640,13 +640,6 @@ thread_local! {
     static AVX2_BUFFERS: RefCell<(Vec<f32>, Vec<f32>)> = const {
         RefCell::new((Vec::new(), Vec::new()))
     };
-}
-
-/// `buffer` at least `len` long.
-fn grow(buffer: &mut Vec<f32>, len: usize) {
-    if buffer.len() < len {
-        buffer.resize(len, 0.0);
-    }
 }
 
 /// Stepped factors (see [`read_stepped`]) as one factor per pair of blocks, the pair's base,

@@ -32,6 +32,13 @@ pub use weights::{
     BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, Weight, pack_six_bits,
 };
 
+/// `buffer` at least `len` long: the kernels' per-thread buffers only grow.
+fn grow<T: Default + Clone>(buffer: &mut Vec<T>, len: usize) {
+    if buffer.len() < len {
+        buffer.resize(len, T::default());
+    }
+}
+
 /// Deterministic values in [-1, 1) that differ for every index: the kernels' test inputs.
 #[cfg(test)]
 pub(super) fn test_values(len: usize, seed: u32) -> Vec<f32> {

@@ -81,10 +81,9 @@ struct Weights<'a> {
     halves: bool,
 }
 
-/// A thread's buffers, for both families of tiles, which only grow.
+/// A thread's buffers for [`token_lanes`], which only grow.
 struct Scratch {
-    /// The 4- or 5-bit values the thread multiplies next as bytes: a tile of rows, or one
-    /// row of a chunk of columns for [`token_lanes`].
+    /// The packed values of one row of a chunk of columns, unpacked to bytes.
     bytes: Vec<i8>,
     /// [`token_lanes`]' tile of rows of a chunk, widened to 16 bits.
     words: Vec<i16>,
@@ -130,13 +129,6 @@ fn multiply(
     // checked above.
     unsafe { token_lanes::multiply(lanes, weight, x, shape, out, accumulate) };
     true
-}
-
-/// `buffer` at least `len` long: the threads' buffers only grow.
-fn grow<T: Default + Clone>(buffer: &mut Vec<T>, len: usize) {
-    if buffer.len() < len {
-        buffer.resize(len, T::default());
-    }
 }
 
 /// Zeros past the last token in each block of [`TokenBlocks`]: the lanes of one f32 vector of

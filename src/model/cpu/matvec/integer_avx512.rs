@@ -23,7 +23,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{PREFETCH_BYTES_Q8, prefetch};
-use super::{BlockInts, with_pair_bases};
+use super::{BlockInts, grow, with_pair_bases};
 use crate::model::cpu::math::nibbles_in_order;
 use crate::model::cpu::weights::{Factors, Ints};
 
@@ -493,9 +493,7 @@ macro_rules! kernel {
             let group = ROWS_AT_ONCE * blocks;
             // Each activation row's scaled factors, the offsets in f32, each row's terms.
             let needed = V * group + group + V * ROWS_AT_ONCE * stride;
-            if buffer.len() < needed {
-                buffer.resize(needed, 0.0);
-            }
+            grow(buffer, needed);
             let (combined, rest) = buffer[..needed].split_at_mut(V * group);
             let (offset_values, terms) = rest.split_at_mut(group);
             let dot = $dot;

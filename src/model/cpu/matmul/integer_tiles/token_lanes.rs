@@ -33,13 +33,11 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::{
-    BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, SCRATCH, Scratch, Shape, TokenBlocks, Weights, grow,
-};
-use crate::model::cpu::features;
+use super::{BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, SCRATCH, Scratch, Shape, TokenBlocks, Weights};
 use crate::model::cpu::matvec::{BlockInts, STEPPED_LARGEST, read_stepped};
 use crate::model::cpu::threads::{SharedOutput, split_ranges, split_rows};
 use crate::model::cpu::weights::{Factors, Ints};
+use crate::model::cpu::{features, grow};
 
 /// Tokens in the lanes of one vector (of two, on 256 bits).
 pub const LANES: usize = 16;
