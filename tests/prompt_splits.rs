@@ -24,36 +24,41 @@ fn last_logits(model: &Llama, prompt: &[u32], calls: &[usize]) -> Vec<u32> {
     logits.iter().map(|v| v.to_bits()).collect()
 }
 
-/// bf16 weights and activations: a prompt's products and a decode step's sum each output in
-/// the same order, and so does attention.
+/// Float weights (the tiny checkpoint's bf16), with activations in bf16 (`--precision bf16`)
+/// and in f32 (the default, which every safetensors checkpoint runs at): a prompt's products
+/// and a decode step's sum each output in the same order, and so does attention.
 #[test]
-fn a_bf16_prompt_split_anywhere_gives_the_logits_it_gives_whole() {
-    let model = Llama::load(
-        &common::tiny_model_dir(),
-        &common::device(BackendKind::Flex),
-        DType::BF16,
-    )
-    .expect("the tiny model");
-    let vocab = model.config().vocab_size;
-    // Past a range of 256 keys, so that attention merges several, and past the 32 tokens of
-    // one block of queries.
-    let prompt: Vec<u32> = (0..300)
-        .map(|t| ((7 + 13 * t * t + 5 * t) % vocab) as u32)
-        .collect();
-    let whole = last_logits(&model, &prompt, &[0, prompt.len()]);
-    let splits = (1..=40).chain([100, 255, 256, 257, 270, 290, 299]);
-    for split in splits {
+fn a_float_prompt_split_anywhere_gives_the_logits_it_gives_whole() {
+    for dtype in [DType::BF16, DType::F32] {
+        let model = Llama::load(
+            &common::tiny_model_dir(),
+            &common::device(BackendKind::Flex),
+            dtype,
+        )
+        .expect("the tiny model");
+        let vocab = model.config().vocab_size;
+        // Past a range of 256 keys, so that attention merges several, and past the 32 tokens
+        // of one block of queries.
+        let prompt: Vec<u32> = (0..300)
+            .map(|t| ((7 + 13 * t * t + 5 * t) % vocab) as u32)
+            .collect();
+        let whole = last_logits(&model, &prompt, &[0, prompt.len()]);
+        let splits = (1..=40).chain([100, 255, 256, 257, 270, 290, 299]);
+        for split in splits {
+            assert!(
+                last_logits(&model, &prompt, &[0, split, prompt.len()]) == whole,
+                "{dtype:?}: split after {split} of {} tokens: the logits differ from the whole \
+                 prompt's",
+                prompt.len()
+            );
+        }
+        let last_ones_alone: Vec<usize> = [0].into_iter().chain(280..=prompt.len()).collect();
         assert!(
-            last_logits(&model, &prompt, &[0, split, prompt.len()]) == whole,
-            "split after {split} of {} tokens: the logits differ from the whole prompt's",
-            prompt.len()
+            last_logits(&model, &prompt, &last_ones_alone) == whole,
+            "{dtype:?}: the last 20 tokens read one at a time: the logits differ from the whole \
+             prompt's"
         );
     }
-    let last_ones_alone: Vec<usize> = [0].into_iter().chain(280..=prompt.len()).collect();
-    assert!(
-        last_logits(&model, &prompt, &last_ones_alone) == whole,
-        "the last 20 tokens read one at a time: the logits differ from the whole prompt's"
-    );
 }
 
 /// Integer weights as GGUF files hold them (the genuine SmolLM2 Q4_1 file; the K types and

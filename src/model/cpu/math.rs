@@ -18,6 +18,17 @@ pub fn horizontal_sum(v: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(one)
 }
 
+/// The sum of sixteen lanes, given as their low and high eight, in the one order every float
+/// weight's product ends with: lane `l` and `l + 8` first, then [`horizontal_sum`]'s order.
+/// The decode kernel (two AVX registers a row) and the prompt tiles (one AVX-512 register)
+/// both end here, so a token's output has the same bits in either.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn sum_of_sixteen(low: std::arch::x86_64::__m256, high: std::arch::x86_64::__m256) -> f32 {
+    horizontal_sum(std::arch::x86_64::_mm256_add_ps(low, high))
+}
+
 /// A block of 32 four-bit values as ggml's Q4 types pack them (byte `j` holds value `j` in
 /// its low half and value `j + 16` in its high half), as two vectors of sixteen 16-bit values,
 /// `zero` (in every lane) taken off.

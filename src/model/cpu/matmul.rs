@@ -7,9 +7,9 @@
 //! thread that multiplies it (f32 weights are read where they lie), so every weight format
 //! runs at the speed of f32 arithmetic.
 //!
-//! Where the CPU has the instructions, the register tiles of `float_tiles` (AVX-512; float
-//! weights only for prompts under 96 tokens) and `integer_tiles` (AVX2) take the prompt
-//! first, without packing; gemm serves the rest.
+//! Where the CPU has the instructions, the register tiles of `float_tiles` (AVX-512) and
+//! `integer_tiles` (AVX2) take the prompt, without packing, summing each output in the
+//! decode kernels' order; gemm serves the rest.
 
 use std::cell::RefCell;
 use std::ops::Range;

@@ -747,7 +747,7 @@ mod avx2 {
 
     use super::{BlockInts, HostFloat};
     use crate::model::cpu::math::{
-        horizontal_sum, unpack_five_bits, unpack_nibbles, unpack_six_bits,
+        sum_of_sixteen, unpack_five_bits, unpack_nibbles, unpack_six_bits,
     };
 
     /// How far ahead of the weights being read the kernels ask for the next ones, in bytes.
@@ -767,40 +767,94 @@ mod avx2 {
         unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>().wrapping_add(bytes)) };
     }
 
-    /// One row at a time: interleaving several rows' streams measured half as fast (17 instead
-    /// of 35 GB/s), as the hardware prefetcher follows one sequential stream best. Four
-    /// accumulators keep four fused multiply-adds in flight.
+    /// Rows read together: four rows' sums in flight hide the latency of the fused
+    /// multiply-adds, which one row's sixteen lanes, each added in column order, would wait on.
+    const FLOAT_ROWS: usize = 4;
+
+    /// Each row's product with `x`, added to its `out`, in the order every float weight's
+    /// product takes (the prompt tiles' too): sixteen lanes, lane `l` adding the products of
+    /// the columns `c ≡ l (mod 16)` in column order, each fused onto its sum; a last partial
+    /// step reads zeros past the columns; then [`sum_of_sixteen`]. A token's outputs then do
+    /// not depend on whether it was decoded or read in a prompt.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn rows_dot<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
         let cols = x.len();
-        let main = cols / 32 * 32;
-        for (row, y) in weight.chunks_exact(cols).zip(out) {
-            let mut sums = [_mm256_setzero_ps(); 4];
+        let groups = weight.chunks_exact(cols.max(1) * FLOAT_ROWS);
+        for (group, out) in groups.zip(out.chunks_exact_mut(FLOAT_ROWS)) {
+            // SAFETY: the group holds `FLOAT_ROWS` rows of `cols` values.
+            let sums = unsafe { row_sums::<W, FLOAT_ROWS>(group.as_ptr(), cols, x) };
+            for (y, sum) in out.iter_mut().zip(sums) {
+                *y += sum;
+            }
+        }
+        let done = out.len() / FLOAT_ROWS * FLOAT_ROWS;
+        for (row, y) in weight
+            .chunks_exact(cols.max(1))
+            .skip(done)
+            .zip(&mut out[done..])
+        {
+            // SAFETY: `row` holds `cols` values.
+            let [sum] = unsafe { row_sums::<W, 1>(row.as_ptr(), cols, x) };
+            *y += sum;
+        }
+    }
+
+    /// The sums of the `R` rows of `cols` values from `first` with `x`, in `rows_dot`'s order.
+    ///
+    /// # Safety
+    /// `first` must start `R` consecutive rows of `cols` values, and `x` hold `cols`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn row_sums<W: HostFloat, const R: usize>(
+        first: *const W,
+        cols: usize,
+        x: &[f32],
+    ) -> [f32; R] {
+        let mut low = [_mm256_setzero_ps(); R];
+        let mut high = [_mm256_setzero_ps(); R];
+        let main = cols / 16 * 16;
+        // SAFETY (for the block): reads stay below `c + 16 <= main <= cols` in each row and in
+        // `x`; the padded tail is read from local copies.
+        unsafe {
             let mut c = 0;
             while c < main {
-                // One 64-byte line per 32 bf16 or f16 weights, two for f32.
-                for line in (0..32 * size_of::<W>()).step_by(64) {
-                    prefetch(row.as_ptr().wrapping_add(c), PREFETCH_BYTES + line);
-                }
-                // SAFETY: c + 32 <= cols, the length of both `x` and `row`.
-                unsafe {
-                    let p = row.as_ptr().add(c);
-                    for (k, sum) in sums.iter_mut().enumerate() {
-                        let x = _mm256_loadu_ps(x.as_ptr().add(c + 8 * k));
-                        *sum = _mm256_fmadd_ps(W::load8(p.add(8 * k)), x, *sum);
+                // One 64-byte line per 32 bf16 or f16 weights, per 16 f32 ones.
+                if (c * size_of::<W>()).is_multiple_of(64) {
+                    for r in 0..R {
+                        prefetch(first.add(r * cols + c), PREFETCH_BYTES);
                     }
                 }
-                c += 32;
+                let x_low = _mm256_loadu_ps(x.as_ptr().add(c));
+                let x_high = _mm256_loadu_ps(x.as_ptr().add(c + 8));
+                for r in 0..R {
+                    let w = first.add(r * cols + c);
+                    low[r] = _mm256_fmadd_ps(W::load8(w), x_low, low[r]);
+                    high[r] = _mm256_fmadd_ps(W::load8(w.add(8)), x_high, high[r]);
+                }
+                c += 16;
             }
-            let tail: f32 = row[main..]
-                .iter()
-                .zip(&x[main..])
-                .map(|(&w, x)| w.to_f32() * x)
-                .sum();
-            let even = _mm256_add_ps(sums[0], sums[2]);
-            let odd = _mm256_add_ps(sums[1], sums[3]);
-            *y += horizontal_sum(_mm256_add_ps(even, odd)) + tail;
+            if main < cols {
+                let mut x_tail = [0.0f32; 16];
+                x_tail[..cols - main].copy_from_slice(&x[main..]);
+                let x_low = _mm256_loadu_ps(x_tail.as_ptr());
+                let x_high = _mm256_loadu_ps(x_tail.as_ptr().add(8));
+                for r in 0..R {
+                    let row = std::slice::from_raw_parts(first.add(r * cols + main), cols - main);
+                    let mut w_tail = [0.0f32; 16];
+                    for (w, &stored) in w_tail.iter_mut().zip(row) {
+                        *w = stored.to_f32();
+                    }
+                    low[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w_tail.as_ptr()), x_low, low[r]);
+                    high[r] =
+                        _mm256_fmadd_ps(_mm256_loadu_ps(w_tail.as_ptr().add(8)), x_high, high[r]);
+                }
+            }
         }
+        let mut sums = [0.0; R];
+        for (r, sum) in sums.iter_mut().enumerate() {
+            *sum = sum_of_sixteen(low[r], high[r]);
+        }
+        sums
     }
 
     /// Rows whose terms are added together, a row to a lane.

@@ -2,8 +2,7 @@
 //! a decode step, for one sequence or several decoded together) stream the weight through
 //! [`matvecs`]; more rows (a prompt) go to [`bf16_matmul`] when
 //! both are bf16, to [`integer_matmul`] when the weight is integers in blocks of 32 or 16, to
-//! [`float_matmul`] for float weights on AVX-512 and short prompts, and to [`matmul`]
-//! (gemm) otherwise.
+//! [`float_matmul`] for float weights on AVX-512, and to [`matmul`] (gemm) otherwise.
 //!
 //! Any other case (the GPU, quantization schemes the kernels do not read, a strided view)
 //! returns `None` and the caller uses Burn's matmul.
@@ -247,34 +246,90 @@ mod tests {
             (768, 16, 6, false, false),
             (768, 16, 6, false, true),
         ] {
-            let weight = weight(cols, block, bits, offsets, stepped);
             let x = tensor(tokens, cols, 8, &device);
-            let residual = tensor(tokens, rows, 9, &device);
-            for residual in [None, Some(&residual)] {
-                let whole = project(&weight, &x, residual).expect("integer weights");
-                let whole = whole.into_data().to_vec::<f32>().expect("f32");
-                // Runs of tokens: one at a time, a few together, prompts short and long.
-                for run in [1, 3, 8, 9, 15, 16, 23] {
-                    for first in (0..tokens).step_by(run) {
-                        let len = run.min(tokens - first);
-                        let part = x.clone().slice([first..first + len, 0..cols]);
-                        let residual =
-                            residual.map(|r| r.clone().slice([first..first + len, 0..rows]));
-                        let got = project(&weight, &part, residual.as_ref()).expect("integers");
-                        let got = got.into_data().to_vec::<f32>().expect("f32");
-                        let want = &whole[first * rows..(first + len) * rows];
-                        for (i, (g, w)) in got.iter().zip(want).enumerate() {
-                            assert_eq!(
-                                g.to_bits(),
-                                w.to_bits(),
-                                "{bits}-bit in blocks of {block}, {cols} columns, offsets \
-                                 {offsets}, stepped {stepped}, residual {}: token {} of a \
-                                 run of {len}, row {}: {g} against {w}",
-                                residual.is_some(),
-                                first + i / rows,
-                                i % rows
-                            );
-                        }
+            assert_each_token_as_in_the_whole(
+                &weight(cols, block, bits, offsets, stepped),
+                &x,
+                &[1, 3, 8, 9, 15, 16, 23],
+                &format!(
+                    "{bits}-bit in blocks of {block}, {cols} columns, offsets {offsets}, \
+                     stepped {stepped}"
+                ),
+            );
+        }
+    }
+
+    /// As for integers, f32 activations against f32, f16 and bf16 weights (the default
+    /// precision's path for every safetensors checkpoint and float GGUF tensor): a decode
+    /// row, sequences decoded together, short prompts and prompts long enough to be read in
+    /// several blocks of tokens (4,096 columns make blocks of 32).
+    #[test]
+    fn a_tokens_float_product_does_not_depend_on_the_tokens_beside_it() {
+        use half::{bf16, f16};
+
+        let device = Device::flex();
+        let (rows, tokens) = (37, 130);
+        for cols in [576, 4096] {
+            let weight = tensor(rows, cols, 7, &device);
+            let x = tensor(tokens, cols, 8, &device);
+            let values = weight.clone().into_data().to_vec::<f32>().expect("f32");
+            let halves: Vec<f16> = values.iter().map(|&v| f16::from_f32(v)).collect();
+            let brains: Vec<bf16> = values.iter().map(|&v| bf16::from_f32(v)).collect();
+            for (weight, what) in [
+                (weight.clone(), "f32"),
+                (
+                    Tensor::from_data(TensorData::new(halves, [rows, cols]), &device),
+                    "f16",
+                ),
+                (
+                    Tensor::from_data(TensorData::new(brains, [rows, cols]), &device),
+                    "bf16",
+                ),
+            ] {
+                let weight = Weight::of(&weight).expect("a host tensor");
+                assert_each_token_as_in_the_whole(
+                    &weight,
+                    &x,
+                    &[1, 3, 8, 9, 33, 100],
+                    &format!("{what} weights, {cols} columns"),
+                );
+            }
+        }
+    }
+
+    /// `x`'s product with `weight`, with and without a residual, read in runs of each length
+    /// of `runs` tokens: every token's outputs must have the bits they have in the product of
+    /// the whole of `x`.
+    fn assert_each_token_as_in_the_whole(
+        weight: &Weight,
+        x: &Tensor<2>,
+        runs: &[usize],
+        what: &str,
+    ) {
+        let [tokens, cols] = x.dims();
+        let [rows, _] = weight.dims();
+        let residual = tensor(tokens, rows, 9, &x.device());
+        for residual in [None, Some(&residual)] {
+            let whole = project(weight, x, residual).expect("the kernels take the weight");
+            let whole = whole.into_data().to_vec::<f32>().expect("f32");
+            for &run in runs {
+                for first in (0..tokens).step_by(run) {
+                    let len = run.min(tokens - first);
+                    let part = x.clone().slice([first..first + len, 0..cols]);
+                    let residual = residual.map(|r| r.clone().slice([first..first + len, 0..rows]));
+                    let got = project(weight, &part, residual.as_ref()).expect("a part");
+                    let got = got.into_data().to_vec::<f32>().expect("f32");
+                    let want = &whole[first * rows..(first + len) * rows];
+                    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+                        assert_eq!(
+                            g.to_bits(),
+                            w.to_bits(),
+                            "{what}, residual {}: token {} of a run of {len}, row {}: {g} \
+                             against {w}",
+                            residual.is_some(),
+                            first + i / rows,
+                            i % rows
+                        );
                     }
                 }
             }

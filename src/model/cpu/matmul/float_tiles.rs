@@ -3,43 +3,44 @@
 //! nothing is widened or packed in memory. Two kinds of operands share the tile:
 //!
 //! - f32 activations against f32, f16 or bf16 weights ([`product`]): each weight is widened
-//!   to f32 in the register it is loaded into, and every product is f32, as on the gemm
-//!   path. Short prompts, the common case in a chat, are where the tiles win: gemm packs the
-//!   prompt again for every block of weight rows. From [`GEMM_FROM_TOKENS`] tokens on, gemm's
-//!   packed blocks are faster, and these tiles decline.
+//!   to f32 in the register it is loaded into, and every product is f32. Each output is
+//!   summed in the order of the decode kernel (`matvec`): sixteen lanes in column order,
+//!   then `sum_of_sixteen`. So a token gets the same bits decoded, in a short prompt or in a
+//!   long one, and a prompt read as cache plus remainder gets the logits it gets whole
+//!   (issue 37). For that, every prompt takes the tiles, however long; prompts are read in
+//!   blocks of tokens that stay in the second-level cache while the weights pass.
 //! - bf16 activations against bf16 weights ([`bf16_product`], `--precision bf16`), on CPUs
 //!   with AVX512-BF16: one instruction multiplies 32 pairs and adds them, two by two, into 16
 //!   f32 sums. A product of two bf16 values is exact in f32, so the sums differ from f32's
 //!   only in the order of the additions, and in that the instruction reads subnormal inputs
 //!   (below 1e-38) as zero.
 
-use half::{bf16, f16};
+use half::bf16;
 
 use super::{Shape, for_each_row_tile};
 use crate::model::cpu::host::HostFloat;
+#[cfg(target_arch = "x86_64")]
+use crate::model::cpu::math::sum_of_sixteen;
 use crate::model::cpu::threads::SharedOutput;
 use crate::model::cpu::weights::WeightRows;
 
-/// Tokens of one tile.
+/// Tokens of one AVX-512 tile.
 const TILE_TOKENS: usize = 4;
 
-/// Weight rows of one tile. The tile's 24 sums, its tokens' four vectors and one weight
-/// vector take 29 of the 32 vector registers.
+/// Weight rows of one AVX-512 tile. The tile's 24 sums, its tokens' four vectors and one
+/// weight vector take 29 of the 32 vector registers.
 const TILE_ROWS: usize = 6;
 
 /// Fewest tiles of weight rows a thread takes at once.
 const MIN_TILES_PER_RANGE: usize = 4;
 
-/// Prompts this long or longer go to gemm ([`product`] declines them). About SmolLM2-135M's f32
-/// prefill on our 2-core machine, tiles against gemm, tok/s (a bf16 checkpoint; an F16 GGUF
-/// file alike): 8 tokens 340 against 125, 32 565 against 390, 64 690 against 600, 96 700
-/// against 700, 128 730 against 800, 512 545 against 780.
-const GEMM_FROM_TOKENS: usize = 96;
+/// The bytes of activations a block of tokens holds, at most: the block stays in the
+/// second-level cache (1–2 MB a core) while a thread's weight rows pass it once.
+const BLOCK_BYTES: usize = 512 * 1024;
 
 /// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for f32 `x`: `[tokens, cols]`, a float
 /// `weight`: `[rows, cols]` and `out`: `[tokens, rows]`, all row-major, when the CPU has
-/// AVX-512, `cols` is a multiple of 16 and there are fewer than [`GEMM_FROM_TOKENS`] tokens;
-/// returns whether it did.
+/// AVX-512 and `cols` is a multiple of 16; returns whether it did.
 ///
 /// # Panics
 /// When the lengths do not fit those shapes: the callers take them from tensor shapes.
@@ -50,15 +51,24 @@ pub fn product(
     out: &mut [f32],
     accumulate: bool,
 ) -> bool {
-    if tokens >= GEMM_FROM_TOKENS {
-        return false;
-    }
     match weight {
-        WeightRows::F32(weight) => tiles::<Widened<f32>>(weight, x, tokens, out, accumulate),
-        WeightRows::F16(weight) => tiles::<Widened<f16>>(weight, x, tokens, out, accumulate),
-        WeightRows::Bf16(weight) => tiles::<Widened<bf16>>(weight, x, tokens, out, accumulate),
+        WeightRows::F32(weight) => widened(weight, x, tokens, out, accumulate),
+        WeightRows::F16(weight) => widened(weight, x, tokens, out, accumulate),
+        WeightRows::Bf16(weight) => widened(weight, x, tokens, out, accumulate),
         WeightRows::Integers { .. } => false,
     }
+}
+
+/// [`product`] for weights of `E`: the AVX-512 tiles, or the AVX2 ones with the same sums.
+fn widened<E: HostFloat>(
+    weight: &[E],
+    x: &[f32],
+    tokens: usize,
+    out: &mut [f32],
+    accumulate: bool,
+) -> bool {
+    tiles::<Widened<E>>(weight, x, tokens, out, accumulate)
+        || tiles::<WidenedAvx2<E>>(weight, x, tokens, out, accumulate)
 }
 
 /// [`product`] for bf16 activations and weights, when the CPU has AVX512-BF16 and `cols` is
@@ -93,15 +103,29 @@ fn tiles<O: Operands>(
     #[cfg(target_arch = "x86_64")]
     {
         let out = SharedOutput::new(out);
-        for_each_row_tile(shape.rows, TILE_ROWS, MIN_TILES_PER_RANGE, &|first_row| {
-            // The tile's weight rows stay in the L1 cache while every token passes.
-            for first_token in (0..tokens).step_by(TILE_TOKENS) {
-                // SAFETY: `supported()` checked the CPU's features. The tile reads rows of
-                // `x` and `weight` below `tokens` and `rows` (checked to fit), and writes
-                // elements of `out` in the columns of this thread's rows.
-                unsafe { O::tile(weight, x, shape, (first_token, first_row), &out, accumulate) };
-            }
-        });
+        let row_bytes = shape.cols * size_of::<O::Activation>();
+        // Whole tiles of tokens, so that no tile reaches into the next block.
+        let block = (BLOCK_BYTES / row_bytes / O::TILE_TOKENS).max(1) * O::TILE_TOKENS;
+        for first_of_block in (0..tokens).step_by(block) {
+            let block = first_of_block..(first_of_block + block).min(tokens);
+            for_each_row_tile(
+                shape.rows,
+                O::TILE_ROWS,
+                MIN_TILES_PER_RANGE,
+                &|first_row| {
+                    // The tile's weight rows stay in the first-level cache while the block passes.
+                    for first_token in block.clone().step_by(O::TILE_TOKENS) {
+                        // SAFETY: `supported()` checked the CPU's features. The tile reads rows
+                        // of `x` and `weight` below `tokens` and `rows` (checked to fit), and
+                        // writes elements of `out` in the columns of this thread's rows, for
+                        // tokens of this block.
+                        unsafe {
+                            O::tile(weight, x, shape, (first_token, first_row), &out, accumulate)
+                        };
+                    }
+                },
+            );
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (weight, out, accumulate);
@@ -115,11 +139,13 @@ trait Operands {
     type Activation: Copy + Sync;
     /// Columns per step: the columns must be a multiple of it.
     const LANES: usize;
+    const TILE_TOKENS: usize = TILE_TOKENS;
+    const TILE_ROWS: usize = TILE_ROWS;
 
     /// Whether this CPU has the kernel's features.
     fn supported() -> bool;
 
-    /// The `TILE_TOKENS × TILE_ROWS` outputs from `(first_token, first_row)`. At the edges
+    /// The `Self::TILE_TOKENS × Self::TILE_ROWS` outputs from `(first_token, first_row)`. At the edges
     /// of `x` and `weight` the missing tokens and rows repeat the last one, and their sums
     /// are dropped.
     ///
@@ -140,6 +166,10 @@ trait Operands {
 
 /// f32 activations against weights of `E`, each widened to f32 in its register.
 struct Widened<E>(std::marker::PhantomData<E>);
+
+/// [`Widened`] on CPUs with AVX2 but not AVX-512: each output's sixteen lanes in two
+/// registers, as the decode kernel holds them, so the sums have the same bits.
+struct WidenedAvx2<E>(std::marker::PhantomData<E>);
 
 /// bf16 activations against bf16 weights, 32 pairs per instruction.
 struct Bf16Pairs;
@@ -192,7 +222,8 @@ macro_rules! tile_loop {
                 // elements to this thread alone.
                 unsafe {
                     let y = $out.at(token * rows + row);
-                    let sum = _mm512_reduce_add_ps(sum);
+                    let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(sum)));
+                    let sum = sum_of_sixteen(_mm512_castps512_ps256(sum), high);
                     *y = if $accumulate { *y + sum } else { sum };
                 }
             }
@@ -228,6 +259,84 @@ impl<E: HostFloat> Operands for Widened<E> {
             load_activation: _mm512_loadu_ps,
             multiply_add: fused_multiply_add,
         )
+    }
+}
+
+impl<E: HostFloat> Operands for WidenedAvx2<E> {
+    type Weight = E;
+    type Activation = f32;
+    const LANES: usize = 16;
+    /// Six outputs of two registers each, the two tokens' half vectors and one weight half
+    /// vector take 15 of the 16 registers.
+    const TILE_TOKENS: usize = 2;
+    const TILE_ROWS: usize = 3;
+
+    fn supported() -> bool {
+        #[cfg(target_arch = "x86_64")]
+        return crate::model::cpu::features::cpu().avx2;
+        #[cfg(not(target_arch = "x86_64"))]
+        false
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile(
+        weight: &[E],
+        x: &[f32],
+        shape: Shape,
+        at: (usize, usize),
+        out: &SharedOutput<f32>,
+        accumulate: bool,
+    ) {
+        use std::arch::x86_64::*;
+        const T: usize = 2;
+        const R: usize = 3;
+        let Shape { tokens, rows, cols } = shape;
+        let (first_token, first_row) = at;
+        let tokens_in: [_; T] =
+            std::array::from_fn(|i| x[(first_token + i).min(tokens - 1) * cols..].as_ptr());
+        let rows_in: [_; R] =
+            std::array::from_fn(|j| weight[(first_row + j).min(rows - 1) * cols..].as_ptr());
+        let mut sums = [[[_mm256_setzero_ps(); 2]; R]; T];
+        let mut c = 0;
+        while c < cols {
+            for half in 0..2 {
+                let at = c + 8 * half;
+                // SAFETY: at + 8 <= cols, and each pointer starts a row of `cols` values.
+                unsafe {
+                    let values = [
+                        _mm256_loadu_ps(tokens_in[0].add(at)),
+                        _mm256_loadu_ps(tokens_in[1].add(at)),
+                    ];
+                    for (j, row) in rows_in.iter().enumerate() {
+                        let w = E::load8(row.add(at));
+                        for (sums, &v) in sums.iter_mut().zip(&values) {
+                            sums[j][half] = _mm256_fmadd_ps(v, w, sums[j][half]);
+                        }
+                    }
+                }
+            }
+            c += Self::LANES;
+        }
+        for (i, sums) in sums.iter().enumerate() {
+            let token = first_token + i;
+            if token >= tokens {
+                break;
+            }
+            for (j, &[low, high]) in sums.iter().enumerate() {
+                let row = first_row + j;
+                if row >= rows {
+                    break;
+                }
+                // SAFETY: (token, row) lies inside `out`, and the caller gives this tile's
+                // elements to this thread alone.
+                unsafe {
+                    let y = out.at(token * rows + row);
+                    let sum = sum_of_sixteen(low, high);
+                    *y = if accumulate { *y + sum } else { sum };
+                }
+            }
+        }
     }
 }
 
@@ -293,7 +402,9 @@ unsafe fn bf16_pairs(at: *const bf16) -> std::arch::x86_64::__m512bh {
 mod tests {
     use half::{bf16, f16};
 
-    use super::{Bf16Pairs, Operands, Widened, bf16_product, product};
+    use super::{Bf16Pairs, Operands, Widened, WidenedAvx2, bf16_product, product, tiles};
+    use crate::model::cpu::host::HostFloat;
+    use crate::model::cpu::matvec::matvecs;
     use crate::model::cpu::test_values as values;
     use crate::model::cpu::weights::WeightRows;
 
@@ -351,8 +462,8 @@ mod tests {
                     let ran = product(rows_of, &x, tokens, &mut out, accumulate);
                     assert_eq!(
                         ran,
-                        Widened::<f32>::supported(),
-                        "runs wherever the CPU has AVX-512"
+                        WidenedAvx2::<f32>::supported(),
+                        "runs wherever the CPU has AVX2"
                     );
                     if ran {
                         check(&out, &x, &widened, base, tokens);
@@ -372,6 +483,43 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The AVX2 tiles give the AVX-512 tiles' bits, and every token the bits the decode
+    /// kernel gives it alone: neither the CPU's instruction set nor the tokens read with it
+    /// change a token's outputs.
+    #[test]
+    fn both_tiles_sum_each_output_as_the_decode_kernel_does() {
+        fn check<E: HostFloat>(weight: &[E], rows: WeightRows<'_>) {
+            let (tokens, cols) = (7, 592);
+            let rows_count = weight.len() / cols;
+            let x = values(tokens * cols, 2);
+            let mut decoded = vec![0.0; tokens * rows_count];
+            for (x, out) in x.chunks(cols).zip(decoded.chunks_mut(rows_count)) {
+                matvecs(rows, x, 1, out);
+            }
+            let mut narrow = vec![f32::NAN; tokens * rows_count];
+            assert_eq!(
+                tiles::<WidenedAvx2<E>>(weight, &x, tokens, &mut narrow, false),
+                WidenedAvx2::<E>::supported()
+            );
+            let mut wide = vec![f32::NAN; tokens * rows_count];
+            assert_eq!(
+                tiles::<Widened<E>>(weight, &x, tokens, &mut wide, false),
+                Widened::<E>::supported()
+            );
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            if WidenedAvx2::<E>::supported() {
+                assert_eq!(bits(&narrow), bits(&decoded), "AVX2 tiles against decode");
+            }
+            if Widened::<E>::supported() {
+                assert_eq!(bits(&wide), bits(&decoded), "AVX-512 tiles against decode");
+            }
+        }
+        let weight = values(13 * 592, 1);
+        let brains: Vec<bf16> = weight.iter().map(|&w| bf16::from_f32(w)).collect();
+        check(&weight, WeightRows::F32(&weight));
+        check(&brains, WeightRows::Bf16(&brains));
     }
 
     #[test]
