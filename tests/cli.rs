@@ -63,16 +63,22 @@ fn token_ids(report: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
-/// The genuine Q4_1 file answers a chat question with the same tokens and the same
-/// log-probabilities, bit for bit, on this CPU's widest kernels and on the path a CPU without
-/// AVX-512 takes (`SMOLCHAT_MAX_CPU=avx2`): the integer products, attention and the rest sum
+/// The genuine Q4_1 file and the tiny bf16 checkpoint (float weights at the default f32
+/// precision) answer a chat question with the same tokens and the same log-probabilities, bit
+/// for bit, on this CPU's widest kernels and on the path a CPU without AVX-512 takes
+/// (`SMOLCHAT_MAX_CPU=avx2`): the integer and float products, attention and the rest sum
 /// each value in one order on both. (Where the CPU has no AVX-512, both runs take that path.)
 #[test]
 fn the_avx2_path_answers_with_the_bits_of_the_widest_one() {
-    let genuine = crate::gguf::builder::real_model();
+    for model in [crate::gguf::builder::real_model(), tiny_model_dir()] {
+        assert_avx2_path_answers_as_the_widest(&model);
+    }
+}
+
+fn assert_avx2_path_answers_as_the_widest(model: &std::path::Path) {
     let run = |env: &[(&str, &str)]| -> Vec<(u64, u64)> {
         let output = Command::new(env!("CARGO_BIN_EXE_smolchat"))
-            .args(["generate", "--model", genuine.to_str().expect("utf-8 path")])
+            .args(["generate", "--model", model.to_str().expect("utf-8 path")])
             .args([
                 "--prompt",
                 "What is the capital of France?",
@@ -92,11 +98,16 @@ fn the_avx2_path_answers_with_the_bits_of_the_widest_one() {
             .collect()
     };
     let widest = run(&[]);
-    assert!(!widest.is_empty(), "no tokens generated");
+    assert!(
+        !widest.is_empty(),
+        "{}: no tokens generated",
+        model.display()
+    );
     assert_eq!(
         run(&[("SMOLCHAT_MAX_CPU", "avx2")]),
         widest,
-        "(token, log-probability bits) on the AVX2 path against the widest"
+        "{}: (token, log-probability bits) on the AVX2 path against the widest",
+        model.display()
     );
 }
 
