@@ -7,8 +7,8 @@
 //! thread that multiplies it (f32 weights are read where they lie), so every weight format
 //! runs at the speed of f32 arithmetic.
 //!
-//! Where the CPU has the instructions, the register tiles of `float_tiles` (AVX-512) and
-//! `integer_tiles` (AVX2) take the prompt, without packing, summing each output in the
+//! Where the CPU has the instructions, the register tiles of `float_tiles` (AVX-512 or AVX2)
+//! and `integer_tiles` (AVX2) take the prompt, without packing, summing each output in the
 //! decode kernels' order; gemm serves the rest.
 
 use std::cell::RefCell;

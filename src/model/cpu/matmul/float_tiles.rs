@@ -1,6 +1,7 @@
-//! `X Wᵀ` for a prompt against float weights on CPUs with AVX-512, in register tiles of 6
-//! weight rows × 4 tokens: the tile's 24 sums stay in registers while the columns pass, and
-//! nothing is widened or packed in memory. Two kinds of operands share the tile:
+//! `X Wᵀ` for a prompt against float weights on CPUs with AVX-512 (register tiles of 6 weight
+//! rows × 4 tokens) or AVX2 (3 rows × 2 tokens): the tile's sums stay in registers while the
+//! columns pass, and nothing is widened or packed in memory. Two kinds of operands share the
+//! AVX-512 tile:
 //!
 //! - f32 activations against f32, f16 or bf16 weights ([`product`]): each weight is widened
 //!   to f32 in the register it is loaded into, and every product is f32. Each output is
@@ -145,9 +146,9 @@ trait Operands {
     /// Whether this CPU has the kernel's features.
     fn supported() -> bool;
 
-    /// The `Self::TILE_TOKENS × Self::TILE_ROWS` outputs from `(first_token, first_row)`. At the edges
-    /// of `x` and `weight` the missing tokens and rows repeat the last one, and their sums
-    /// are dropped.
+    /// The `Self::TILE_TOKENS × Self::TILE_ROWS` outputs from `(first_token, first_row)`.
+    /// At the edges of `x` and `weight` the missing tokens and rows repeat the last one, and
+    /// their sums are dropped.
     ///
     /// # Safety
     /// [`Operands::supported`] must hold; `x`, `weight` and `out` must fit `shape` with
@@ -189,10 +190,8 @@ macro_rules! tile_loop {
         let Shape { tokens, rows, cols } = $shape;
         let (first_token, first_row) = $at;
         let (weight, x) = ($weight, $x);
-        let tokens_in: [_; TILE_TOKENS] =
-            std::array::from_fn(|i| x[(first_token + i).min(tokens - 1) * cols..].as_ptr());
-        let rows_in: [_; TILE_ROWS] =
-            std::array::from_fn(|j| weight[(first_row + j).min(rows - 1) * cols..].as_ptr());
+        let tokens_in: [_; TILE_TOKENS] = rows_from(x, first_token, tokens, cols);
+        let rows_in: [_; TILE_ROWS] = rows_from(weight, first_row, rows, cols);
         let mut sums = [[_mm512_setzero_ps(); TILE_ROWS]; TILE_TOKENS];
         let mut c = 0;
         while c < cols {
@@ -208,27 +207,55 @@ macro_rules! tile_loop {
             }
             c += $lanes;
         }
-        for (i, sums) in sums.iter().enumerate() {
-            let token = first_token + i;
-            if token >= tokens {
-                break;
-            }
-            for (j, &sum) in sums.iter().enumerate() {
-                let row = first_row + j;
-                if row >= rows {
-                    break;
-                }
-                // SAFETY: (token, row) lies inside `out`, and the caller gives this tile's
-                // elements to this thread alone.
-                unsafe {
-                    let y = $out.at(token * rows + row);
-                    let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(sum)));
-                    let sum = sum_of_sixteen(_mm512_castps512_ps256(sum), high);
-                    *y = if $accumulate { *y + sum } else { sum };
-                }
+        let mut totals = [[0.0; TILE_ROWS]; TILE_TOKENS];
+        for (totals, sums) in totals.iter_mut().zip(&sums) {
+            for (total, &sum) in totals.iter_mut().zip(sums) {
+                let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(sum)));
+                *total = sum_of_sixteen(_mm512_castps512_ps256(sum), high);
             }
         }
+        // SAFETY: as the tile's caller guarantees.
+        unsafe { store(totals, $shape, $at, $out, $accumulate) };
     }};
+}
+
+/// Pointers to the `N` rows of `cols` values from row `first` of `values`, which holds
+/// `count` rows; past the last, the last again (a tile at the edge drops those sums).
+#[cfg(target_arch = "x86_64")]
+fn rows_from<T, const N: usize>(
+    values: &[T],
+    first: usize,
+    count: usize,
+    cols: usize,
+) -> [*const T; N] {
+    std::array::from_fn(|i| values[(first + i).min(count - 1) * cols..].as_ptr())
+}
+
+/// Writes a tile's totals (`totals[i][j]` for token `first_token + i` and weight row
+/// `first_row + j`, `at` being the pair) to `out`, or adds them to it when `accumulate`;
+/// those past the last token or row are dropped.
+///
+/// # Safety
+/// `out` must fit `shape`, and no other thread may touch the tile's elements of it.
+#[cfg(target_arch = "x86_64")]
+unsafe fn store<const T: usize, const R: usize>(
+    totals: [[f32; R]; T],
+    shape: Shape,
+    (first_token, first_row): (usize, usize),
+    out: &SharedOutput<f32>,
+    accumulate: bool,
+) {
+    let Shape { tokens, rows, .. } = shape;
+    for (token, totals) in (first_token..tokens).zip(totals) {
+        for (row, total) in (first_row..rows).zip(totals) {
+            // SAFETY: (token, row) lies inside `out`, and the caller gives this tile's
+            // elements to this thread alone.
+            unsafe {
+                let y = out.at(token * rows + row);
+                *y = if accumulate { *y + total } else { total };
+            }
+        }
+    }
 }
 
 impl<E: HostFloat> Operands for Widened<E> {
@@ -293,10 +320,8 @@ impl<E: HostFloat> Operands for WidenedAvx2<E> {
         const R: usize = 3;
         let Shape { tokens, rows, cols } = shape;
         let (first_token, first_row) = at;
-        let tokens_in: [_; T] =
-            std::array::from_fn(|i| x[(first_token + i).min(tokens - 1) * cols..].as_ptr());
-        let rows_in: [_; R] =
-            std::array::from_fn(|j| weight[(first_row + j).min(rows - 1) * cols..].as_ptr());
+        let tokens_in: [_; T] = rows_from(x, first_token, tokens, cols);
+        let rows_in: [_; R] = rows_from(weight, first_row, rows, cols);
         let mut sums = [[[_mm256_setzero_ps(); 2]; R]; T];
         let mut c = 0;
         while c < cols {
@@ -318,25 +343,14 @@ impl<E: HostFloat> Operands for WidenedAvx2<E> {
             }
             c += Self::LANES;
         }
-        for (i, sums) in sums.iter().enumerate() {
-            let token = first_token + i;
-            if token >= tokens {
-                break;
-            }
-            for (j, &[low, high]) in sums.iter().enumerate() {
-                let row = first_row + j;
-                if row >= rows {
-                    break;
-                }
-                // SAFETY: (token, row) lies inside `out`, and the caller gives this tile's
-                // elements to this thread alone.
-                unsafe {
-                    let y = out.at(token * rows + row);
-                    let sum = sum_of_sixteen(low, high);
-                    *y = if accumulate { *y + sum } else { sum };
-                }
+        let mut totals = [[0.0; R]; T];
+        for (totals, sums) in totals.iter_mut().zip(&sums) {
+            for (total, &[low, high]) in totals.iter_mut().zip(sums) {
+                *total = sum_of_sixteen(low, high);
             }
         }
+        // SAFETY: as the tile's caller guarantees.
+        unsafe { store(totals, shape, at, out, accumulate) };
     }
 }
 
