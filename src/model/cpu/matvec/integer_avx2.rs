@@ -1,0 +1,419 @@
+//! The integer decode kernel on AVX2: sixteen 16-bit products per instruction, added in
+//! pairs (`vpmaddwd`).
+//!
+//! Each output is summed as the prompt kernel (`token_lanes`) and the AVX-512 kernel sum it
+//! (see `integer_avx512`): each block's integer sum whole, then its term, the terms added
+//! to the output block after block. Eight blocks' sums are added across lanes at once
+//! ([`sums_of_eight`]), converted and scaled together, and a group of eight rows' terms are
+//! then added to their outputs with rows in lanes ([`add_in_turn`]).
+
+use std::arch::x86_64::*;
+use std::cell::RefCell;
+
+use super::avx2::{PREFETCH_BYTES_Q8, prefetch};
+use super::{BlockInts, grow, with_pair_bases};
+use crate::model::cpu::math::{unpack_five_bits, unpack_nibbles, unpack_six_bits};
+use crate::model::cpu::weights::{Factors, Ints};
+
+/// The AVX2 kernel's products of `weight` with each of the `V` activation rows `xs`, offsets
+/// included, into `outs`, [`GROUP`] rows at a time: each row's terms block by block
+/// (`row_terms`), then added to the group's outputs in turn (`add_in_turn`).
+///
+/// # Safety
+/// As for `rows_dot_integers`, for each activation row and its output; the CPU has AVX2.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn rows_dot<const V: usize>(
+    weight: Ints<'_>,
+    scales: Factors<'_>,
+    offsets: Option<Factors<'_>>,
+    stepped: bool,
+    buffer: &mut Vec<f32>,
+    xs: [&BlockInts; V],
+    outs: &mut [&mut [f32]; V],
+) {
+    let rows = outs[0].len();
+    let (cols, blocks) = (xs[0].values.len(), xs[0].scales.len());
+    // The stored factors per row: two per block read when stepped.
+    let per_row = scales.len() / rows.max(1);
+    let stride = blocks.next_multiple_of(GROUP);
+    AVX2_BUFFERS.with_borrow_mut(|(offset_values, terms)| {
+        grow(terms, V * GROUP * stride);
+        for first in (0..rows).step_by(GROUP) {
+            let len = GROUP.min(rows - first);
+            let factors = first * per_row..(first + len) * per_row;
+            let group_scales = scales.range(factors.clone());
+            // f16 and f32 scales are read where they lie, others widened for the group.
+            let (row_scales, f16_scales): (*const u8, bool) = match (stepped, group_scales) {
+                (false, Factors::F32(values)) => (values.as_ptr().cast(), false),
+                (false, Factors::F16(values)) => (values.as_ptr().cast(), true),
+                (false, scaled) => (scaled.f32s(0..scaled.len(), buffer).as_ptr().cast(), false),
+                (true, scaled) => with_pair_bases(scaled, |bases| {
+                    (bases.f32s(0..bases.len(), buffer).as_ptr().cast(), false)
+                }),
+            };
+            let row_offsets = offsets.map(|offsets| {
+                let offsets = offsets.range(factors);
+                offsets.f32s(0..offsets.len(), offset_values).as_ptr()
+            });
+            for in_group in 0..len {
+                let row = first + in_group;
+                let terms: [*mut f32; V] =
+                    std::array::from_fn(|v| terms[(v * GROUP + in_group) * stride..].as_mut_ptr());
+                let factor_bytes = if f16_scales { 2 } else { 4 };
+                let row_scales = row_scales.wrapping_add(in_group * blocks * factor_bytes);
+                let row_offsets = row_offsets.map(|o| o.wrapping_add(in_group * blocks));
+                let steps = scales.steps().as_ptr().wrapping_add(row * per_row);
+                macro_rules! terms_of {
+                    ($block:literal, $bits:literal, $stepped:literal, $values:expr, $high:expr,
+                     $zero:expr) => {{
+                        let row = Row {
+                            values: $values,
+                            high: $high,
+                            zero: $zero,
+                            scales: row_scales,
+                            steps,
+                            offsets: row_offsets.unwrap_or(std::ptr::null()),
+                        };
+                        // SAFETY: the row, its factors and steps lie where the pointers say,
+                        // as the caller guarantees; each row's terms have `stride` places.
+                        unsafe {
+                            match f16_scales {
+                                true => row_terms::<$block, $bits, true, $stepped, V>(
+                                    row, &xs, blocks, terms,
+                                ),
+                                false => row_terms::<$block, $bits, false, $stepped, V>(
+                                    row, &xs, blocks, terms,
+                                ),
+                            }
+                        }
+                    }};
+                }
+                let none = std::ptr::null::<u8>();
+                match weight {
+                    Ints::Bytes(values) if stepped => {
+                        terms_of!(16, 8, true, values[row * cols..].as_ptr().cast(), none, 0)
+                    }
+                    Ints::Bytes(values) if xs[0].block == 16 => {
+                        terms_of!(16, 8, false, values[row * cols..].as_ptr().cast(), none, 0)
+                    }
+                    Ints::Bytes(values) => {
+                        terms_of!(32, 8, false, values[row * cols..].as_ptr().cast(), none, 0)
+                    }
+                    Ints::Nibbles { values, zero } => {
+                        terms_of!(32, 4, false, values[row * cols / 2..].as_ptr(), none, zero)
+                    }
+                    Ints::FiveBits {
+                        nibbles,
+                        high,
+                        zero,
+                    } => {
+                        let high = high[row * blocks..].as_ptr().cast();
+                        terms_of!(32, 5, false, nibbles[row * cols / 2..].as_ptr(), high, zero)
+                    }
+                    Ints::SixBits {
+                        nibbles,
+                        crumbs,
+                        zero,
+                    } => {
+                        let (values, crumbs) = (
+                            nibbles[row * cols / 2..].as_ptr(),
+                            crumbs[row * cols / 4..].as_ptr(),
+                        );
+                        match stepped {
+                            true => terms_of!(16, 6, true, values, crumbs, zero),
+                            false => terms_of!(16, 6, false, values, crumbs, zero),
+                        }
+                    }
+                }
+            }
+            for (v, out) in outs.iter_mut().enumerate() {
+                let terms = &terms[v * GROUP * stride..][..GROUP * stride];
+                // SAFETY: the group's terms are `GROUP` rows of `stride`.
+                unsafe { add_in_turn(terms, stride, blocks, &mut out[first..first + len]) };
+            }
+        }
+    });
+}
+
+thread_local! {
+    /// Each thread's buffers for the AVX2 kernel, which only grow: a group of rows' offsets
+    /// in f32, and its rows' terms.
+    static AVX2_BUFFERS: RefCell<(Vec<f32>, Vec<f32>)> = const {
+        RefCell::new((Vec::new(), Vec::new()))
+    };
+}
+
+/// Rows whose terms are added together, a row to a lane.
+const GROUP: usize = 8;
+
+/// One row of integer weights as [`row_terms`] reads it.
+#[derive(Clone, Copy)]
+struct Row {
+    /// The values: bytes, or nibbles (4, 5 and 6 bits).
+    values: *const u8,
+    /// 5 bits: a word of fifth bits per block; 6 bits: the crumbs.
+    high: *const u8,
+    zero: u8,
+    /// One per block read, f16 or f32 (f32 bases when stepped).
+    scales: *const u8,
+    /// Stepped: the steps of the row's blocks of 16.
+    steps: *const i8,
+    /// One per block read in f32, or null.
+    offsets: *const f32,
+}
+
+/// One row's terms against each of `xs`, a block at a time, into `terms[v]`: each block's
+/// integer sum whole, converted, times its weight scale times its activation scale, plus
+/// its offset times the activations' block sum in one rounding, as `token_lanes` and the
+/// AVX-512 kernel form them. The eight lanes of a block's partial sums are added across
+/// eight blocks at once ([`sums_of_eight`]), so eight blocks take one conversion and one
+/// scaling.
+///
+/// `BLOCK` is the stored block (16 or 32); `STEPPED` reads pairs of blocks of 16 as
+/// blocks of 32, each half times its step (see `read_stepped`), and `blocks` counts the
+/// blocks read.
+///
+/// # Safety
+/// `row` must hold `blocks` blocks read of `BITS`-bit values (bytes, or in blocks of 32
+/// nibbles, less `zero`, with a word of fifth bits per block for 5 bits; for 6 bits,
+/// blocks of 16 in units of two and their crumbs) and their factors, each of `xs` as many
+/// values, scales and sums, and each of `terms` room for `blocks` rounded up to [`GROUP`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn row_terms<
+    const BLOCK: usize,
+    const BITS: u32,
+    const F16_SCALES: bool,
+    const STEPPED: bool,
+    const V: usize,
+>(
+    row: Row,
+    xs: &[&BlockInts; V],
+    blocks: usize,
+    terms: [*mut f32; V],
+) {
+    let zero = _mm256_set1_epi16(i16::from(row.zero));
+    // Values per block read.
+    let read = if STEPPED { 2 * BLOCK } else { BLOCK };
+    // SAFETY (for the closures and the loop below): every block asked for is one of
+    // `blocks`, so it lies inside the row, its factors and each of `xs`.
+    // Stored block `b`'s weights in 16 bits, sixteen per vector (the second unused for
+    // 16); for 6 bits, `b` is even and both vectors are its unit's.
+    let widened = |b: usize| unsafe {
+        match BITS {
+            8 => {
+                let w = row.values.add(b * BLOCK).cast::<__m128i>();
+                std::array::from_fn(|step| match step < BLOCK / 16 {
+                    true => _mm256_cvtepi8_epi16(_mm_loadu_si128(w.add(step))),
+                    false => _mm256_setzero_si256(),
+                })
+            }
+            _ => {
+                let packed = _mm_loadu_si128(row.values.add(b * BLOCK / 2).cast::<__m128i>());
+                match BITS {
+                    4 => unpack_nibbles(packed, zero),
+                    5 => unpack_five_bits(packed, row.high.cast::<u32>().add(b).read(), zero),
+                    _ => {
+                        let crumbs = row.high.add(b * BLOCK / 4).cast::<u64>().read_unaligned();
+                        unpack_six_bits(packed, crumbs, zero)
+                    }
+                }
+            }
+        }
+    };
+    let step = |b: usize| unsafe { _mm256_set1_epi16(i16::from(row.steps.add(b).read())) };
+    // The weights of read blocks `j` and `j + 1` (its first alone where `!both`), sixteen
+    // per vector.
+    let pair = |j: usize, both: bool| -> [[__m256i; 2]; 2] {
+        let none = _mm256_setzero_si256();
+        match (STEPPED, BITS) {
+            // A block read is a unit: its halves times their steps.
+            (true, 6) => {
+                let one = |j: usize| {
+                    let [first, second] = widened(2 * j);
+                    [
+                        _mm256_mullo_epi16(first, step(2 * j)),
+                        _mm256_mullo_epi16(second, step(2 * j + 1)),
+                    ]
+                };
+                [one(j), if both { one(j + 1) } else { [none; 2] }]
+            }
+            (true, _) => {
+                let one = |j: usize| {
+                    let (first, second) = (widened(2 * j)[0], widened(2 * j + 1)[0]);
+                    [
+                        _mm256_mullo_epi16(first, step(2 * j)),
+                        _mm256_mullo_epi16(second, step(2 * j + 1)),
+                    ]
+                };
+                [one(j), if both { one(j + 1) } else { [none; 2] }]
+            }
+            // A unit is both blocks.
+            (false, 6) => widened(j).map(|half| [half, none]),
+            (false, _) => [widened(j), if both { widened(j + 1) } else { [none; 2] }],
+        }
+    };
+    // Read block `j` of activation row `v` against its weights: 32-bit sums of pairs
+    // of products, eight lanes.
+    let block_sums = |weights: &[__m256i; 2], v: usize, j: usize| unsafe {
+        let values = xs[v].values.as_ptr().add(j * read).cast::<__m256i>();
+        let mut sum = _mm256_setzero_si256();
+        for (k, weights) in weights.iter().take(read / 16).enumerate() {
+            let products = _mm256_madd_epi16(*weights, _mm256_loadu_si256(values.add(k)));
+            sum = _mm256_add_epi32(sum, products);
+        }
+        sum
+    };
+    // A chunk of `$in_chunk` blocks from `$chunk`: a literal for whole chunks, which
+    // the compiler unrolls and keeps in registers (with the count a variable, the sums
+    // went through the stack and the kernel ran 1.4 times as long).
+    macro_rules! chunk {
+        ($chunk:expr, $in_chunk:expr) => {{
+            let (chunk, in_chunk): (usize, usize) = ($chunk, $in_chunk);
+            // Blocks `chunk + k` and the next, for each activation row; zeros past the
+            // row's end. Written out four times below: in a loop, the sums went through
+            // the stack.
+            macro_rules! pair_sums {
+                ($k:literal) => {{
+                    let mut sums = [[_mm256_setzero_si256(); 2]; V];
+                    if $k < in_chunk {
+                        let j = chunk + $k;
+                        // Two blocks of 32 bytes are one 64-byte line (of 16 bytes or
+                        // nibbles, half).
+                        let bytes = if BITS < 8 { j * read / 2 } else { j * read };
+                        prefetch(row.values.wrapping_add(bytes), PREFETCH_BYTES_Q8);
+                        let both = $k + 1 < in_chunk;
+                        let weights = pair(j, both);
+                        for (v, sums) in sums.iter_mut().enumerate() {
+                            sums[0] = block_sums(&weights[0], v, j);
+                            if both {
+                                sums[1] = block_sums(&weights[1], v, j + 1);
+                            }
+                        }
+                    }
+                    sums
+                }};
+            }
+            let pairs = [pair_sums!(0), pair_sums!(2), pair_sums!(4), pair_sums!(6)];
+            let sums: [[__m256i; GROUP]; V] =
+                std::array::from_fn(|v| std::array::from_fn(|k| pairs[k / 2][v][k % 2]));
+            // SAFETY: the lanes of `in_chunk` are blocks of the row, whose factors lie
+            // at `chunk`; the row's terms have room for a whole chunk.
+            unsafe {
+                let weight_scales = match (F16_SCALES, in_chunk == GROUP) {
+                    (true, true) => {
+                        _mm256_cvtph_ps(_mm_loadu_si128(row.scales.cast::<u16>().add(chunk).cast()))
+                    }
+                    (true, false) => {
+                        let mut bits = [0u16; GROUP];
+                        let from = row.scales.cast::<u16>().add(chunk);
+                        std::ptr::copy_nonoverlapping(from, bits.as_mut_ptr(), in_chunk);
+                        _mm256_cvtph_ps(_mm_loadu_si128(bits.as_ptr().cast()))
+                    }
+                    (false, _) => load(row.scales.cast::<f32>().add(chunk), in_chunk),
+                };
+                let offsets = match row.offsets.is_null() {
+                    true => None,
+                    false => Some(load(row.offsets.add(chunk), in_chunk)),
+                };
+                for (v, sums) in sums.iter().enumerate() {
+                    let x_scales = load(xs[v].scales.as_ptr().add(chunk), in_chunk);
+                    let scales = _mm256_mul_ps(weight_scales, x_scales);
+                    let ints = _mm256_cvtepi32_ps(sums_of_eight(sums));
+                    let mut term = _mm256_mul_ps(ints, scales);
+                    if let Some(offsets) = offsets {
+                        let x_sums = load(xs[v].sums.as_ptr().add(chunk), in_chunk);
+                        term = _mm256_fmadd_ps(x_sums, offsets, term);
+                    }
+                    _mm256_storeu_ps(terms[v].add(chunk), term);
+                }
+            }
+        }};
+    }
+    let whole = blocks / GROUP * GROUP;
+    for first in (0..whole).step_by(GROUP) {
+        chunk!(first, GROUP);
+    }
+    if whole < blocks {
+        chunk!(whole, blocks - whole);
+    }
+}
+
+/// The first `len` (at most eight) values at `at`, the other lanes zero.
+///
+/// # Safety
+/// `len` values must lie at `at`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load(at: *const f32, len: usize) -> __m256 {
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(len as i32), lanes);
+    // SAFETY: the lanes of `mask` are the first `len`, which the caller guarantees.
+    unsafe { _mm256_maskload_ps(at, mask) }
+}
+
+/// Lane `i` the sum of the eight lanes of `sums[i]`, exactly.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn sums_of_eight(sums: &[__m256i; GROUP]) -> __m256i {
+    let [a, b, c, d, e, f, g, h] = *sums;
+    let low = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    let high = _mm256_hadd_epi32(_mm256_hadd_epi32(e, f), _mm256_hadd_epi32(g, h));
+    _mm256_add_epi32(
+        _mm256_permute2x128_si256::<0x20>(low, high),
+        _mm256_permute2x128_si256::<0x31>(low, high),
+    )
+}
+
+/// An eight-by-eight matrix of rows of `m` transposed in place.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn transpose(m: &mut [__m256; GROUP]) {
+    let t: [__m256; 8] = std::array::from_fn(|i| {
+        let (a, b) = (m[i / 2 * 2], m[i / 2 * 2 + 1]);
+        match i % 2 {
+            0 => _mm256_unpacklo_ps(a, b),
+            _ => _mm256_unpackhi_ps(a, b),
+        }
+    });
+    // In each 128-bit lane, `u[4h + j]` holds column `j` of rows `4h..4h + 4`.
+    let mut u = [_mm256_setzero_ps(); 8];
+    for h in 0..2 {
+        let [a, b, c, d] = [t[4 * h], t[4 * h + 1], t[4 * h + 2], t[4 * h + 3]];
+        u[4 * h] = _mm256_shuffle_ps::<0x44>(a, c);
+        u[4 * h + 1] = _mm256_shuffle_ps::<0xEE>(a, c);
+        u[4 * h + 2] = _mm256_shuffle_ps::<0x44>(b, d);
+        u[4 * h + 3] = _mm256_shuffle_ps::<0xEE>(b, d);
+    }
+    for j in 0..4 {
+        m[j] = _mm256_permute2f128_ps::<0x20>(u[j], u[4 + j]);
+        m[4 + j] = _mm256_permute2f128_ps::<0x31>(u[j], u[4 + j]);
+    }
+}
+
+/// Adds each of a group's rows' block terms to its output in the order of the blocks:
+/// `terms` holds [`GROUP`] rows of `stride` terms, of which `blocks` are the row's, and
+/// `out` the group's outputs (as many as it has rows).
+///
+/// # Safety
+/// `terms` must hold `GROUP · stride` values, `stride` a multiple of 8 and at least
+/// `blocks`; `out` at most [`GROUP`].
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn add_in_turn(terms: &[f32], stride: usize, blocks: usize, out: &mut [f32]) {
+    // SAFETY: `out` holds its rows, and each chunk of 8 terms of each row lies in
+    // `terms`, as the caller guarantees.
+    unsafe {
+        let mut sums = load(out.as_ptr(), out.len());
+        for first in (0..blocks).step_by(GROUP) {
+            let mut m: [__m256; GROUP] =
+                std::array::from_fn(|r| _mm256_loadu_ps(terms.as_ptr().add(r * stride + first)));
+            transpose(&mut m);
+            for block in &m[..GROUP.min(blocks - first)] {
+                sums = _mm256_add_ps(sums, *block);
+            }
+        }
+        let mut lanes = [0.0f32; GROUP];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), sums);
+        out.copy_from_slice(&lanes[..out.len()]);
+    }
+}
