@@ -271,6 +271,36 @@ impl BlockInts {
     }
 }
 
+impl BlockInts {
+    /// Each block's values' sum times `zero`: what a block of weights stored with that zero
+    /// point (4-bit ones, widened as they are stored) adds to the block's integer sum.
+    pub fn zero_sums(&self, zero: u8) -> Vec<i32> {
+        (self.values.chunks_exact(self.block))
+            .map(|block| i32::from(zero) * block.iter().map(|&v| i32::from(v)).sum::<i32>())
+            .collect()
+    }
+}
+
+/// Where the decode kernels' vector `k` of a block's widened 4-bit values finds the value for
+/// its 16-bit lane `2w` or `2w + 1`: value `2w` plus this. A lane of the stored nibbles holds
+/// bytes `2w` and `2w + 1`, that is values `2w`, `2w + 16`, `2w + 1` and `2w + 17`, which one
+/// mask or shift each takes out.
+const NIBBLE_POSITIONS: [usize; 4] = [0, 16, 1, 17];
+
+/// Activations for blocks of 32 4-bit weights as the decode kernels widen `together` blocks
+/// of weights to a vector, appended to `out`: per `together` blocks, four vectors, vector
+/// `k` holding for each block in turn its values `2w + NIBBLE_POSITIONS[k]`, `w` in `0..8`.
+/// `values` holds whole groups of `together` blocks.
+fn nibble_lanes(values: &[i16], together: usize, out: &mut Vec<i16>) {
+    for group in values.chunks_exact(together * NIBBLE_BLOCK) {
+        for position in NIBBLE_POSITIONS {
+            for block in group.chunks_exact(NIBBLE_BLOCK) {
+                out.extend((0..8).map(|w| block[2 * w + position]));
+            }
+        }
+    }
+}
+
 /// One block's scale and sum.
 struct Rounded {
     scale: f32,
@@ -374,6 +404,9 @@ fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
 /// The activations rounded for an integer kernel, and as it reads them.
 struct IntegerActivations {
     ints: BlockInts,
+    /// For the AVX2 kernel.
+    #[cfg(target_arch = "x86_64")]
+    avx2: Option<integer_avx2::Activations>,
     /// For the AVX-512 kernel.
     #[cfg(target_arch = "x86_64")]
     avx512: Option<integer_avx512::Activations>,
@@ -389,6 +422,9 @@ impl IntegerActivations {
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (values, kernel);
         Self {
+            #[cfg(target_arch = "x86_64")]
+            avx2: (kernel == IntegerKernel::Avx2)
+                .then(|| integer_avx2::Activations::of(&ints, values)),
             #[cfg(target_arch = "x86_64")]
             avx512: matches!(kernel, IntegerKernel::Avx512 { .. }).then(|| {
                 use integer_avx512::{Activations, Reading};
@@ -499,7 +535,10 @@ unsafe fn rows_dot_together<const V: usize>(
                     )
                 }
                 _ => {
-                    let xs = xs.each_ref().map(|x| &x.ints);
+                    let xs = xs.each_ref().map(|x| match &x.avx2 {
+                        Some(prepared) => (&x.ints, prepared),
+                        None => unreachable!("the AVX2 kernel's activations are prepared for it"),
+                    });
                     integer_avx2::rows_dot::<V>(weight, scales, offsets, stepped, buffer, xs, outs)
                 }
             }
@@ -1065,6 +1104,8 @@ mod tests {
                     .collect::<Vec<f32>>()
             };
             if let Some(fastest) = integer_kernel(ints, block) {
+                // Every kernel sums each output in one order, so all give the same bits.
+                let mut first: Option<(IntegerKernel, Vec<f32>)> = None;
                 for kernel in integer_kernels_up_to(fastest) {
                     let rounded = rounded(kernel);
                     let x = IntegerActivations::of(&x, ints, block, kernel, stepped);
@@ -1082,6 +1123,15 @@ mod tests {
                             &mut [&mut out],
                         )
                     };
+                    match &first {
+                        None => first = Some((kernel, out.clone())),
+                        Some((other, theirs)) => assert!(
+                            out.iter()
+                                .zip(theirs)
+                                .all(|(a, b)| a.to_bits() == b.to_bits()),
+                            "{kernel:?} and {other:?} {what}: other bits"
+                        ),
+                    }
                     close(
                         &from_ones(out),
                         &rounded,

@@ -6,21 +6,86 @@
 //! to the output block after block. Eight blocks' sums are added across lanes at once
 //! ([`sums_of_eight`]), converted and scaled together, and a group of eight rows' terms are
 //! then added to their outputs with rows in lanes ([`add_in_turn`]).
+//!
+//! 4-bit weights are widened two blocks to a vector without crossing its halves
+//! ([`nibble_pair`]), the activations [`arranged`] to match, and their zero point is taken
+//! off each block's integer sum (`zero · Σx`) rather than off every value: a block then
+//! takes three widening instructions where it took seven, two of them on the one port that
+//! moves bytes between lanes.
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
 
 use super::avx2::{PREFETCH_BYTES_Q8, prefetch};
-use super::{BlockInts, grow, with_pair_bases};
+use super::{BlockInts, grow, nibble_lanes, with_pair_bases};
 use crate::model::cpu::math::{unpack_five_bits, unpack_nibbles, unpack_six_bits};
-use crate::model::cpu::weights::{Factors, Ints};
+use crate::model::cpu::weights::{Factors, Ints, NIBBLE_BLOCK};
+
+/// The activations as the kernel reads them besides their values in order: for 4-bit
+/// weights, each whole chunk of [`GROUP`] blocks [`arranged`] as [`nibble_pair`] widens the
+/// weights, and each block's values' sum times the weights' zero point.
+pub struct Activations {
+    /// Empty where the weights are not 4-bit.
+    arranged: Vec<i16>,
+    /// Empty where the weights are not 4-bit.
+    zero_sums: Vec<i32>,
+}
+
+impl Activations {
+    /// For `x` rounded for the weight `values`.
+    pub fn of(x: &BlockInts, values: Ints<'_>) -> Self {
+        match values {
+            Ints::Nibbles { zero, .. } if x.block == NIBBLE_BLOCK => Self {
+                arranged: arranged(&x.values),
+                zero_sums: x.zero_sums(zero),
+            },
+            _ => Self {
+                arranged: Vec::new(),
+                zero_sums: Vec::new(),
+            },
+        }
+    }
+}
+
+/// Activations for blocks of 32 4-bit weights, for each whole chunk of [`GROUP`] blocks, as
+/// [`nibble_pair`] widens the weights (see [`nibble_lanes`]); the blocks after the last
+/// whole chunk are read in order.
+fn arranged(values: &[i16]) -> Vec<i16> {
+    let whole = values.len() / (GROUP * NIBBLE_BLOCK) * (GROUP * NIBBLE_BLOCK);
+    let mut out = Vec::with_capacity(whole);
+    nibble_lanes(&values[..whole], 2, &mut out);
+    out
+}
+
+/// Blocks `b` and `b + 1` of 4-bit values from `w` (a block's 16 bytes hold its values
+/// `j` and `j + 16` in byte `j`'s low and high halves), widened to 16 bits as they lie, zero
+/// point not taken off: each vector's first half the first block's, its second half the
+/// second's, as [`nibble_lanes`] orders the activations: each 16-bit lane holds a block's
+/// bytes `2w` and `2w + 1`, and one mask or shift takes out each of their four values.
+///
+/// # Safety
+/// `w` must hold blocks `b` and `b + 1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibble_pair(w: *const u8, b: usize) -> [__m256i; 4] {
+    // SAFETY: the caller's.
+    let packed = unsafe { _mm256_loadu_si256(w.add(b * NIBBLE_BLOCK / 2).cast()) };
+    let low = _mm256_set1_epi16(0x000F);
+    [
+        _mm256_and_si256(packed, low),
+        _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low),
+        _mm256_and_si256(_mm256_srli_epi16::<8>(packed), low),
+        _mm256_srli_epi16::<12>(packed),
+    ]
+}
 
 /// The AVX2 kernel's products of `weight` with each of the `V` activation rows `xs`, offsets
 /// included, into `outs`, [`GROUP`] rows at a time: each row's terms block by block
-/// (`row_terms`), then added to the group's outputs in turn (`add_in_turn`).
+/// ([`row_terms`]), then added to the group's outputs in turn ([`add_in_turn`]).
 ///
 /// # Safety
-/// As for `rows_dot_integers`, for each activation row and its output; the CPU has AVX2.
+/// As for `rows_dot_integers`, for each activation row and its output, each with its
+/// [`Activations::of`]; the CPU has AVX2.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn rows_dot<const V: usize>(
     weight: Ints<'_>,
@@ -28,11 +93,11 @@ pub unsafe fn rows_dot<const V: usize>(
     offsets: Option<Factors<'_>>,
     stepped: bool,
     buffer: &mut Vec<f32>,
-    xs: [&BlockInts; V],
+    xs: [(&BlockInts, &Activations); V],
     outs: &mut [&mut [f32]; V],
 ) {
     let rows = outs[0].len();
-    let (cols, blocks) = (xs[0].values.len(), xs[0].scales.len());
+    let (cols, blocks) = (xs[0].0.values.len(), xs[0].0.scales.len());
     // The stored factors per row: two per block read when stepped.
     let per_row = scales.len() / rows.max(1);
     let stride = blocks.next_multiple_of(GROUP);
@@ -93,7 +158,7 @@ pub unsafe fn rows_dot<const V: usize>(
                     Ints::Bytes(values) if stepped => {
                         terms_of!(16, 8, true, values[row * cols..].as_ptr().cast(), none, 0)
                     }
-                    Ints::Bytes(values) if xs[0].block == 16 => {
+                    Ints::Bytes(values) if xs[0].0.block == 16 => {
                         terms_of!(16, 8, false, values[row * cols..].as_ptr().cast(), none, 0)
                     }
                     Ints::Bytes(values) => {
@@ -177,7 +242,8 @@ struct Row {
 /// `row` must hold `blocks` blocks read of `BITS`-bit values (bytes, or in blocks of 32
 /// nibbles, less `zero`, with a word of fifth bits per block for 5 bits; for 6 bits,
 /// blocks of 16 in units of two and their crumbs) and their factors, each of `xs` as many
-/// values, scales and sums, and each of `terms` room for `blocks` rounded up to [`GROUP`].
+/// values, scales and sums and its [`Activations::of`] them for the weight, and each of
+/// `terms` room for `blocks` rounded up to [`GROUP`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn row_terms<
@@ -188,11 +254,12 @@ unsafe fn row_terms<
     const V: usize,
 >(
     row: Row,
-    xs: &[&BlockInts; V],
+    xs: &[(&BlockInts, &Activations); V],
     blocks: usize,
     terms: [*mut f32; V],
 ) {
-    let zero = _mm256_set1_epi16(i16::from(row.zero));
+    // 4-bit values keep their zero point, which comes off each block's sum.
+    let zero = _mm256_set1_epi16(if BITS == 4 { 0 } else { i16::from(row.zero) });
     // Values per block read.
     let read = if STEPPED { 2 * BLOCK } else { BLOCK };
     // SAFETY (for the closures and the loop below): every block asked for is one of
@@ -256,13 +323,44 @@ unsafe fn row_terms<
     // Read block `j` of activation row `v` against its weights: 32-bit sums of pairs
     // of products, eight lanes.
     let block_sums = |weights: &[__m256i; 2], v: usize, j: usize| unsafe {
-        let values = xs[v].values.as_ptr().add(j * read).cast::<__m256i>();
+        let values = xs[v].0.values.as_ptr().add(j * read).cast::<__m256i>();
         let mut sum = _mm256_setzero_si256();
         for (k, weights) in weights.iter().take(read / 16).enumerate() {
             let products = _mm256_madd_epi16(*weights, _mm256_loadu_si256(values.add(k)));
             sum = _mm256_add_epi32(sum, products);
         }
         sum
+    };
+    // A whole chunk of 4-bit blocks from `chunk`, [`nibble_pair`] by pair, against each
+    // activation row as [`arranged`]: a block's four lanes in each pair's vector, added
+    // across to a lane per block in order (the additions leave blocks 0, 2, 4, 6, 1, 3, 5,
+    // 7, which one permutation puts back).
+    let nibble_totals = |chunk: usize| -> [__m256i; V] {
+        let mut pairs = [[_mm256_setzero_si256(); GROUP / 2]; V];
+        for (p, b) in (chunk..chunk + GROUP).step_by(2).enumerate() {
+            // SAFETY: the chunk's blocks lie inside the row and, arranged, inside each of
+            // `xs`; a prefetch cannot fault.
+            unsafe {
+                if p % 2 == 0 {
+                    prefetch(row.values.wrapping_add(b * BLOCK / 2), PREFETCH_BYTES_Q8);
+                }
+                let weights = nibble_pair(row.values, b);
+                for (v, pairs) in pairs.iter_mut().enumerate() {
+                    let x = xs[v].1.arranged.as_ptr().add(b * BLOCK).cast::<__m256i>();
+                    let mut sums = _mm256_madd_epi16(weights[0], _mm256_loadu_si256(x));
+                    for (k, &weights) in weights.iter().enumerate().skip(1) {
+                        let products = _mm256_madd_epi16(weights, _mm256_loadu_si256(x.add(k)));
+                        sums = _mm256_add_epi32(sums, products);
+                    }
+                    pairs[p] = sums;
+                }
+            }
+        }
+        let in_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        pairs.map(|[a, b, c, d]| {
+            let across = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+            _mm256_permutevar8x32_epi32(across, in_order)
+        })
     };
     // A chunk of `$in_chunk` blocks from `$chunk`: a literal for whole chunks, which
     // the compiler unrolls and keeps in registers (with the count a variable, the sums
@@ -294,9 +392,16 @@ unsafe fn row_terms<
                     sums
                 }};
             }
-            let pairs = [pair_sums!(0), pair_sums!(2), pair_sums!(4), pair_sums!(6)];
-            let sums: [[__m256i; GROUP]; V] =
-                std::array::from_fn(|v| std::array::from_fn(|k| pairs[k / 2][v][k % 2]));
+            // Each activation row's sums of the chunk's blocks, a block to a lane.
+            let totals: [__m256i; V] = match BITS == 4 && in_chunk == GROUP {
+                true => nibble_totals(chunk),
+                false => {
+                    let pairs = [pair_sums!(0), pair_sums!(2), pair_sums!(4), pair_sums!(6)];
+                    std::array::from_fn(|v| {
+                        sums_of_eight(&std::array::from_fn(|k| pairs[k / 2][v][k % 2]))
+                    })
+                }
+            };
             // SAFETY: the lanes of `in_chunk` are blocks of the row, whose factors lie
             // at `chunk`; the row's terms have room for a whole chunk.
             unsafe {
@@ -316,13 +421,20 @@ unsafe fn row_terms<
                     true => None,
                     false => Some(load(row.offsets.add(chunk), in_chunk)),
                 };
-                for (v, sums) in sums.iter().enumerate() {
-                    let x_scales = load(xs[v].scales.as_ptr().add(chunk), in_chunk);
+                for (v, &totals) in totals.iter().enumerate() {
+                    let totals = match BITS {
+                        4 => {
+                            let zero_sums = xs[v].1.zero_sums.as_ptr().add(chunk);
+                            _mm256_sub_epi32(totals, load_ints(zero_sums, in_chunk))
+                        }
+                        _ => totals,
+                    };
+                    let x_scales = load(xs[v].0.scales.as_ptr().add(chunk), in_chunk);
                     let scales = _mm256_mul_ps(weight_scales, x_scales);
-                    let ints = _mm256_cvtepi32_ps(sums_of_eight(sums));
+                    let ints = _mm256_cvtepi32_ps(totals);
                     let mut term = _mm256_mul_ps(ints, scales);
                     if let Some(offsets) = offsets {
-                        let x_sums = load(xs[v].sums.as_ptr().add(chunk), in_chunk);
+                        let x_sums = load(xs[v].0.sums.as_ptr().add(chunk), in_chunk);
                         term = _mm256_fmadd_ps(x_sums, offsets, term);
                     }
                     _mm256_storeu_ps(terms[v].add(chunk), term);
@@ -350,6 +462,19 @@ unsafe fn load(at: *const f32, len: usize) -> __m256 {
     let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(len as i32), lanes);
     // SAFETY: the lanes of `mask` are the first `len`, which the caller guarantees.
     unsafe { _mm256_maskload_ps(at, mask) }
+}
+
+/// The first `len` (at most eight) integers at `at`, the other lanes zero.
+///
+/// # Safety
+/// `len` integers must lie at `at`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load_ints(at: *const i32, len: usize) -> __m256i {
+    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(len as i32), lanes);
+    // SAFETY: the lanes of `mask` are the first `len`, which the caller guarantees.
+    unsafe { _mm256_maskload_epi32(at, mask) }
 }
 
 /// Lane `i` the sum of the eight lanes of `sums[i]`, exactly.
