@@ -11,7 +11,8 @@
 //! ([`nibble_pair`]), the activations [`arranged`] to match, and their zero point is taken
 //! off each block's integer sum (`zero · Σx`) rather than off every value: a block then
 //! takes three widening instructions where it took seven, two of them on the one port that
-//! moves bytes between lanes.
+//! moves bytes between lanes. Q6_K's 6-bit units, read stepped, are widened the same way
+//! with their top bits added ([`six_bit_pair`]).
 
 use std::arch::x86_64::*;
 use std::cell::RefCell;
@@ -22,10 +23,11 @@ use crate::model::cpu::math::{unpack_five_bits, unpack_nibbles, unpack_six_bits}
 use crate::model::cpu::weights::{Factors, Ints, NIBBLE_BLOCK};
 
 /// The activations as the kernel reads them besides their values in order: for 4-bit
-/// weights, each whole chunk of [`GROUP`] blocks [`arranged`] as [`nibble_pair`] widens the
-/// weights, and each block's values' sum times the weights' zero point.
+/// weights, and 6-bit ones read stepped in blocks of 32, each whole chunk of [`GROUP`]
+/// blocks [`arranged`] as [`nibble_pair`] and [`six_bit_pair`] widen the weights; for 4-bit
+/// weights, each block's values' sum times the weights' zero point.
 pub struct Activations {
-    /// Empty where the weights are not 4-bit.
+    /// Empty where the weights are neither.
     arranged: Vec<i16>,
     /// Empty where the weights are not 4-bit.
     zero_sums: Vec<i32>,
@@ -39,6 +41,11 @@ impl Activations {
                 arranged: arranged(&x.values),
                 zero_sums: x.zero_sums(zero),
             },
+            // Read stepped: a unit of 32 values per block.
+            Ints::SixBits { .. } if x.block == NIBBLE_BLOCK => Self {
+                arranged: arranged(&x.values),
+                zero_sums: Vec::new(),
+            },
             _ => Self {
                 arranged: Vec::new(),
                 zero_sums: Vec::new(),
@@ -47,7 +54,7 @@ impl Activations {
     }
 }
 
-/// Activations for blocks of 32 4-bit weights, for each whole chunk of [`GROUP`] blocks, as
+/// Activations for blocks of 32 4- or 6-bit weights, for each whole chunk of [`GROUP`] blocks, as
 /// [`nibble_pair`] widens the weights (see [`nibble_lanes`]); the blocks after the last
 /// whole chunk are read in order.
 fn arranged(values: &[i16]) -> Vec<i16> {
@@ -77,6 +84,63 @@ unsafe fn nibble_pair(w: *const u8, b: usize) -> [__m256i; 4] {
         _mm256_and_si256(_mm256_srli_epi16::<8>(packed), low),
         _mm256_srli_epi16::<12>(packed),
     ]
+}
+
+/// Units `j` and `j + 1` of 6-bit values (16 bytes of nibbles and 8 of crumbs each, see
+/// `unpack_six_bits`), their halves times their steps `steps[2j..2j + 4]` and `zero` taken
+/// off, as [`nibble_pair`] orders the nibbles: each vector's first half unit `j`'s, its
+/// second unit `j + 1`'s. The top bits of value `8q + i` lie at bits `2q` of crumb byte
+/// `i`; with a unit's eight crumb bytes in both quarters of its half, a lane's four values
+/// (`2w`, `2w + 16`, `2w + 1`, `2w + 17`, `w` in `0..8`) find theirs in the low byte
+/// (`q` 0, 2) or the high byte (`q` 1, 3) of 16-bit lane `w mod 4`, one 32-bit shift each.
+/// Values below 16 (vectors 0 and 2) take their unit's first step, the others its second.
+///
+/// # Safety
+/// `nibbles`, `crumbs` and `steps` must hold units `j` and `j + 1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn six_bit_pair(
+    nibbles: *const u8,
+    crumbs: *const u8,
+    steps: *const i8,
+    j: usize,
+    zero: __m256i,
+) -> [__m256i; 4] {
+    // SAFETY: the caller's.
+    let (low, crumbs, steps) = unsafe {
+        (
+            nibble_pair(nibbles, j),
+            _mm_loadu_si128(crumbs.add(j * 8).cast()),
+            _mm256_set1_epi32(steps.add(2 * j).cast::<i32>().read_unaligned()),
+        )
+    };
+    // Each unit's crumbs in both 64-bit quarters of its half.
+    let crumbs = _mm256_permute4x64_epi64::<0b01_01_00_00>(_mm256_castsi128_si256(crumbs));
+    let tops = _mm256_set1_epi16(0x30);
+    let high = [
+        _mm256_sllv_epi32(crumbs, _mm256_setr_epi32(4, 4, 2, 2, 4, 4, 2, 2)),
+        _mm256_srlv_epi32(crumbs, _mm256_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2)),
+        _mm256_srlv_epi32(crumbs, _mm256_setr_epi32(4, 4, 6, 6, 4, 4, 6, 6)),
+        _mm256_srlv_epi32(crumbs, _mm256_setr_epi32(8, 8, 10, 10, 8, 8, 10, 10)),
+    ];
+    // A step in the high byte of each 16-bit lane, shifted down with its sign: in each half,
+    // its unit's first step (bytes 0 and 2 of `steps`) or second (1 and 3).
+    let step = |in_first: i8, in_second: i8| {
+        let pick = |at: i8| [-1, at];
+        let control: [i8; 32] = std::array::from_fn(|i| match i < 16 {
+            true => pick(in_first)[i % 2],
+            false => pick(in_second)[i % 2],
+        });
+        // SAFETY: `control` is 32 bytes.
+        let control = unsafe { _mm256_loadu_si256(control.as_ptr().cast()) };
+        _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(steps, control))
+    };
+    let (firsts, seconds) = (step(0, 2), step(1, 3));
+    let unit_steps = [firsts, seconds, firsts, seconds];
+    std::array::from_fn(|k| {
+        let values = _mm256_or_si256(low[k], _mm256_and_si256(high[k], tops));
+        _mm256_mullo_epi16(_mm256_sub_epi16(values, zero), unit_steps[k])
+    })
 }
 
 /// The AVX2 kernel's products of `weight` with each of the `V` activation rows `xs`, offsets
@@ -331,22 +395,25 @@ unsafe fn row_terms<
         }
         sum
     };
-    // A whole chunk of 4-bit blocks from `chunk`, [`nibble_pair`] by pair, against each
-    // activation row as [`arranged`]: a block's four lanes in each pair's vector, added
-    // across to a lane per block in order (the additions leave blocks 0, 2, 4, 6, 1, 3, 5,
-    // 7, which one permutation puts back).
-    let nibble_totals = |chunk: usize| -> [__m256i; V] {
+    // A whole chunk of blocks from `chunk` read in lanes, two blocks to a vector
+    // ([`nibble_pair`], [`six_bit_pair`]), against each activation row as [`arranged`]: a
+    // block's four lanes in each pair's vector, added across to a lane per block in order
+    // (the additions leave blocks 0, 2, 4, 6, 1, 3, 5, 7, which one permutation puts back).
+    let in_lanes = |chunk: usize| -> [__m256i; V] {
         let mut pairs = [[_mm256_setzero_si256(); GROUP / 2]; V];
         for (p, b) in (chunk..chunk + GROUP).step_by(2).enumerate() {
             // SAFETY: the chunk's blocks lie inside the row and, arranged, inside each of
             // `xs`; a prefetch cannot fault.
             unsafe {
-                if p % 2 == 0 {
-                    prefetch(row.values.wrapping_add(b * BLOCK / 2), PREFETCH_BYTES_Q8);
+                if p.is_multiple_of(2) {
+                    prefetch(row.values.wrapping_add(b * read / 2), PREFETCH_BYTES_Q8);
                 }
-                let weights = nibble_pair(row.values, b);
+                let weights = match BITS {
+                    4 => nibble_pair(row.values, b),
+                    _ => six_bit_pair(row.values, row.high, row.steps, b, zero),
+                };
                 for (v, pairs) in pairs.iter_mut().enumerate() {
-                    let x = xs[v].1.arranged.as_ptr().add(b * BLOCK).cast::<__m256i>();
+                    let x = xs[v].1.arranged.as_ptr().add(b * read).cast::<__m256i>();
                     let mut sums = _mm256_madd_epi16(weights[0], _mm256_loadu_si256(x));
                     for (k, &weights) in weights.iter().enumerate().skip(1) {
                         let products = _mm256_madd_epi16(weights, _mm256_loadu_si256(x.add(k)));
@@ -393,8 +460,9 @@ unsafe fn row_terms<
                 }};
             }
             // Each activation row's sums of the chunk's blocks, a block to a lane.
-            let totals: [__m256i; V] = match BITS == 4 && in_chunk == GROUP {
-                true => nibble_totals(chunk),
+            let lanes = BITS == 4 || (BITS == 6 && STEPPED);
+            let totals: [__m256i; V] = match lanes && in_chunk == GROUP {
+                true => in_lanes(chunk),
                 false => {
                     let pairs = [pair_sums!(0), pair_sums!(2), pair_sums!(4), pair_sums!(6)];
                     std::array::from_fn(|v| {
