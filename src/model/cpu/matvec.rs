@@ -126,8 +126,9 @@ fn quantized(
     let blocks_per_row = cols / block;
     let block_range =
         |first: usize, len: usize| first * blocks_per_row..(first + len) * blocks_per_row;
-    let kernel = integer_kernel(weight, block);
     let stepped = read_stepped(block, scales, offsets);
+    let kernel = integer_kernel(weight, block)
+        .map(|kernel| kernel_for_rows(kernel, weight, stepped, xs.len()));
     let integer: Vec<IntegerActivations> = match kernel {
         Some(kernel) => xs
             .iter()
@@ -398,6 +399,29 @@ fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
             vnni: cpu.avx512_vnni,
         }),
         false => Some(IntegerKernel::Avx2),
+    }
+}
+
+/// The kernel for `rows` activation rows of `weight`: [`integer_kernel`]'s, except that one
+/// row of 4-bit or stepped 6-bit weights takes the AVX2 kernel on AVX-512 CPUs too. It
+/// widens them within 128-bit lanes in 256-bit instructions, which three ports run where
+/// 512-bit ones have two, and decoded a 1.7B Q4_K_M file 1.1× as fast, Q6_K and Q4_0
+/// 1.2× (Intel Xeon family 6 model 207). Several rows keep the AVX-512 kernel, whose
+/// products take half the instructions per further row. Every kernel gives the same bits.
+fn kernel_for_rows(
+    kernel: IntegerKernel,
+    weight: Ints<'_>,
+    stepped: bool,
+    rows: usize,
+) -> IntegerKernel {
+    let in_lanes = match weight {
+        Ints::Nibbles { .. } => true,
+        Ints::SixBits { .. } => stepped,
+        _ => false,
+    };
+    match kernel {
+        IntegerKernel::Avx512 { .. } if rows == 1 && in_lanes => IntegerKernel::Avx2,
+        other => other,
     }
 }
 
@@ -900,6 +924,31 @@ mod tests {
                 }
                 kernels
             }
+        }
+    }
+
+    #[test]
+    fn one_row_of_four_and_six_bit_weights_takes_the_kernel_that_widens_in_lanes() {
+        let nibbles = Ints::Nibbles {
+            values: &[],
+            zero: 8,
+        };
+        let six_bits = Ints::SixBits {
+            nibbles: &[],
+            crumbs: &[],
+            zero: 32,
+        };
+        let widest = IntegerKernel::Avx512 { vnni: true };
+        for (weight, stepped, rows, kernel) in [
+            (nibbles, false, 1, IntegerKernel::Avx2),
+            (six_bits, true, 1, IntegerKernel::Avx2),
+            (nibbles, false, 4, widest),
+            (six_bits, false, 1, widest),
+            (Ints::Bytes(&[]), false, 1, widest),
+        ] {
+            assert_eq!(kernel_for_rows(widest, weight, stepped, rows), kernel);
+            let avx2 = kernel_for_rows(IntegerKernel::Avx2, weight, stepped, rows);
+            assert_eq!(avx2, IntegerKernel::Avx2);
         }
     }
 

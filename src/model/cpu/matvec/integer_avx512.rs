@@ -1,5 +1,7 @@
 //! The integer decode kernel on AVX-512: thirty-two 16-bit products per instruction, twice
 //! the AVX2 kernel's sixteen, and with VNNI their pairs added to the sums in the same one.
+//! (One activation row of 4-bit and stepped 6-bit weights takes the AVX2 kernel all the
+//! same, which widens them faster: see `kernel_for_rows`.)
 //!
 //! With 16-bit activations (kept for their accuracy, see [`BlockInts`]) a decode step at
 //! 1–2B parameters is bound by instructions, not memory: the AVX2 kernel read a 1.7B Q4_K_M
