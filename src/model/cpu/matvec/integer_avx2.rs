@@ -526,10 +526,8 @@ unsafe fn row_terms<
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load(at: *const f32, len: usize) -> __m256 {
-    let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(len as i32), lanes);
-    // SAFETY: the lanes of `mask` are the first `len`, which the caller guarantees.
-    unsafe { _mm256_maskload_ps(at, mask) }
+    // SAFETY: the lanes of the mask are the first `len`, which the caller guarantees.
+    unsafe { _mm256_maskload_ps(at, first_lanes(len)) }
 }
 
 /// The first `len` (at most eight) integers at `at`, the other lanes zero.
@@ -539,10 +537,16 @@ unsafe fn load(at: *const f32, len: usize) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn load_ints(at: *const i32, len: usize) -> __m256i {
+    // SAFETY: the lanes of the mask are the first `len`, which the caller guarantees.
+    unsafe { _mm256_maskload_epi32(at, first_lanes(len)) }
+}
+
+/// A mask of the first `len` 32-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn first_lanes(len: usize) -> __m256i {
     let lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    let mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(len as i32), lanes);
-    // SAFETY: the lanes of `mask` are the first `len`, which the caller guarantees.
-    unsafe { _mm256_maskload_epi32(at, mask) }
+    _mm256_cmpgt_epi32(_mm256_set1_epi32(len as i32), lanes)
 }
 
 /// Lane `i` the sum of the eight lanes of `sums[i]`, exactly.
