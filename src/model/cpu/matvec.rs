@@ -270,9 +270,7 @@ impl BlockInts {
             block,
         }
     }
-}
 
-impl BlockInts {
     /// Each block's values' sum times `zero`: what a block of weights stored with that zero
     /// point (4-bit ones, widened as they are stored) adds to the block's integer sum.
     pub fn zero_sums(&self, zero: u8) -> Vec<i32> {
