@@ -373,11 +373,19 @@ unsafe fn round_block_avx2(x: &[f32], values: &mut [i16], limit: i16) -> Rounded
 /// The integer kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum IntegerKernel {
-    Avx2,
+    /// 4-bit and stepped 6-bit weights multiplied as bytes with `vnni` where there is one
+    /// (see `integer_vnni`).
+    Avx2 { vnni: Option<Vnni> },
     /// See [`integer_avx512`].
-    Avx512 {
-        vnni: bool,
-    },
+    Avx512 { vnni: bool },
+}
+
+/// The encodings of VNNI's 256-bit products of bytes: AVX-512's (with VL), or AVX-VNNI's,
+/// which Intel's laptops since Alder Lake have without AVX-512.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Vnni {
+    Avx512,
+    Avx,
 }
 
 /// The fastest integer kernel this CPU has for `values` in blocks of `block`: bytes in
@@ -396,16 +404,35 @@ fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
         true => Some(IntegerKernel::Avx512 {
             vnni: cpu.avx512_vnni,
         }),
-        false => Some(IntegerKernel::Avx2),
+        false => Some(IntegerKernel::Avx2 { vnni: None }),
+    }
+}
+
+/// The VNNI the AVX2 kernel multiplies `values` with, `stepped` or not: 4-bit weights' and
+/// stepped 6-bit ones' on a CPU that has one.
+fn avx2_vnni(values: Ints<'_>, stepped: bool) -> Option<Vnni> {
+    let cpu = features::cpu();
+    let as_bytes = match values {
+        Ints::Nibbles { .. } => true,
+        Ints::SixBits { .. } => stepped,
+        _ => false,
+    };
+    match as_bytes {
+        true if cpu.avx512_vnni => Some(Vnni::Avx512),
+        true if cpu.avx_vnni => Some(Vnni::Avx),
+        _ => None,
     }
 }
 
 /// The kernel for `rows` activation rows of `weight`: [`integer_kernel`]'s, except that one
-/// row of 4-bit or stepped 6-bit weights takes the AVX2 kernel on AVX-512 CPUs too. It
-/// widens them within 128-bit lanes in 256-bit instructions, which three ports run where
-/// 512-bit ones have two, and decoded a 1.7B Q4_K_M file 1.1× as fast, Q6_K and Q4_0
-/// 1.2× (Intel Xeon family 6 model 207). Several rows keep the AVX-512 kernel, whose
-/// products take half the instructions per further row. Every kernel gives the same bits.
+/// row of 4-bit or stepped 6-bit weights takes the AVX2 kernel on AVX-512 CPUs too, and
+/// the AVX2 kernel multiplies those as bytes wherever the CPU has VNNI ([`avx2_vnni`]).
+/// Without VNNI it widens them within 128-bit lanes in 256-bit instructions, which three
+/// ports run where 512-bit ones have two, and decoded a 1.7B Q4_K_M file 1.1× as fast as
+/// the AVX-512 kernel, Q6_K and Q4_0 1.2× (Intel Xeon family 6 model 207); as bytes, a
+/// further 1.2–1.26× for Q4_K_M and Q6_K. Several rows keep the AVX-512 kernel, whose
+/// 16-bit products take two instructions per 64 weights and further row where bytes take
+/// five. Every kernel gives the same bits.
 fn kernel_for_rows(
     kernel: IntegerKernel,
     weight: Ints<'_>,
@@ -418,8 +445,10 @@ fn kernel_for_rows(
         _ => false,
     };
     match kernel {
-        IntegerKernel::Avx512 { .. } if rows == 1 && in_lanes => IntegerKernel::Avx2,
-        other => other,
+        IntegerKernel::Avx512 { .. } if rows > 1 || !in_lanes => kernel,
+        _ => IntegerKernel::Avx2 {
+            vnni: avx2_vnni(weight, stepped),
+        },
     }
 }
 
@@ -445,8 +474,12 @@ impl IntegerActivations {
         let _ = (values, kernel);
         Self {
             #[cfg(target_arch = "x86_64")]
-            avx2: (kernel == IntegerKernel::Avx2)
-                .then(|| integer_avx2::Activations::of(&ints, values)),
+            avx2: match kernel {
+                IntegerKernel::Avx2 { vnni } => {
+                    Some(integer_avx2::Activations::of(&ints, values, vnni))
+                }
+                IntegerKernel::Avx512 { .. } => None,
+            },
             #[cfg(target_arch = "x86_64")]
             avx512: matches!(kernel, IntegerKernel::Avx512 { .. }).then(|| {
                 use integer_avx512::{Activations, Reading};
@@ -556,12 +589,18 @@ unsafe fn rows_dot_together<const V: usize>(
                         weight, scales, offsets, stepped, xs, buffer, outs,
                     )
                 }
-                _ => {
+                (kernel, _) => {
+                    let vnni = match kernel {
+                        IntegerKernel::Avx2 { vnni } => vnni,
+                        IntegerKernel::Avx512 { .. } => None,
+                    };
                     let xs = xs.each_ref().map(|x| match &x.avx2 {
                         Some(prepared) => (&x.ints, prepared),
                         None => unreachable!("the AVX2 kernel's activations are prepared for it"),
                     });
-                    integer_avx2::rows_dot::<V>(weight, scales, offsets, stepped, buffer, xs, outs)
+                    integer_avx2::rows_dot::<V>(
+                        weight, scales, offsets, stepped, vnni, buffer, xs, outs,
+                    )
                 }
             }
         }
@@ -673,6 +712,8 @@ fn rows_dot_portable<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
 mod integer_avx2;
 #[cfg(target_arch = "x86_64")]
 mod integer_avx512;
+#[cfg(target_arch = "x86_64")]
+mod integer_vnni;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -911,18 +952,29 @@ mod tests {
         }
     }
 
-    /// `fastest` and the integer kernels slower than it.
-    fn integer_kernels_up_to(fastest: IntegerKernel) -> Vec<IntegerKernel> {
-        match fastest {
-            IntegerKernel::Avx2 => vec![IntegerKernel::Avx2],
-            IntegerKernel::Avx512 { vnni } => {
-                let mut kernels = vec![IntegerKernel::Avx2, IntegerKernel::Avx512 { vnni: false }];
-                if vnni {
-                    kernels.push(IntegerKernel::Avx512 { vnni: true });
-                }
-                kernels
+    /// Every integer kernel this CPU runs for `values`: the AVX2 one with each VNNI
+    /// encoding it has for them and without, and the AVX-512 ones up to `fastest`.
+    fn integer_kernels_up_to(
+        fastest: IntegerKernel,
+        values: Ints<'_>,
+        stepped: bool,
+    ) -> Vec<IntegerKernel> {
+        let cpu = features::cpu();
+        let as_bytes = avx2_vnni(values, stepped).is_some();
+        let encodings = [(Vnni::Avx512, cpu.avx512_vnni), (Vnni::Avx, cpu.avx_vnni)];
+        let mut kernels = vec![IntegerKernel::Avx2 { vnni: None }];
+        kernels.extend(
+            (encodings.into_iter())
+                .filter(|&(_, has)| has && as_bytes)
+                .map(|(vnni, _)| IntegerKernel::Avx2 { vnni: Some(vnni) }),
+        );
+        if let IntegerKernel::Avx512 { vnni } = fastest {
+            kernels.push(IntegerKernel::Avx512 { vnni: false });
+            if vnni {
+                kernels.push(IntegerKernel::Avx512 { vnni: true });
             }
         }
+        kernels
     }
 
     #[test]
@@ -936,17 +988,32 @@ mod tests {
             crumbs: &[],
             zero: 32,
         };
+        let cpu = features::cpu();
         let widest = IntegerKernel::Avx512 { vnni: true };
+        let avx2 = |vnni| IntegerKernel::Avx2 { vnni };
+        let vnni = avx2_vnni(nibbles, false);
+        assert_eq!(vnni.is_some(), cpu.avx512_vnni || cpu.avx_vnni);
         for (weight, stepped, rows, kernel) in [
-            (nibbles, false, 1, IntegerKernel::Avx2),
-            (six_bits, true, 1, IntegerKernel::Avx2),
+            (nibbles, false, 1, avx2(vnni)),
+            (six_bits, true, 1, avx2(vnni)),
             (nibbles, false, 4, widest),
             (six_bits, false, 1, widest),
             (Ints::Bytes(&[]), false, 1, widest),
         ] {
             assert_eq!(kernel_for_rows(widest, weight, stepped, rows), kernel);
-            let avx2 = kernel_for_rows(IntegerKernel::Avx2, weight, stepped, rows);
-            assert_eq!(avx2, IntegerKernel::Avx2);
+        }
+        // Without AVX-512, 4-bit and stepped 6-bit weights are multiplied as bytes
+        // wherever there is a VNNI, for any number of rows.
+        for (weight, stepped, as_bytes) in [
+            (nibbles, false, true),
+            (six_bits, true, true),
+            (six_bits, false, false),
+            (Ints::Bytes(&[]), false, false),
+        ] {
+            for rows in [1, 4] {
+                let kernel = kernel_for_rows(avx2(None), weight, stepped, rows);
+                assert_eq!(kernel, avx2(vnni.filter(|_| as_bytes)));
+            }
         }
     }
 
@@ -1153,7 +1220,7 @@ mod tests {
             if let Some(fastest) = integer_kernel(ints, block) {
                 // Every kernel sums each output in one order, so all give the same bits.
                 let mut first: Option<(IntegerKernel, Vec<f32>)> = None;
-                for kernel in integer_kernels_up_to(fastest) {
+                for kernel in integer_kernels_up_to(fastest, ints, stepped) {
                     let rounded = rounded(kernel);
                     let x = IntegerActivations::of(&x, ints, block, kernel, stepped);
                     let mut out = vec![1.0; rows];
