@@ -26,6 +26,11 @@ pub struct Features {
     pub avx512_vnni: bool,
     /// AVX-512 BF16: products of bf16 pairs.
     pub avx512_bf16: bool,
+    /// AVX-512 whose 512-bit instructions take no more of the core than two 256-bit ones
+    /// (AMD's Zen 4 and 5), so that kernels bound by instructions go wider. On Intel's
+    /// cores 512-bit instructions have two ports where 256-bit ones have three, and the
+    /// 256-bit kernels ran faster there.
+    pub wide: bool,
 }
 
 /// The features of this CPU, less what `SMOLCHAT_MAX_CPU` turns off.
@@ -84,7 +89,16 @@ fn detected() -> Features {
         avx512,
         avx512_vnni: avx512 && is_x86_feature_detected!("avx512vnni"),
         avx512_bf16: avx512 && is_x86_feature_detected!("avx512bf16"),
+        wide: avx512 && amd(),
     }
+}
+
+/// Whether the CPU is AMD's, by the vendor string of CPUID leaf 0.
+#[cfg(target_arch = "x86_64")]
+fn amd() -> bool {
+    let leaf = std::arch::x86_64::__cpuid(0);
+    let vendor = [leaf.ebx, leaf.edx, leaf.ecx].map(u32::to_le_bytes);
+    vendor.as_flattened() == b"AuthenticAMD"
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -102,6 +116,7 @@ mod tests {
         avx512: true,
         avx512_vnni: true,
         avx512_bf16: true,
+        wide: true,
     };
 
     #[test]

@@ -23,8 +23,8 @@ use std::cell::RefCell;
 
 use super::avx2::{PREFETCH_BYTES_Q8, prefetch};
 use super::integer_vnni::{
-    half_zero_sums, nibble_terms_avx, nibble_terms_avx512, six_bit_terms_avx, six_bit_terms_avx512,
-    split_bytes,
+    half_zero_sums, nibble_terms_avx, nibble_terms_avx512, nibble_terms_wide, six_bit_terms_avx,
+    six_bit_terms_avx512, six_bit_terms_wide, split_bytes,
 };
 use super::{BlockInts, Vnni, grow, nibble_lanes, with_pair_bases};
 use crate::model::cpu::math::{unpack_five_bits, unpack_nibbles, unpack_six_bits};
@@ -55,9 +55,9 @@ impl Activations {
         };
         match values {
             Ints::Nibbles { zero, .. } if x.block == NIBBLE_BLOCK => match vnni {
-                Some(_) => Self {
+                Some(vnni) => Self {
                     zero_sums: x.zero_sums(zero),
-                    bytes: split_bytes(&x.values),
+                    bytes: split_bytes(&x.values, vnni.blocks_per_vector()),
                     ..none
                 },
                 None => Self {
@@ -70,9 +70,9 @@ impl Activations {
             // Multiplied as bytes in whole chunks only (as a K type's rows are).
             Ints::SixBits { zero, .. } if x.block == NIBBLE_BLOCK => {
                 match vnni.filter(|_| x.scales.len().is_multiple_of(GROUP)) {
-                    Some(_) => Self {
+                    Some(vnni) => Self {
                         zero_sums: half_zero_sums(&x.values, zero),
-                        bytes: split_bytes(&x.values),
+                        bytes: split_bytes(&x.values, vnni.blocks_per_vector()),
                         ..none
                     },
                     None => Self {
@@ -256,6 +256,9 @@ pub unsafe fn rows_dot<const V: usize>(
                                     nibble_terms_avx512::<V>(&row, &xs, blocks, terms)
                                 }
                                 Some(Vnni::Avx) => nibble_terms_avx::<V>(&row, &xs, blocks, terms),
+                                Some(Vnni::Wide) => {
+                                    nibble_terms_wide::<V>(&row, &xs, blocks, terms)
+                                }
                             }
                         }
                     }
@@ -286,6 +289,9 @@ pub unsafe fn rows_dot<const V: usize>(
                                 }
                                 (true, Some(Vnni::Avx)) => {
                                     six_bit_terms_avx::<V>(&row, &xs, blocks, terms)
+                                }
+                                (true, Some(Vnni::Wide)) => {
+                                    six_bit_terms_wide::<V>(&row, &xs, blocks, terms)
                                 }
                                 (true, None) => {
                                     row_terms::<16, 6, true, V>(row, &xs, blocks, terms)

@@ -23,25 +23,25 @@ use super::avx2::{PREFETCH_BYTES_Q8, prefetch};
 use super::integer_avx2::{Activations, GROUP, Row, block_lanes, chunk_terms};
 use crate::model::cpu::weights::NIBBLE_BLOCK;
 
-/// Bytes of activations per pair of blocks: the high bytes of both blocks' first halves,
-/// of their second halves, then the low bytes alike.
-const PAIR_BYTES: usize = 4 * NIBBLE_BLOCK;
+/// Bytes of activations per block: its 32 values' high and low bytes.
+const BLOCK_BYTES: usize = 2 * NIBBLE_BLOCK;
 
-/// Activations in blocks of 32 split into bytes as [`nibble_terms_avx512`] reads them with
-/// two blocks of weights: per pair of blocks, four vectors of 32 bytes, each holding the same
-/// half of both blocks' values, in order, the first block's in the low half: the high bytes
-/// of the first halves, of the second halves, the low bytes of the first halves, of the
-/// second halves. Zeros fill the last chunk of [`GROUP`] blocks.
-pub fn split_bytes(values: &[i16]) -> Vec<u8> {
+/// Activations in blocks of 32 split into bytes as the kernels read them beside weights
+/// `together` blocks to a vector (two in 256 bits, four in 512): per run of `together`
+/// blocks, four vectors, each holding the same half of every block's values, in order, the
+/// first block's lowest: the high bytes of the first halves, of the second halves, the low
+/// bytes of the first halves, of the second halves. Zeros fill the last chunk of [`GROUP`]
+/// blocks.
+pub fn split_bytes(values: &[i16], together: usize) -> Vec<u8> {
     let chunk = GROUP * NIBBLE_BLOCK;
     let padded = values.len().next_multiple_of(chunk);
     let mut out = Vec::with_capacity(2 * padded);
     let value = |i: usize| values.get(i).copied().unwrap_or(0);
-    for pair in (0..padded).step_by(2 * NIBBLE_BLOCK) {
+    for run in (0..padded).step_by(together * NIBBLE_BLOCK) {
         let bytes: [fn(i16) -> u8; 2] = [|x| (x >> 8) as u8, |x| x as u8];
         for byte in bytes {
             for half in [0, NIBBLE_BLOCK / 2] {
-                for block in [pair, pair + NIBBLE_BLOCK] {
+                for block in (run..run + together * NIBBLE_BLOCK).step_by(NIBBLE_BLOCK) {
                     out.extend((0..NIBBLE_BLOCK / 2).map(|i| byte(value(block + half + i))));
                 }
             }
@@ -136,7 +136,7 @@ macro_rules! nibble_terms {
                         };
                         let [first, second] = nibble_bytes(packed);
                         for (v, sums) in sums.iter_mut().enumerate() {
-                            let x = xs[v].1.bytes.as_ptr().add((chunk / 2 + p) * PAIR_BYTES);
+                            let x = xs[v].1.bytes.as_ptr().add((chunk + 2 * p) * BLOCK_BYTES);
                             let x = |k: usize| _mm256_loadu_si256(x.add(32 * k).cast());
                             let zero = _mm256_setzero_si256();
                             let high = $dot($dot(zero, first, x(0)), second, x(1));
@@ -168,6 +168,46 @@ macro_rules! nibble_terms {
     };
 }
 
+/// A chunk of [`GROUP`] 6-bit units' terms from the lane sums of their halves' products,
+/// `firsts` and `seconds` (a pair of units to a vector): each unit's halves added across,
+/// their zero point's share taken off and multiplied by their steps, as
+/// [`six_bit_terms_avx512`] and [`six_bit_terms_wide`] both form them.
+///
+/// # Safety
+/// The chunk's steps lie inside the row's, its half sums inside each of `xs`; the CPU has
+/// AVX2.
+#[inline(always)]
+unsafe fn six_bit_chunk_terms<const V: usize>(
+    row: &Row,
+    xs: &[(&BlockInts, &Activations); V],
+    chunk: usize,
+    firsts: [[__m256i; GROUP / 2]; V],
+    seconds: [[__m256i; GROUP / 2]; V],
+    terms: [*mut f32; V],
+) {
+    // SAFETY: the caller's.
+    unsafe {
+        // The steps of eight units, first halves' (even bytes) then second halves'.
+        let halves = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+        let steps = _mm_loadu_si128(row.steps.add(2 * chunk).cast());
+        let steps = _mm_shuffle_epi8(steps, halves);
+        let first_steps = _mm256_cvtepi8_epi32(steps);
+        let second_steps = _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(steps));
+        let totals: [__m256i; V] = std::array::from_fn(|v| {
+            let zero_sums = xs[v].1.zero_sums.as_ptr().add(2 * chunk).cast();
+            let first = block_lanes(firsts[v]);
+            let first = _mm256_sub_epi32(first, _mm256_loadu_si256(zero_sums));
+            let second = block_lanes(seconds[v]);
+            let second = _mm256_sub_epi32(second, _mm256_loadu_si256(zero_sums.add(1)));
+            _mm256_add_epi32(
+                _mm256_mullo_epi32(first, first_steps),
+                _mm256_mullo_epi32(second, second_steps),
+            )
+        });
+        chunk_terms::<6, V>(row, xs, chunk, GROUP, totals, terms);
+    }
+}
+
 /// One row's terms of 6-bit weights read stepped in units of 32 (two blocks of 16 with a
 /// step each) against each of `xs`, as the AVX2 kernel's `row_terms` forms them, compiled
 /// for the CPU features `$features` with the byte products `$dot`. A unit's values are bytes
@@ -193,8 +233,6 @@ macro_rules! six_bit_terms {
             // `8q + i` lie at bits `2q` of crumb byte `i`, shifted to bits 4–5 in place.
             let to_first = _mm256_setr_epi64x(4, 2, 4, 2);
             let to_second = _mm256_setr_epi64x(0, 2, 0, 2);
-            // The steps of eight units, first halves' (even bytes) then second halves'.
-            let halves = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
             for chunk in (0..blocks).step_by(GROUP) {
                 let mut firsts = [[_mm256_setzero_si256(); GROUP / 2]; V];
                 let mut seconds = [[_mm256_setzero_si256(); GROUP / 2]; V];
@@ -216,7 +254,7 @@ macro_rules! six_bit_terms {
                         let second = _mm256_srlv_epi64(crumbs, to_second);
                         let second = _mm256_or_si256(high, _mm256_and_si256(second, tops));
                         for v in 0..V {
-                            let x = xs[v].1.bytes.as_ptr().add(unit / 2 * PAIR_BYTES);
+                            let x = xs[v].1.bytes.as_ptr().add(unit * BLOCK_BYTES);
                             let x = |k: usize| _mm256_loadu_si256(x.add(32 * k).cast());
                             let zero = _mm256_setzero_si256();
                             let high = _mm256_slli_epi32::<8>($dot(zero, first, x(0)));
@@ -226,26 +264,8 @@ macro_rules! six_bit_terms {
                         }
                     }
                 }
-                // SAFETY: the chunk's steps lie inside the row's, its half sums inside
-                // each of `xs`.
-                unsafe {
-                    let steps = _mm_loadu_si128(row.steps.add(2 * chunk).cast());
-                    let steps = _mm_shuffle_epi8(steps, halves);
-                    let first_steps = _mm256_cvtepi8_epi32(steps);
-                    let second_steps = _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(steps));
-                    let totals: [__m256i; V] = std::array::from_fn(|v| {
-                        let zero_sums = xs[v].1.zero_sums.as_ptr().add(2 * chunk).cast();
-                        let first = block_lanes(firsts[v]);
-                        let first = _mm256_sub_epi32(first, _mm256_loadu_si256(zero_sums));
-                        let second = block_lanes(seconds[v]);
-                        let second = _mm256_sub_epi32(second, _mm256_loadu_si256(zero_sums.add(1)));
-                        _mm256_add_epi32(
-                            _mm256_mullo_epi32(first, first_steps),
-                            _mm256_mullo_epi32(second, second_steps),
-                        )
-                    });
-                    chunk_terms::<6, V>(row, xs, chunk, GROUP, totals, terms);
-                }
+                // SAFETY: the chunk lies inside the row and each of `xs`.
+                unsafe { six_bit_chunk_terms(row, xs, chunk, firsts, seconds, terms) };
             }
         }
     };
@@ -263,3 +283,146 @@ six_bit_terms!(
     dot_bytes_avx512
 );
 six_bit_terms!(six_bit_terms_avx, "avx2,fma,f16c,avxvnni", dot_bytes_avx);
+
+/// Four blocks' 4-bit values, `packed` as in [`nibble_bytes`], as bytes: the blocks' first
+/// halves, then their second halves, block after block from the lowest bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn nibble_bytes_wide(packed: __m512i) -> [__m512i; 2] {
+    let low = _mm512_set1_epi8(0x0F);
+    [
+        _mm512_and_si512(packed, low),
+        _mm512_and_si512(_mm512_srli_epi16::<4>(packed), low),
+    ]
+}
+
+/// The byte products of four blocks, `first` and `second` halves, with activations split
+/// at `x` ([`split_bytes`] by fours), as two pairs' lane sums: each 256-bit half of the
+/// products is the pair [`nibble_terms_avx512`] forms, the same integers.
+///
+/// # Safety
+/// `x` holds the four blocks' split activations; the CPU has the features.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn quad_sums(first: __m512i, second: __m512i, x: *const u8) -> [__m256i; 2] {
+    // SAFETY: the caller's.
+    let x = |k: usize| unsafe { _mm512_loadu_si512(x.add(64 * k).cast()) };
+    let zero = _mm512_setzero_si512();
+    let high = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, first, x(0)), second, x(1));
+    let low = _mm512_slli_epi32::<8>(high);
+    let sums = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(low, x(2), first), x(3), second);
+    halves(sums)
+}
+
+/// A 512-bit vector's 256-bit halves, the lower first.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+fn halves(v: __m512i) -> [__m256i; 2] {
+    [_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v)]
+}
+
+/// [`nibble_terms_avx512`] with 512-bit products, four blocks to a vector, for CPUs whose
+/// 512-bit instructions cost no more ports than 256-bit ones (see `Features::wide`).
+///
+/// # Safety
+/// As for [`nibble_terms_avx512`], with each of `xs`'s activations split by fours.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn nibble_terms_wide<const V: usize>(
+    row: &Row,
+    xs: &[(&BlockInts, &Activations); V],
+    blocks: usize,
+    terms: [*mut f32; V],
+) {
+    // Each activation row's sums of the `in_chunk` blocks from `chunk`, a block to a lane,
+    // zeros after them.
+    let chunk_sums = |chunk: usize, in_chunk: usize| -> [__m256i; V] {
+        let mut sums = [[_mm256_setzero_si256(); GROUP / 2]; V];
+        for q in 0..in_chunk.div_ceil(4) {
+            // SAFETY: the quad's blocks that lie in the row are read, the rest masked off;
+            // each of `xs` holds its split activations, padded to whole chunks; a prefetch
+            // cannot fault.
+            unsafe {
+                let at = row.values.add((chunk + 4 * q) * NIBBLE_BLOCK / 2);
+                prefetch(at, PREFETCH_BYTES_Q8);
+                let present = in_chunk - 4 * q;
+                let packed = match present >= 4 {
+                    true => _mm512_loadu_si512(at.cast()),
+                    false => _mm512_maskz_loadu_epi32((1 << (4 * present)) - 1, at.cast()),
+                };
+                let [first, second] = nibble_bytes_wide(packed);
+                for (v, sums) in sums.iter_mut().enumerate() {
+                    let x = xs[v].1.bytes.as_ptr().add((chunk + 4 * q) * BLOCK_BYTES);
+                    [sums[2 * q], sums[2 * q + 1]] = quad_sums(first, second, x);
+                }
+            }
+        }
+        sums.map(|pairs| block_lanes(pairs))
+    };
+    let whole = blocks / GROUP * GROUP;
+    for chunk in (0..whole).step_by(GROUP) {
+        // SAFETY: the chunk's blocks lie inside the row and the activations.
+        unsafe { chunk_terms::<4, V>(row, xs, chunk, GROUP, chunk_sums(chunk, GROUP), terms) };
+    }
+    if whole < blocks {
+        let in_chunk = blocks - whole;
+        // SAFETY: as above, for the row's last blocks.
+        unsafe {
+            let totals = chunk_sums(whole, in_chunk);
+            chunk_terms::<4, V>(row, xs, whole, in_chunk, totals, terms);
+        }
+    }
+}
+
+/// [`six_bit_terms_avx512`] with 512-bit products, four units to a vector (see
+/// [`nibble_terms_wide`]).
+///
+/// # Safety
+/// As for [`six_bit_terms_avx512`], with each of `xs`'s activations split by fours.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn six_bit_terms_wide<const V: usize>(
+    row: &Row,
+    xs: &[(&BlockInts, &Activations); V],
+    blocks: usize,
+    terms: [*mut f32; V],
+) {
+    let tops = _mm512_set1_epi8(0x30);
+    // As in `six_bit_terms_avx512`, for each pair of units' 256-bit half.
+    let to_first = _mm512_broadcast_i64x4(_mm256_setr_epi64x(4, 2, 4, 2));
+    let to_second = _mm512_broadcast_i64x4(_mm256_setr_epi64x(0, 2, 0, 2));
+    // Each pair's two crumb quarters, each in two.
+    let spread = _mm512_set_epi64(3, 3, 2, 2, 1, 1, 0, 0);
+    for chunk in (0..blocks).step_by(GROUP) {
+        let mut firsts = [[_mm256_setzero_si256(); GROUP / 2]; V];
+        let mut seconds = [[_mm256_setzero_si256(); GROUP / 2]; V];
+        for (q, unit) in (chunk..chunk + GROUP).step_by(4).enumerate() {
+            // SAFETY: the chunk's units lie inside the row and each of `xs`; a prefetch
+            // cannot fault.
+            unsafe {
+                let at = row.values.add(unit * NIBBLE_BLOCK / 2);
+                prefetch(at, PREFETCH_BYTES_Q8);
+                let [low, high] = nibble_bytes_wide(_mm512_loadu_si512(at.cast()));
+                let crumbs = _mm256_loadu_si256(row.high.add(unit * 8).cast());
+                let crumbs = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(crumbs));
+                let first = _mm512_sllv_epi64(crumbs, to_first);
+                let first = _mm512_or_si512(low, _mm512_and_si512(first, tops));
+                let second = _mm512_srlv_epi64(crumbs, to_second);
+                let second = _mm512_or_si512(high, _mm512_and_si512(second, tops));
+                for v in 0..V {
+                    let x = |k: usize| {
+                        let x = xs[v].1.bytes.as_ptr().add(unit * BLOCK_BYTES);
+                        _mm512_loadu_si512(x.add(64 * k).cast())
+                    };
+                    let zero = _mm512_setzero_si512();
+                    let high = _mm512_slli_epi32::<8>(_mm512_dpbusd_epi32(zero, first, x(0)));
+                    let sums = _mm512_dpbusd_epi32(high, x(2), first);
+                    [firsts[v][2 * q], firsts[v][2 * q + 1]] = halves(sums);
+                    let high = _mm512_slli_epi32::<8>(_mm512_dpbusd_epi32(zero, second, x(1)));
+                    let sums = _mm512_dpbusd_epi32(high, x(3), second);
+                    [seconds[v][2 * q], seconds[v][2 * q + 1]] = halves(sums);
+                }
+            }
+        }
+        // SAFETY: the chunk lies inside the row and each of `xs`.
+        unsafe { six_bit_chunk_terms(row, xs, chunk, firsts, seconds, terms) };
+    }
+}
