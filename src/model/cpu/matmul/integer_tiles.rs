@@ -90,6 +90,8 @@ struct Scratch {
     /// The tile's scales and offsets in f32, where they are stored otherwise.
     scales: Vec<f32>,
     offsets: Vec<f32>,
+    /// [`token_lanes`]' running sums of a band of tiles.
+    sums: Vec<f32>,
 }
 
 thread_local! {
@@ -99,6 +101,7 @@ thread_local! {
             words: Vec::new(),
             scales: Vec::new(),
             offsets: Vec::new(),
+            sums: Vec::new(),
         })
     };
 }
@@ -233,6 +236,8 @@ mod tests {
             (37, 20, 64),
             // Three chunks of columns for `token_lanes`, the last one short.
             (19, 9, 4160),
+            // Bands of tiles, the last one short, over two chunks.
+            (21, 110, 2112),
         ] {
             // Per block of 16, for Q6_K's; blocks of 32 take every other.
             let blocks = rows * cols / HALF_BLOCK;

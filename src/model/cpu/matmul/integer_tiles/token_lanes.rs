@@ -26,6 +26,12 @@
 //! outputs are then the same bits however many tokens it is read with, so a prompt read as
 //! cache and remainder gives the logits it gives whole.
 //!
+//! A band of [`BAND_TILES`] tiles keeps its outputs' running sums in the tile's own layout,
+//! a vector of tokens per row ([`Band`]), and moves them to the output's, a token's rows
+//! side by side, once per product. The tile wrote the output element by element, sixteen
+//! tokens a row apart: at 2048 rows every one of them fell in the same set of the L1 cache,
+//! and those writes took a fifth of a Q6_K prompt's tile time.
+//!
 //! The weights' offsets (Q4_1, Q4_K, Q5_K) are summed in the tile, `offset · Σ x` per block
 //! beside the block's product, where a pass after the tile read and wrote every output
 //! again: 20% of a Q4_K product's time.
@@ -94,6 +100,10 @@ const GROUPS: usize = 2;
 /// once, 512 no faster.
 const CHUNK_COLS: usize = 2048;
 
+/// Tiles of rows whose sums a [`Band`] holds: the band's weights are unpacked once per
+/// chunk, as before, and the prompt's chunk is read once per band from the L2 cache.
+const BAND_TILES: usize = 8;
+
 /// How far ahead of the pair of columns it multiplies the tile asks for the prompt's, which
 /// come from the L2 cache: without it the tile waited on them, and a Qwen3-1.7B Q4_K_M
 /// prompt ran at 55.8 tok/s instead of 61.6 (medians of three alternated runs; 8 and 48
@@ -139,86 +149,174 @@ pub unsafe fn multiply(
         Lanes::Avx2 { vnni: false } => compiled!(tile_at_avx2),
         Lanes::Avx2 { vnni: true } => compiled!(tile_at_avx_vnni),
     };
+    let groups = pairs.groups();
     split_ranges(
         rows.div_ceil(ROWS),
         MIN_ROWS_PER_RANGE / ROWS,
         &|tiles: Range<usize>| {
             SCRATCH.with_borrow_mut(|scratch| {
-                let rows_of_range = tiles.start * ROWS..(tiles.end * ROWS).min(rows);
-                for first_col in (0..cols).step_by(CHUNK_COLS) {
-                    let chunk_cols = CHUNK_COLS.min(cols - first_col);
-                    let chunk = Chunk {
-                        blocks: first_col / block..(first_col + chunk_cols) / block,
-                        cols: chunk_cols,
-                        go_on: accumulate || first_col > 0,
-                    };
-                    for first_row in rows_of_range.clone().step_by(ROWS) {
-                        let tile_rows = first_row..(first_row + ROWS).min(rows);
-                        let Scratch {
-                            bytes,
-                            words,
-                            scales,
-                            offsets,
-                            ..
-                        } = &mut *scratch;
-                        grow(words, tile_rows.len() * chunk_cols);
-                        grow(bytes, chunk_cols);
-                        for (row, words) in
-                            tile_rows.clone().zip(words.chunks_exact_mut(chunk_cols))
-                        {
-                            let start = row * cols + first_col;
-                            let values = match weight.values {
-                                Ints::Bytes(values) => &values[start..][..chunk_cols],
-                                packed => {
-                                    packed.unpack(start, &mut bytes[..chunk_cols]);
-                                    &bytes[..chunk_cols]
-                                }
-                            };
-                            let steps = stepped.map(|stepped| {
-                                &stepped.steps[start / HALF_BLOCK..][..chunk_cols / HALF_BLOCK]
-                            });
-                            // SAFETY: the CPU has the features of `lanes` (the caller's
-                            // promise); a chunk is a multiple of 32 columns, as `cols` is.
-                            unsafe {
-                                match (steps, lanes) {
-                                    (Some(steps), Lanes::Avx512) => {
-                                        widen_stepped(values, steps, words)
-                                    }
-                                    (Some(steps), Lanes::Avx2 { .. }) => {
-                                        widen_stepped_256(values, steps, words)
-                                    }
-                                    (None, Lanes::Avx512) => widen(values, words),
-                                    (None, Lanes::Avx2 { .. }) => widen_256(values, words),
-                                }
-                            };
-                        }
-                        let tile_blocks =
-                            tile_rows.start * weight_blocks..tile_rows.end * weight_blocks;
-                        let tile = TileRows {
-                            words,
-                            scales: match stepped {
-                                Some(stepped) => stepped.bases(tile_blocks.clone(), scales),
-                                None => weight.scales.f32s(tile_blocks.clone(), scales),
-                            },
-                            offsets: weight
-                                .offsets
-                                .map(|factors| factors.f32s(tile_blocks, offsets)),
-                            first: first_row,
+                let Scratch {
+                    bytes,
+                    words,
+                    scales,
+                    offsets,
+                    sums,
+                } = scratch;
+                for first_tile in tiles.clone().step_by(BAND_TILES) {
+                    let band_tiles = first_tile..(first_tile + BAND_TILES).min(tiles.end);
+                    let band_rows = band_tiles.start * ROWS..(band_tiles.end * ROWS).min(rows);
+                    let mut band = Band::new(sums, band_rows.start, groups);
+                    if accumulate {
+                        // SAFETY: the band's rows are this range's, which no other touches.
+                        unsafe { band.load(&out, shape, band_rows.clone()) };
+                    }
+                    for first_col in (0..cols).step_by(CHUNK_COLS) {
+                        let chunk_cols = CHUNK_COLS.min(cols - first_col);
+                        let chunk = Chunk {
+                            blocks: first_col / block..(first_col + chunk_cols) / block,
+                            cols: chunk_cols,
+                            go_on: accumulate || first_col > 0,
                         };
-                        for first_token in (0..tokens).step_by(GROUPS * LANES) {
-                            // SAFETY: the CPU has the features (the caller's promise), the
-                            // tile holds its rows of the chunk, and it writes elements of
-                            // `out` in the columns of this range's rows, which no other
-                            // range touches.
-                            unsafe {
-                                tile_at(&tile, &chunk, &pairs, &by_block, shape, first_token, &out)
+                        for first_row in band_rows.clone().step_by(ROWS) {
+                            let tile_rows = first_row..(first_row + ROWS).min(rows);
+                            grow(words, tile_rows.len() * chunk_cols);
+                            grow(bytes, chunk_cols);
+                            for (row, words) in
+                                tile_rows.clone().zip(words.chunks_exact_mut(chunk_cols))
+                            {
+                                let start = row * cols + first_col;
+                                let values = match weight.values {
+                                    Ints::Bytes(values) => &values[start..][..chunk_cols],
+                                    packed => {
+                                        packed.unpack(start, &mut bytes[..chunk_cols]);
+                                        &bytes[..chunk_cols]
+                                    }
+                                };
+                                let steps = stepped.map(|stepped| {
+                                    &stepped.steps[start / HALF_BLOCK..][..chunk_cols / HALF_BLOCK]
+                                });
+                                // SAFETY: the CPU has the features of `lanes` (the caller's
+                                // promise); a chunk is a multiple of 32 columns, as `cols` is.
+                                unsafe {
+                                    match (steps, lanes) {
+                                        (Some(steps), Lanes::Avx512) => {
+                                            widen_stepped(values, steps, words)
+                                        }
+                                        (Some(steps), Lanes::Avx2 { .. }) => {
+                                            widen_stepped_256(values, steps, words)
+                                        }
+                                        (None, Lanes::Avx512) => widen(values, words),
+                                        (None, Lanes::Avx2 { .. }) => widen_256(values, words),
+                                    }
+                                };
+                            }
+                            let tile_blocks =
+                                tile_rows.start * weight_blocks..tile_rows.end * weight_blocks;
+                            let tile = TileRows {
+                                words: &words[..],
+                                scales: match stepped {
+                                    Some(stepped) => stepped.bases(tile_blocks.clone(), scales),
+                                    None => weight.scales.f32s(tile_blocks.clone(), scales),
+                                },
+                                offsets: weight
+                                    .offsets
+                                    .map(|factors| factors.f32s(tile_blocks, offsets)),
+                                first: first_row,
                             };
+                            let running = band.tile(first_row);
+                            for first_token in (0..tokens).step_by(GROUPS * LANES) {
+                                // SAFETY: the CPU has the features (the caller's promise),
+                                // the tile holds its rows of the chunk, and the band holds
+                                // the tile's rows for every group of the prompt.
+                                unsafe {
+                                    let by = &by_block;
+                                    tile_at(&tile, &chunk, &pairs, by, shape, first_token, running)
+                                };
+                            }
                         }
                     }
+                    // SAFETY: as for `load`.
+                    unsafe { band.store(&out, shape, band_rows) };
                 }
             })
         },
     );
+}
+
+/// The running sums of a band of tiles' outputs, as the tile keeps them: per row of the band
+/// (a tile's rows past the weight's last included), [`LANES`] tokens to a vector, every
+/// group of the prompt (those past its last token hold sums that are dropped).
+struct Band<'a> {
+    sums: &'a mut [f32],
+    first_row: usize,
+    /// Floats per row: the prompt's groups of tokens, whole.
+    per_row: usize,
+}
+
+impl<'a> Band<'a> {
+    /// The band from `first_row`, in `buffer`, for a prompt of `groups` groups of [`LANES`].
+    fn new(buffer: &'a mut Vec<f32>, first_row: usize, groups: usize) -> Self {
+        let per_row = groups.next_multiple_of(GROUPS) * LANES;
+        grow(buffer, BAND_TILES * ROWS * per_row);
+        Self {
+            sums: &mut buffer[..BAND_TILES * ROWS * per_row],
+            first_row,
+            per_row,
+        }
+    }
+
+    /// The sums of the tile from `first_row` on (a tile of the band), which the tile reads
+    /// and writes.
+    fn tile(&mut self, first_row: usize) -> TileSums {
+        let at = (first_row - self.first_row) * self.per_row;
+        assert!(
+            at + ROWS * self.per_row <= self.sums.len(),
+            "a tile of the band"
+        );
+        TileSums {
+            // SAFETY: the tile's rows lie inside the band, checked above.
+            first: unsafe { self.sums.as_mut_ptr().add(at) },
+            per_row: self.per_row,
+        }
+    }
+
+    /// The sums start from `out`'s values of `rows` (the band's), for a product added to it.
+    ///
+    /// # Safety
+    /// No other thread may touch `out`'s elements of `rows`, which lie inside it (`shape`).
+    unsafe fn load(&mut self, out: &SharedOutput<f32>, shape: Shape, rows: Range<usize>) {
+        for t in 0..shape.tokens {
+            for row in rows.clone() {
+                // SAFETY: (token, row) lies inside `out`, whose elements of `rows` are this
+                // thread's alone.
+                self.sums[(row - self.first_row) * self.per_row + t] =
+                    unsafe { *out.at(t * shape.rows + row) };
+            }
+        }
+    }
+
+    /// `out`'s values of `rows` (the band's) become the sums.
+    ///
+    /// # Safety
+    /// As for [`Self::load`].
+    unsafe fn store(&self, out: &SharedOutput<f32>, shape: Shape, rows: Range<usize>) {
+        for t in 0..shape.tokens {
+            for row in rows.clone() {
+                // SAFETY: as in `load`.
+                unsafe {
+                    *out.at(t * shape.rows + row) =
+                        self.sums[(row - self.first_row) * self.per_row + t];
+                }
+            }
+        }
+    }
+}
+
+/// A tile's rows of a [`Band`]: row `j`'s sums of tokens from `t` at `first + j·per_row + t`.
+#[derive(Clone, Copy)]
+struct TileSums {
+    first: *mut f32,
+    per_row: usize,
 }
 
 /// Q6_K's scales: each block of 16 has an integer step of its super-block's base
@@ -375,14 +473,14 @@ unsafe fn widen_stepped(bytes: &[i8], steps: &[i8], words: &mut [i16]) {
 }
 
 /// `GROUPS · LANES` tokens from `first_token` (a multiple of [`LANES`]) by the rows of
-/// `tile`, over the columns of `chunk`. Rows past the last repeat it and groups past the last
-/// repeat that; their sums are dropped.
+/// `tile`, over the columns of `chunk`, onto their `running` sums. Rows past the last repeat
+/// it and groups past the last repeat that; their sums are dropped.
 ///
 /// # Safety
 /// The CPU must have AVX-512 F, BW and VNNI; `tile` must hold `ROWS` rows (or the rows left)
 /// of `chunk`, in blocks of 32 (of 16 when `HALVES`), with offsets when `OFFSETS`; `tokens`
-/// and `by_block` be the prompt of `shape`, and no other thread may touch the tile's
-/// elements of `out`.
+/// and `by_block` be the prompt of `shape`, and `running` hold the tile's rows for every
+/// group of the prompt, whole.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
     tile: &TileRows<'_>,
@@ -391,7 +489,7 @@ unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
     by_block: &TokenBlocks,
     shape: Shape,
     first_token: usize,
-    out: &SharedOutput<f32>,
+    running: TileSums,
 ) {
     let Shape { rows, cols, .. } = shape;
     let block = if HALVES { HALF_BLOCK } else { BLOCK };
@@ -419,22 +517,16 @@ unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
     let offsets = tile.offsets.unwrap_or(tile.scales);
     let row_offsets: [&[f32]; ROWS] =
         std::array::from_fn(|j| &offsets[row_of(j) * blocks..][..blocks]);
-    let output = |j: usize, g: usize, t: usize| {
-        (first_group + g) * LANES + t < shape.tokens && j < tile_rows
+    // SAFETY: the sums hold every row of the tile and every group of the prompt.
+    let lanes = |j: usize, g: usize| unsafe {
+        (running.first).add(j * running.per_row + (first_group + g) * LANES)
     };
-    let at = |j: usize, g: usize, t: usize| ((first_group + g) * LANES + t) * rows + tile.first + j;
     let mut sums = [[_mm512_setzero_ps(); GROUPS]; ROWS];
     if chunk.go_on {
         for (j, sums) in sums.iter_mut().enumerate() {
             for (g, sum) in sums.iter_mut().enumerate() {
-                let lanes: [f32; LANES] = std::array::from_fn(|t| match output(j, g, t) {
-                    // SAFETY: (token, row) lies inside `out`; the tile's elements are this
-                    // thread's alone.
-                    true => unsafe { *out.at(at(j, g, t)) },
-                    false => 0.0,
-                });
-                // SAFETY: `lanes` holds one vector.
-                *sum = unsafe { _mm512_loadu_ps(lanes.as_ptr()) };
+                // SAFETY: as above.
+                *sum = unsafe { _mm512_loadu_ps(lanes(j, g)) };
             }
         }
     }
@@ -482,21 +574,14 @@ unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
     }
     for (j, sums) in sums.iter().enumerate() {
         for (g, &sum) in sums.iter().enumerate() {
-            let mut lanes = [0.0f32; LANES];
-            // SAFETY: `lanes` holds one vector.
-            unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), sum) };
-            for (t, &value) in lanes.iter().enumerate().filter(|&(t, _)| output(j, g, t)) {
-                // SAFETY: (token, row) lies inside `out`, and the caller gives this tile's
-                // elements to this thread alone.
-                unsafe { *out.at(at(j, g, t)) = value };
-            }
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(lanes(j, g), sum) };
         }
     }
 }
 
 /// A compilation of the tile, as [`tile_at`] for one set of vectors and weights.
-type TileAt =
-    unsafe fn(&TileRows<'_>, &Chunk, &TokenPairs, &TokenBlocks, Shape, usize, &SharedOutput<f32>);
+type TileAt = unsafe fn(&TileRows<'_>, &Chunk, &TokenPairs, &TokenBlocks, Shape, usize, TileSums);
 
 /// [`widen`] on 256-bit vectors, 16 at a time.
 ///
@@ -561,7 +646,7 @@ macro_rules! tile_at_256 {
             by_block: &TokenBlocks,
             shape: Shape,
             first_token: usize,
-            out: &SharedOutput<f32>,
+            running: TileSums,
         ) {
             const HALF: usize = LANES / 2;
             let Shape { rows, cols, .. } = shape;
@@ -586,9 +671,11 @@ macro_rules! tile_at_256 {
                 };
                 for first_row in (0..tile_rows).step_by(ROWS_256) {
                     let row_of = |j: usize| (first_row + j).min(tile_rows - 1);
-                    let output =
-                        |j: usize, t: usize| first + t < shape.tokens && first_row + j < tile_rows;
-                    let at = |j: usize, t: usize| (first + t) * rows + tile.first + first_row + j;
+                    // SAFETY: the sums hold every row of the tile and every group of the
+                    // prompt.
+                    let lanes = |j: usize, h: usize| unsafe {
+                        (running.first).add((first_row + j) * running.per_row + first + h * HALF)
+                    };
                     // SAFETY: every row is clamped inside the tile.
                     let w: [*const i16; ROWS_256] = std::array::from_fn(|j| unsafe {
                         tile.words.as_ptr().add(row_of(j) * chunk.cols)
@@ -601,15 +688,8 @@ macro_rules! tile_at_256 {
                     if chunk.go_on {
                         for (j, sums) in sums.iter_mut().enumerate() {
                             for (h, sum) in sums.iter_mut().enumerate() {
-                                let lanes: [f32; HALF] =
-                                    std::array::from_fn(|t| match output(j, h * HALF + t) {
-                                        // SAFETY: (token, row) lies inside `out`; the tile's
-                                        // elements are this thread's alone.
-                                        true => unsafe { *out.at(at(j, h * HALF + t)) },
-                                        false => 0.0,
-                                    });
-                                // SAFETY: `lanes` holds one vector.
-                                *sum = unsafe { _mm256_loadu_ps(lanes.as_ptr()) };
+                                // SAFETY: as above.
+                                *sum = unsafe { _mm256_loadu_ps(lanes(j, h)) };
                             }
                         }
                     }
@@ -662,16 +742,8 @@ macro_rules! tile_at_256 {
                     }
                     for (j, sums) in sums.iter().enumerate() {
                         for (h, &sum) in sums.iter().enumerate() {
-                            let mut lanes = [0.0f32; HALF];
-                            // SAFETY: `lanes` holds one vector.
-                            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), sum) };
-                            for (t, &value) in lanes.iter().enumerate() {
-                                if output(j, h * HALF + t) {
-                                    // SAFETY: (token, row) lies inside `out`, and the caller
-                                    // gives this tile's elements to this thread alone.
-                                    unsafe { *out.at(at(j, h * HALF + t)) = value };
-                                }
-                            }
+                            // SAFETY: as above.
+                            unsafe { _mm256_storeu_ps(lanes(j, h), sum) };
                         }
                     }
                 }
