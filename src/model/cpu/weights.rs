@@ -756,6 +756,26 @@ impl Ints<'_> {
         }
     }
 
+    /// The bytes that hold the values `range` (whole blocks of packed values), in each of
+    /// the arrays they are packed in (the second empty for bytes and 4-bit values): what a
+    /// kernel asks the cache for before it unpacks them.
+    pub fn stored(&self, range: Range<usize>) -> [&[u8]; 2] {
+        match *self {
+            Self::Bytes(values) => [bytemuck::cast_slice(&values[range]), &[]],
+            Self::Nibbles { values, .. } => [&values[range.start / 2..range.end / 2], &[]],
+            Self::FiveBits { nibbles, high, .. } => [
+                &nibbles[range.start / 2..range.end / 2],
+                bytemuck::cast_slice(&high[range.start / NIBBLE_BLOCK..range.end / NIBBLE_BLOCK]),
+            ],
+            Self::SixBits {
+                nibbles, crumbs, ..
+            } => [
+                &nibbles[range.start / 2..range.end / 2],
+                &crumbs[range.start / 4..range.end / 4],
+            ],
+        }
+    }
+
     /// The values of the `block`-long block `b`, as bytes; `unpacked` holds packed values'
     /// (the unit of 32 the block lies in).
     pub fn block<'a>(

@@ -185,6 +185,10 @@ pub unsafe fn multiply(
                                 tile_rows.clone().zip(words.chunks_exact_mut(chunk_cols))
                             {
                                 let start = row * cols + first_col;
+                                if row + ROWS < rows {
+                                    let next = start + ROWS * cols;
+                                    prefetch(weight.values.stored(next..next + chunk_cols));
+                                }
                                 let values = match weight.values {
                                     Ints::Bytes(values) => &values[start..][..chunk_cols],
                                     packed => {
@@ -241,6 +245,18 @@ pub unsafe fn multiply(
             })
         },
     );
+}
+
+/// Asks the L2 cache for every line of `stored`: the next tile's weights, which unpacking
+/// waited on (Q6_K's took 8% of a prompt, most of it waiting), arrive while this tile
+/// multiplies. Not the L1 cache, through which the tile streams the prompt meanwhile.
+fn prefetch(stored: [&[u8]; 2]) {
+    for bytes in stored {
+        for line in bytes.chunks(64) {
+            // SAFETY: a prefetch reads nothing the program can observe and cannot fault.
+            unsafe { _mm_prefetch::<_MM_HINT_T1>(line.as_ptr().cast()) };
+        }
+    }
 }
 
 /// The running sums of a band of tiles' outputs, as the tile keeps them: per row of the band
