@@ -270,8 +270,10 @@ impl<E: HostFloat> Operands for Widened<E> {
         false
     }
 
+    /// With AVX-512 VL: the sums' last steps are 256- and 128-bit, and without it only the
+    /// sixteen registers those reach could hold them, so eight of the 24 lived on the stack.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
     unsafe fn tile(
         weight: &[E],
         x: &[f32],
@@ -368,8 +370,9 @@ impl Operands for Bf16Pairs {
         false
     }
 
+    /// With AVX-512 VL, as [`Widened`]'s tile.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx512f,avx512bf16")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
     unsafe fn tile(
         weight: &[bf16],
         x: &[bf16],
