@@ -12,8 +12,8 @@
 //! rounded prompt is laid out once per product ([`TokenPairs`]) and the weight rows stay as
 //! they are, widened to 16 bits per tile of rows.
 //!
-//! The columns are taken [`CHUNK_COLS`] at a time, every tile of rows passing over one chunk
-//! of the prompt before the next, so that the chunk stays in the L2 cache: a 128-token
+//! The columns are taken [`CHUNK_COLS`] at a time, every tile of a band passing over one
+//! chunk of the prompt before the next, so that the chunk stays in the L2 cache: a 128-token
 //! prompt is 2 MiB of pairs at 8192 columns (a feed-forward's down projection at 1.7B), more
 //! than the cache, and was read from memory again for every tile of rows. Each output's sum
 //! goes on from where the previous chunk left it, in the same order of blocks as without
@@ -393,8 +393,8 @@ struct Chunk {
     /// The weights' blocks of the chunk, counted in a row.
     blocks: Range<usize>,
     cols: usize,
-    /// Whether each output's sum starts from the value in `out` (a previous chunk's sum, or
-    /// the residual it adds to), not from zero.
+    /// Whether each output's sum starts from its running sum in the band (a previous chunk's
+    /// sum, or the residual it adds to), not from zero.
     go_on: bool,
 }
 
