@@ -810,8 +810,16 @@ mod avx2 {
             while c < main {
                 // One 64-byte line per 32 bf16 or f16 weights, per 16 f32 ones.
                 if (c * size_of::<W>()).is_multiple_of(64) {
+                    // Past its row's end a row's stream goes on in the row `R` on: the next
+                    // row is another stream's, already read. Asked there, bf16 decode ran
+                    // 1.16× as fast at 135M (rows of 1152 bytes) and 1.13× at 1.7B.
+                    let row_bytes = cols * size_of::<W>();
+                    let ahead = match c * size_of::<W>() + PREFETCH_BYTES < row_bytes {
+                        true => PREFETCH_BYTES,
+                        false => PREFETCH_BYTES + (R - 1) * row_bytes,
+                    };
                     for r in 0..R {
-                        prefetch(first.add(r * cols + c), PREFETCH_BYTES);
+                        prefetch(first.add(r * cols + c), ahead);
                     }
                 }
                 let x_low = _mm256_loadu_ps(x.as_ptr().add(c));
