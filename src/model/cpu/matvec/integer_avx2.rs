@@ -566,6 +566,10 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
                 if p.is_multiple_of(2) {
                     prefetch(row.values.wrapping_add(b * read / 2), PREFETCH_BYTES_Q8);
                 }
+                // 6 bits: the chunk's crumbs, one line, half the nibbles' bytes ahead.
+                if BITS == 6 && p == 0 {
+                    prefetch(row.high.wrapping_add(b * 8), PREFETCH_BYTES_Q8 / 2);
+                }
                 let weights = match BITS {
                     4 => nibble_pair(row.values, b),
                     _ => six_bit_pair(row.values, row.high, row.steps, b, zero),

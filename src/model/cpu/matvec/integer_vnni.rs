@@ -244,6 +244,10 @@ macro_rules! six_bit_terms {
                         if p.is_multiple_of(2) {
                             prefetch(at, PREFETCH_BYTES_Q8);
                         }
+                        // The chunk's crumbs, one line, as many weights ahead.
+                        if p == 0 {
+                            prefetch(row.high.add(unit * 8), PREFETCH_BYTES_Q8 / 2);
+                        }
                         let [low, high] = nibble_bytes(_mm256_loadu_si256(at.cast()));
                         let crumbs = _mm_loadu_si128(row.high.add(unit * 8).cast());
                         let crumbs = _mm256_permute4x64_epi64::<0b01_01_00_00>(
@@ -401,6 +405,11 @@ pub(super) unsafe fn six_bit_terms_wide<const V: usize>(
                 let at = row.values.add(unit * NIBBLE_BLOCK / 2);
                 prefetch(at, PREFETCH_BYTES_Q8);
                 let [low, high] = nibble_bytes_wide(_mm512_loadu_si512(at.cast()));
+                // The crumbs, a line per two quads, as many weights ahead: not asked for,
+                // they waited on memory, and Q6_K decoded at 0.9 times the speed.
+                if q.is_multiple_of(2) {
+                    prefetch(row.high.add(unit * 8), PREFETCH_BYTES_Q8 / 2);
+                }
                 let crumbs = _mm256_loadu_si256(row.high.add(unit * 8).cast());
                 let crumbs = _mm512_permutexvar_epi64(spread, _mm512_castsi256_si512(crumbs));
                 let first = _mm512_sllv_epi64(crumbs, to_first);
