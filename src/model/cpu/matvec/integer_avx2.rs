@@ -445,6 +445,19 @@ impl RowFactors {
                     _mm256_cvtph_ps(bits)
                 }
                 Self::Scaled { bases, steps } => {
+                    // A line of steps (64 blocks) and of bases (256), as many weights
+                    // ahead as the 4-bit kernels ask for: 1.7B Q4_K_M decode 1.025×
+                    // (six alternated pairs, AMD EPYC family 26).
+                    if chunk.is_multiple_of(64) {
+                        prefetch(
+                            steps.wrapping_add(chunk),
+                            2 * PREFETCH_BYTES_Q8 / NIBBLE_BLOCK,
+                        );
+                    }
+                    if chunk.is_multiple_of(256) {
+                        let ahead = 2 * PREFETCH_BYTES_Q8 / NIBBLE_BLOCK / GROUP;
+                        prefetch(bases.wrapping_add(chunk / GROUP), 2 * ahead);
+                    }
                     let steps = _mm_loadl_epi64(steps.add(chunk).cast());
                     let steps = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(steps));
                     _mm256_mul_ps(base(bases), steps)
