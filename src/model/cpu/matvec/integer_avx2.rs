@@ -431,6 +431,14 @@ impl RowFactors {
                 Self::None => return None,
                 Self::F32(values) => load(values.add(chunk), len),
                 Self::F16(values) if len == GROUP => {
+                    // A line of scales (32 blocks), as many weights ahead as the 4-bit
+                    // kernels ask for: Q4_0 decode 1.05× at 1.7B, 1.16× at 135M.
+                    if chunk.is_multiple_of(32) {
+                        prefetch(
+                            values.wrapping_add(chunk),
+                            4 * PREFETCH_BYTES_Q8 / NIBBLE_BLOCK,
+                        );
+                    }
                     _mm256_cvtph_ps(_mm_loadu_si128(values.add(chunk).cast()))
                 }
                 // Value by value: copied to the stack and read back as one vector, they
