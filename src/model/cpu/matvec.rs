@@ -441,29 +441,28 @@ fn avx2_vnni(values: Ints<'_>, stepped: bool) -> Option<Vnni> {
 /// The kernel for `rows` activation rows of `weight`: [`integer_kernel`]'s, except that one
 /// row of 4-bit or stepped 6-bit weights takes the AVX2 kernel on AVX-512 CPUs too, and
 /// the AVX2 kernel multiplies those as bytes wherever the CPU has VNNI ([`avx2_vnni`]).
-/// One row of bytes (Q8_0's, `--precision q8`'s) takes it on AMD's cores
-/// (`Features::wide`), where it decoded a 1.7B Q8_0 file 1.29× as fast as the AVX-512
-/// kernel and the 135M one 1.04× (AMD EPYC, family 26).
 /// Without VNNI it widens them within 128-bit lanes in 256-bit instructions, which three
 /// ports run where 512-bit ones have two, and decoded a 1.7B Q4_K_M file 1.1× as fast as
 /// the AVX-512 kernel, Q6_K and Q4_0 1.2× (Intel Xeon family 6 model 207); as bytes, a
-/// further 1.2–1.26× for Q4_K_M and Q6_K. Several rows keep the AVX-512 kernel, whose
-/// 16-bit products take two instructions per 64 weights and further row where bytes take
-/// five. Every kernel gives the same bits.
+/// further 1.2–1.26× for Q4_K_M and Q6_K. One row of bytes (Q8_0's, `--precision q8`'s)
+/// takes the AVX2 kernel on AMD's cores (`Features::wide`), where it decoded a 1.7B Q8_0
+/// file 1.29× as fast as the AVX-512 kernel and the 135M one 1.04× (AMD EPYC, family 26).
+/// Several rows keep the AVX-512 kernel, whose 16-bit products take two instructions per
+/// 64 weights and further row where bytes take five. Every kernel gives the same bits.
 fn kernel_for_rows(
     kernel: IntegerKernel,
     weight: Ints<'_>,
     stepped: bool,
     rows: usize,
 ) -> IntegerKernel {
-    let in_lanes = match weight {
+    let one_row_on_avx2 = match weight {
         Ints::Nibbles { .. } => true,
         Ints::SixBits { .. } => stepped,
         Ints::Bytes(_) => features::cpu().wide,
         _ => false,
     };
     match kernel {
-        IntegerKernel::Avx512 { .. } if rows > 1 || !in_lanes => kernel,
+        IntegerKernel::Avx512 { .. } if rows > 1 || !one_row_on_avx2 => kernel,
         _ => IntegerKernel::Avx2 {
             vnni: avx2_vnni(weight, stepped),
         },
@@ -806,6 +805,7 @@ mod avx2 {
         // SAFETY (for the block): reads stay below `c + 16 <= main <= cols` in each row and in
         // `x`; the padded tail is read from local copies.
         unsafe {
+            let row_bytes = cols * size_of::<W>();
             let mut c = 0;
             while c < main {
                 // One 64-byte line per 32 bf16 or f16 weights, per 16 f32 ones.
@@ -813,7 +813,6 @@ mod avx2 {
                     // Past its row's end a row's stream goes on in the row `R` on: the next
                     // row is another stream's, already read. Asked there, bf16 decode ran
                     // 1.16× as fast at 135M (rows of 1152 bytes) and 1.13× at 1.7B.
-                    let row_bytes = cols * size_of::<W>();
                     let ahead = match c * size_of::<W>() + PREFETCH_BYTES < row_bytes {
                         true => PREFETCH_BYTES,
                         false => PREFETCH_BYTES + (R - 1) * row_bytes,
@@ -1008,7 +1007,7 @@ mod tests {
     }
 
     #[test]
-    fn one_row_of_four_and_six_bit_weights_takes_the_kernel_that_widens_in_lanes() {
+    fn one_row_takes_the_avx2_kernel_where_it_decodes_faster() {
         let nibbles = Ints::Nibbles {
             values: &[],
             zero: 8,

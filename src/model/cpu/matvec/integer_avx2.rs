@@ -416,6 +416,9 @@ impl RowFactors {
     /// the CPU has AVX2 and F16C.
     #[inline(always)]
     unsafe fn chunk(self, chunk: usize, len: usize) -> Option<__m256> {
+        // Factors of `per_block` bytes a block, in bytes, as far ahead as the 4-bit kernels
+        // ask for the weights (two values a byte), which otherwise waited on them.
+        let ahead = |per_block: usize| 2 * PREFETCH_BYTES_Q8 / NIBBLE_BLOCK * per_block;
         // A chunk's base in every lane.
         let base = |bases: *const u16| {
             // SAFETY: the chunk's base lies in the row's, and the CPU has F16C, as the
@@ -431,13 +434,10 @@ impl RowFactors {
                 Self::None => return None,
                 Self::F32(values) => load(values.add(chunk), len),
                 Self::F16(values) if len == GROUP => {
-                    // A line of scales (32 blocks), as many weights ahead as the 4-bit
-                    // kernels ask for: Q4_0 decode 1.05× at 1.7B, 1.16× at 135M.
+                    // A line of scales (32 blocks) at a time: Q4_0 decode 1.05× at 1.7B,
+                    // 1.16× at 135M.
                     if chunk.is_multiple_of(32) {
-                        prefetch(
-                            values.wrapping_add(chunk),
-                            4 * PREFETCH_BYTES_Q8 / NIBBLE_BLOCK,
-                        );
+                        prefetch(values.wrapping_add(chunk), ahead(size_of::<u16>()));
                     }
                     _mm256_cvtph_ps(_mm_loadu_si128(values.add(chunk).cast()))
                 }
@@ -453,18 +453,14 @@ impl RowFactors {
                     _mm256_cvtph_ps(bits)
                 }
                 Self::Scaled { bases, steps } => {
-                    // A line of steps (64 blocks) and of bases (256), as many weights
-                    // ahead as the 4-bit kernels ask for: 1.7B Q4_K_M decode 1.025×
-                    // (six alternated pairs, AMD EPYC family 26).
+                    // A line of steps (64 blocks) and of bases (256) at a time: 1.7B
+                    // Q4_K_M decode 1.025× (six alternated pairs, AMD EPYC family 26).
                     if chunk.is_multiple_of(64) {
-                        prefetch(
-                            steps.wrapping_add(chunk),
-                            2 * PREFETCH_BYTES_Q8 / NIBBLE_BLOCK,
-                        );
+                        prefetch(steps.wrapping_add(chunk), ahead(size_of::<i8>()));
                     }
                     if chunk.is_multiple_of(256) {
-                        let ahead = 2 * PREFETCH_BYTES_Q8 / NIBBLE_BLOCK / GROUP;
-                        prefetch(bases.wrapping_add(chunk / GROUP), 2 * ahead);
+                        let ahead = ahead(size_of::<u16>()) / GROUP;
+                        prefetch(bases.wrapping_add(chunk / GROUP), ahead);
                     }
                     let steps = _mm_loadl_epi64(steps.add(chunk).cast());
                     let steps = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(steps));
