@@ -106,7 +106,7 @@ impl<'a> Loader<'a> {
             })?,
             None => weights,
         };
-        Ok(Some(weights.packed().compacted()))
+        Ok(Some(weights.packed().compacted().interleaved()))
     }
 
     /// [`Loader::integers`] as the kernels' weight: parts stored in different types held

@@ -16,7 +16,7 @@ use std::ops::Range;
 use super::host::HostFloat;
 use super::math::dot;
 use super::threads::{SharedOutput, split_ranges, split_rows};
-use super::weights::{Factors, Ints, NIBBLE_BLOCK, WeightRows};
+use super::weights::{Factors, INTERLEAVED_ROWS, Ints, NIBBLE_BLOCK, WeightRows};
 use super::{features, grow};
 
 /// Products smaller than this many rows run on the calling thread alone: splitting them
@@ -56,17 +56,21 @@ pub fn matvecs(weight: WeightRows<'_>, xs: &[f32], vectors: usize, out: &mut [f3
     }
 }
 
-/// Splits the weight's rows between the threads, then runs `chunk(first, outs)` on runs of
-/// rows of each part: the whole part for one activation row, [`ROWS_PER_CHUNK`] for several.
-/// `outs[v]` is that run's outputs for activation row `v`.
+/// Splits the weight's rows between the threads, in runs of `together` (which divides their
+/// count), then runs `chunk(first, outs)` on runs of rows of each part: the whole part for
+/// one activation row, [`ROWS_PER_CHUNK`] for several. `outs[v]` is that run's outputs for
+/// activation row `v`.
 fn for_each_chunk(
     vectors: usize,
+    together: usize,
     out: &mut [f32],
     chunk: &(impl Fn(usize, &mut [&mut [f32]]) + Sync),
 ) {
     let rows = out.len() / vectors;
     let shared = SharedOutput::new(out);
-    split_ranges(rows, MIN_ROWS_PER_PART, &|part: Range<usize>| {
+    let min_part = MIN_ROWS_PER_PART.div_ceil(together);
+    split_ranges(rows / together, min_part, &|part: Range<usize>| {
+        let part = part.start * together..part.end * together;
         let step = if vectors == 1 {
             part.len()
         } else {
@@ -91,7 +95,7 @@ fn for_each_chunk(
 fn dense<W: HostFloat>(weight: &[W], xs: &[&[f32]], out: &mut [f32]) {
     let cols = xs.first().map_or(0, |x| x.len());
     let rows_dot = rows_dot_for_this_cpu::<W>();
-    for_each_chunk(xs.len(), out, &|first, outs| {
+    for_each_chunk(xs.len(), 1, out, &|first, outs| {
         for (x, out) in xs.iter().zip(outs.iter_mut()) {
             let weight = &weight[first * cols..(first + out.len()) * cols];
             rows_dot(weight, x, out);
@@ -144,7 +148,7 @@ fn quantized(
             .collect(),
         _ => Vec::new(),
     };
-    for_each_chunk(xs.len(), out, &|first, outs| {
+    for_each_chunk(xs.len(), weight.rows_together(), out, &|first, outs| {
         FACTORS.with_borrow_mut(|buffer| {
             let len = outs.first().map_or(0, |out| out.len());
             let weight = weight.rows(first, len, cols);
@@ -208,6 +212,25 @@ impl<'a> Ints<'a> {
                 crumbs: &crumbs[first * cols / 4..(first + len) * cols / 4],
                 zero,
             },
+            Self::Interleaved { values, zero, .. } => {
+                debug_assert!(
+                    first.is_multiple_of(INTERLEAVED_ROWS) && len.is_multiple_of(INTERLEAVED_ROWS),
+                    "whole groups of interleaved rows"
+                );
+                Self::Interleaved {
+                    values: &values[first * cols / 2..(first + len) * cols / 2],
+                    zero,
+                    cols,
+                }
+            }
+        }
+    }
+
+    /// Rows that lie together and are split between threads together.
+    fn rows_together(self) -> usize {
+        match self {
+            Self::Interleaved { .. } => INTERLEAVED_ROWS,
+            _ => 1,
         }
     }
 }
@@ -378,6 +401,8 @@ enum IntegerKernel {
     Avx2 { vnni: Option<Vnni> },
     /// See [`integer_avx512`].
     Avx512 { vnni: bool },
+    /// 4-bit weights held interleaved (see [`integer_interleaved`]).
+    Interleaved,
 }
 
 /// VNNI's products of bytes: 256-bit in AVX-512's encoding (with VL) or AVX-VNNI's, which
@@ -401,9 +426,14 @@ impl Vnni {
 
 /// The fastest integer kernel this CPU has for `values` in blocks of `block`: bytes in
 /// blocks of 32 (`--precision q8` and most GGUF types) or 16 (GGUF's Q6_K), 4- and 5-bit
-/// values in blocks of 32, 6-bit ones in blocks of 16. Other blocks take the portable kernel.
+/// values in blocks of 32, 6-bit ones in blocks of 16; 4-bit values interleaved, the kernel
+/// they were laid out for. Other blocks take the portable kernel.
 fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
     let cpu = features::cpu();
+    if let Ints::Interleaved { .. } = values {
+        let fits = cpu.avx512_vnni && block == NIBBLE_BLOCK;
+        return fits.then_some(IntegerKernel::Interleaved);
+    }
     let fits = match values {
         Ints::Bytes(_) => matches!(block, 16 | 32),
         packed => packed.read_in(block),
@@ -462,6 +492,7 @@ fn kernel_for_rows(
         _ => false,
     };
     match kernel {
+        IntegerKernel::Interleaved => kernel,
         IntegerKernel::Avx512 { .. } if rows > 1 || !one_row_on_avx2 => kernel,
         _ => IntegerKernel::Avx2 {
             vnni: avx2_vnni(weight, stepped),
@@ -478,6 +509,9 @@ struct IntegerActivations {
     /// For the AVX-512 kernel.
     #[cfg(target_arch = "x86_64")]
     avx512: Option<integer_avx512::Activations>,
+    /// For the kernel of interleaved weights.
+    #[cfg(target_arch = "x86_64")]
+    interleaved: Option<integer_interleaved::Activations>,
 }
 
 impl IntegerActivations {
@@ -495,7 +529,14 @@ impl IntegerActivations {
                 IntegerKernel::Avx2 { vnni } => {
                     Some(integer_avx2::Activations::of(&ints, values, vnni))
                 }
-                IntegerKernel::Avx512 { .. } => None,
+                IntegerKernel::Avx512 { .. } | IntegerKernel::Interleaved => None,
+            },
+            #[cfg(target_arch = "x86_64")]
+            interleaved: match (kernel, values) {
+                (IntegerKernel::Interleaved, Ints::Interleaved { zero, .. }) => {
+                    Some(integer_interleaved::Activations::of(&ints, zero))
+                }
+                _ => None,
             },
             #[cfg(target_arch = "x86_64")]
             avx512: matches!(kernel, IntegerKernel::Avx512 { .. }).then(|| {
@@ -589,6 +630,16 @@ unsafe fn rows_dot_together<const V: usize>(
     };
     #[cfg(target_arch = "x86_64")]
     {
+        if let (IntegerKernel::Interleaved, Ints::Interleaved { values, .. }) = (kernel, weight) {
+            let xs = xs.each_ref().map(|x| match &x.interleaved {
+                Some(prepared) => (&x.ints, prepared),
+                None => unreachable!("the interleaved kernel's activations are prepared for it"),
+            });
+            // SAFETY: the caller's guarantees are the kernel's.
+            return unsafe {
+                integer_interleaved::rows_dot::<V>(values, scales, offsets, xs, buffer, outs)
+            };
+        }
         let prepared: Option<Vec<(&BlockInts, &integer_avx512::Activations)>> = xs
             .iter()
             .map(|x| Some((&x.ints, x.avx512.as_ref()?)))
@@ -609,7 +660,7 @@ unsafe fn rows_dot_together<const V: usize>(
                 (kernel, _) => {
                     let vnni = match kernel {
                         IntegerKernel::Avx2 { vnni } => vnni,
-                        IntegerKernel::Avx512 { .. } => None,
+                        IntegerKernel::Avx512 { .. } | IntegerKernel::Interleaved => None,
                     };
                     let xs = xs.each_ref().map(|x| match &x.avx2 {
                         Some(prepared) => (&x.ints, prepared),
@@ -729,6 +780,8 @@ fn rows_dot_portable<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
 mod integer_avx2;
 #[cfg(target_arch = "x86_64")]
 mod integer_avx512;
+#[cfg(target_arch = "x86_64")]
+mod integer_interleaved;
 #[cfg(target_arch = "x86_64")]
 mod integer_vnni;
 
@@ -861,7 +914,7 @@ mod tests {
 
     use super::*;
     use crate::model::cpu::test_values as values;
-    use crate::model::cpu::weights::{BlockFactors, IntegerValues};
+    use crate::model::cpu::weights::{BlockFactors, IntegerValues, IntegerWeights};
 
     fn naive(weight: &[f32], x: &[f32]) -> Vec<f32> {
         weight
@@ -1096,6 +1149,7 @@ mod tests {
             (7, 96, 32),
             (67, 576, 32),
             (16, 1536, 32),
+            (48, 576, 32),
             (3, 2560, 32),
             (33, 576, 16),
             (33, 768, 16),
@@ -1250,10 +1304,54 @@ mod tests {
                     .map(|(c, &q)| f32::from(q) * ints.scales[c / block])
                     .collect::<Vec<f32>>()
             };
+            // 4-bit values in whole groups of rows, interleaved where the CPU has the kernel
+            // that reads them so.
+            let interleaved = IntegerWeights {
+                dims: [rows, cols],
+                block,
+                values: IntegerValues::packing(&weight, block),
+                scales: BlockFactors::F32(Vec::new()),
+                offsets: None,
+            }
+            .interleaved()
+            .values;
+            let interleaves = bits == 4 && rows.is_multiple_of(16) && features::cpu().avx512_vnni;
+            assert_eq!(
+                matches!(interleaved, IntegerValues::Interleaved { .. }),
+                interleaves,
+                "{rows}x{cols}, {bits} bits: interleaved"
+            );
+            let tiles = interleaves.then(|| interleaved.borrowed());
+            if let Some(tiles) = tiles {
+                assert_eq!(
+                    integer_kernel(tiles, block),
+                    Some(IntegerKernel::Interleaved)
+                );
+                let widen = |values| {
+                    let rows = WeightRows::Integers {
+                        values,
+                        scales: scale_factors.borrowed(),
+                        offsets: offset_factors.as_ref().map(BlockFactors::borrowed),
+                        block,
+                    };
+                    let mut out = vec![0.0; rows.len()];
+                    rows.widen(0, &mut out);
+                    out
+                };
+                assert_eq!(
+                    widen(tiles),
+                    widen(ints),
+                    "{rows}x{cols}: interleaved values"
+                );
+            }
             if let Some(fastest) = integer_kernel(ints, block) {
                 // Every kernel sums each output in one order, so all give the same bits.
                 let mut first: Option<(IntegerKernel, Vec<f32>)> = None;
-                for kernel in integer_kernels_up_to(fastest, ints, stepped) {
+                let runs = integer_kernels_up_to(fastest, ints, stepped)
+                    .into_iter()
+                    .map(|kernel| (kernel, ints))
+                    .chain(tiles.map(|tiles| (IntegerKernel::Interleaved, tiles)));
+                for (kernel, ints) in runs {
                     let rounded = rounded(kernel);
                     let x = IntegerActivations::of(&x, ints, block, kernel, stepped);
                     let mut out = vec![1.0; rows];
@@ -1332,6 +1430,20 @@ mod tests {
                     &offset_part,
                     "matvec",
                 );
+                if let Some(tiles) = tiles {
+                    let rows_of_tiles = WeightRows::Integers {
+                        values: tiles,
+                        scales: scale_factors.borrowed(),
+                        offsets: offset_factors.as_ref().map(BlockFactors::borrowed),
+                        block,
+                    };
+                    let bits = |out: Vec<f32>| out.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(product(rows_of_tiles, &x)),
+                        bits(product(rows_of, &x)),
+                        "matvec {what}: interleaved"
+                    );
+                }
             } else {
                 close(&product(rows_of, &x), &x, &offset_part, "matvec");
             }

@@ -180,20 +180,19 @@ mod tests {
     /// decode step), beside a few (sequences decoded together), or in prompts of every length
     /// the prompt kernel takes, for every integer form: bytes in blocks of 32 and 16, 4-, 5-
     /// and 6-bit values, with and without offsets, Q6_K's stepped factors, rows of 18, 19 and
-    /// 48 blocks (chunks of 16 with the rest, an odd last block), with and without a
-    /// residual. A prompt read as cache plus remainder, or decoded beside other sequences,
-    /// gets the logits it gets alone.
+    /// 48 blocks (chunks of 16 with the rest, an odd last block), 4-bit values interleaved
+    /// where the CPU reads them so, with and without a residual. A prompt read as cache plus
+    /// remainder, or decoded beside other sequences, gets the logits it gets alone.
     #[test]
     fn a_tokens_integer_product_does_not_depend_on_the_tokens_beside_it() {
         use std::sync::Arc;
 
         use half::f16;
 
-        use crate::model::cpu::{BlockFactors, IntegerValues, IntegerWeights};
+        use crate::model::cpu::{BlockFactors, IntegerValues, IntegerWeights, features};
 
         let device = Device::flex();
-        let rows = 37;
-        let weight = |cols: usize, block: usize, bits: u32, offsets: bool, stepped: bool| {
+        let weight = |rows: usize, cols: usize, block: usize, bits: u32, offsets: bool, stepped| {
             let values: Vec<i8> = (0..rows * cols)
                 .map(|i| {
                     let v = ((i * 7919 + bits as usize * 31) % (1 << bits)) as i32;
@@ -224,35 +223,44 @@ mod tests {
                 stepped,
                 matches!(scales, BlockFactors::Scaled { per: 16, .. })
             );
-            Weight::Integers(Arc::new(IntegerWeights {
+            let weights = IntegerWeights {
                 dims: [rows, cols],
                 block,
                 values,
                 scales,
                 offsets: offsets
                     .then(|| BlockFactors::F32((0..blocks).map(|b| -factor(b, 2)).collect())),
-            }))
+            }
+            .interleaved();
+            let interleaves = bits == 4 && rows.is_multiple_of(16) && features::cpu().avx512_vnni;
+            assert_eq!(
+                interleaves,
+                matches!(weights.values, IntegerValues::Interleaved { .. })
+            );
+            Weight::Integers(Arc::new(weights))
         };
         let tokens = 40;
-        for (cols, block, bits, offsets, stepped) in [
-            (576, 32, 8, false, false),
-            (608, 32, 8, true, false),
-            (768, 16, 8, false, false),
-            (768, 16, 8, false, true),
-            (576, 32, 4, false, false),
-            (608, 32, 4, true, false),
-            (576, 32, 5, true, false),
-            (608, 32, 5, false, false),
-            (768, 16, 6, false, false),
-            (768, 16, 6, false, true),
+        for (rows, cols, block, bits, offsets, stepped) in [
+            (37, 576, 32, 8, false, false),
+            (37, 608, 32, 8, true, false),
+            (37, 768, 16, 8, false, false),
+            (37, 768, 16, 8, false, true),
+            (37, 576, 32, 4, false, false),
+            (37, 608, 32, 4, true, false),
+            (48, 576, 32, 4, false, false),
+            (48, 608, 32, 4, true, false),
+            (37, 576, 32, 5, true, false),
+            (37, 608, 32, 5, false, false),
+            (37, 768, 16, 6, false, false),
+            (37, 768, 16, 6, false, true),
         ] {
             let x = tensor(tokens, cols, 8, &device);
             assert_each_token_as_in_the_whole(
-                &weight(cols, block, bits, offsets, stepped),
+                &weight(rows, cols, block, bits, offsets, stepped),
                 &x,
                 &[1, 3, 8, 9, 15, 16, 23],
                 &format!(
-                    "{bits}-bit in blocks of {block}, {cols} columns, offsets {offsets}, \
+                    "{rows}x{cols} {bits}-bit in blocks of {block}, offsets {offsets}, \
                      stepped {stepped}"
                 ),
             );

@@ -300,6 +300,9 @@ pub unsafe fn rows_dot<const V: usize>(
                             }
                         }
                     }
+                    Ints::Interleaved { .. } => {
+                        unreachable!("interleaved weights take their own kernel")
+                    }
                 }
             }
             for (v, out) in outs.iter_mut().enumerate() {

@@ -390,7 +390,7 @@ fn halve(a: __m512i, b: __m512i) -> __m512i {
 /// block to a lane, become each block's terms, a row to a lane.
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 #[inline]
-fn transpose(m: &mut [__m512; 16]) {
+pub(super) fn transpose(m: &mut [__m512; 16]) {
     let mut t = [_mm512_setzero_ps(); 16];
     for i in 0..8 {
         t[2 * i] = _mm512_unpacklo_ps(m[2 * i], m[2 * i + 1]);
@@ -836,6 +836,9 @@ macro_rules! kernel {
                                     std::array::from_fn(|v| whole(unit, x[v]))
                                 });
                             }
+                            Ints::Interleaved { .. } => {
+                                unreachable!("interleaved weights take their own kernel")
+                            }
                         }
                     }
                 }
@@ -974,7 +977,7 @@ macro_rules! each_sixteen {
 /// The CPU must have AVX-512 F, BW and VL and F16C; `values` and `out` must hold
 /// `factors.len()` values.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn products(factors: Factors<'_>, values: &[f32], out: &mut [f32]) {
+pub(super) unsafe fn products(factors: Factors<'_>, values: &[f32], out: &mut [f32]) {
     let len = factors.len();
     let (values, out) = (&values[..len], &mut out[..len]);
     let done = each_sixteen!(factors, |at, lanes, factors| {
@@ -996,7 +999,7 @@ unsafe fn products(factors: Factors<'_>, values: &[f32], out: &mut [f32]) {
 /// # Safety
 /// The CPU must have AVX-512 F, BW and VL and F16C; `out` must hold `factors.len()` values.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-unsafe fn widened(factors: Factors<'_>, out: &mut [f32]) {
+pub(super) unsafe fn widened(factors: Factors<'_>, out: &mut [f32]) {
     let len = factors.len();
     let out = &mut out[..len];
     let done = each_sixteen!(factors, |at, lanes, factors| {
