@@ -8,7 +8,8 @@
 //! holds a row: one 64-byte line is four bytes of a block of each of sixteen rows, its
 //! nibbles times four activations broadcast are sixteen rows' sums in one `vpdpbusd`, and a
 //! block's sums, scaled, are added to the sixteen outputs as they stand, with no sum across
-//! lanes and no transposition.
+//! lanes and no transposition. It decoded a 1.7B Q4_0 file 1.31× as fast as the row kernel
+//! (with VNNI, in 512-bit vectors) and the 135M one 1.24×, Q4_K_M 1.06×.
 //!
 //! The activations stay 16-bit (see `BlockInts`), split into bytes as `integer_vnni` splits
 //! them, `x = 256·high + low`: the weights (0 to 15 as stored) are the unsigned operand beside
