@@ -1315,7 +1315,8 @@ mod tests {
             }
             .interleaved()
             .values;
-            let interleaves = bits == 4 && rows.is_multiple_of(16) && features::cpu().avx512_vnni;
+            let interleaves =
+                bits == 4 && rows.is_multiple_of(INTERLEAVED_ROWS) && features::cpu().avx512_vnni;
             assert_eq!(
                 matches!(interleaved, IntegerValues::Interleaved { .. }),
                 interleaves,

@@ -189,6 +189,7 @@ mod tests {
 
         use half::f16;
 
+        use crate::model::cpu::weights::INTERLEAVED_ROWS;
         use crate::model::cpu::{BlockFactors, IntegerValues, IntegerWeights, features};
 
         let device = Device::flex();
@@ -232,7 +233,8 @@ mod tests {
                     .then(|| BlockFactors::F32((0..blocks).map(|b| -factor(b, 2)).collect())),
             }
             .interleaved();
-            let interleaves = bits == 4 && rows.is_multiple_of(16) && features::cpu().avx512_vnni;
+            let interleaves =
+                bits == 4 && rows.is_multiple_of(INTERLEAVED_ROWS) && features::cpu().avx512_vnni;
             assert_eq!(
                 interleaves,
                 matches!(weights.values, IntegerValues::Interleaved { .. })

@@ -358,14 +358,17 @@ pub enum IntegerValues {
 /// of a 512-bit line.
 pub const INTERLEAVED_ROWS: usize = 16;
 
-/// Bytes of one block of each of [`INTERLEAVED_ROWS`] rows.
+/// Bytes of a line of [`IntegerValues::Interleaved`] values: four of each row's.
+pub const INTERLEAVED_LINE_BYTES: usize = 4 * INTERLEAVED_ROWS;
+
+/// Bytes of one block of each of [`INTERLEAVED_ROWS`] rows: four lines.
 pub const INTERLEAVED_BLOCK_BYTES: usize = INTERLEAVED_ROWS * NIBBLE_BLOCK / 2;
 
 /// Where [`IntegerValues::Interleaved`] keeps byte `j` of block `b` of row `row`, in rows of
 /// `cols` values.
 pub const fn interleaved_at(cols: usize, row: usize, b: usize, j: usize) -> usize {
     let group = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS * cols / 2;
-    let line = b * INTERLEAVED_BLOCK_BYTES + j / 4 * 4 * INTERLEAVED_ROWS;
+    let line = b * INTERLEAVED_BLOCK_BYTES + j / 4 * INTERLEAVED_LINE_BYTES;
     group + line + row % INTERLEAVED_ROWS * 4 + j % 4
 }
 
@@ -591,33 +594,29 @@ impl IntegerWeights {
     /// core; as they are otherwise.
     pub fn interleaved(self) -> Self {
         let [rows, cols] = self.dims;
-        let IntegerValues::Nibbles { mut values, zero } = self.values else {
-            return self;
-        };
-        if interleaves(rows, cols) {
-            let group = INTERLEAVED_ROWS * cols / 2;
-            let plain = || vec![0u8; group];
-            values
-                .par_chunks_exact_mut(group)
-                .for_each_init(plain, |plain, values| {
-                    plain.copy_from_slice(values);
-                    let rows = plain.chunks_exact(cols / 2).enumerate();
-                    for (row, bytes) in rows {
-                        for (b, block) in bytes.chunks_exact(NIBBLE_BLOCK / 2).enumerate() {
-                            for (j, &byte) in block.iter().enumerate() {
-                                values[interleaved_at(cols, row, b, j)] = byte;
+        match self.values {
+            IntegerValues::Nibbles { mut values, zero } if interleaves(rows, cols) => {
+                let group = INTERLEAVED_ROWS * cols / 2;
+                let plain = || vec![0u8; group];
+                values
+                    .par_chunks_exact_mut(group)
+                    .for_each_init(plain, |plain, values| {
+                        plain.copy_from_slice(values);
+                        let rows = plain.chunks_exact(cols / 2).enumerate();
+                        for (row, bytes) in rows {
+                            for (b, block) in bytes.chunks_exact(NIBBLE_BLOCK / 2).enumerate() {
+                                for (j, &byte) in block.iter().enumerate() {
+                                    values[interleaved_at(cols, row, b, j)] = byte;
+                                }
                             }
                         }
-                    }
-                });
-            return Self {
-                values: IntegerValues::Interleaved { values, zero, cols },
-                ..self
-            };
-        }
-        Self {
-            values: IntegerValues::Nibbles { values, zero },
-            ..self
+                    });
+                Self {
+                    values: IntegerValues::Interleaved { values, zero, cols },
+                    ..self
+                }
+            }
+            _ => self,
         }
     }
 
@@ -971,13 +970,16 @@ impl Ints<'_> {
                     let (row, first) = (at / cols, at % cols / NIBBLE_BLOCK);
                     let nibbles = &mut plain[..bytes.len() / 2];
                     let blocks = nibbles.len() / (NIBBLE_BLOCK / 2);
+                    // From the row's first byte to its last block's last byte.
                     let from = interleaved_at(cols, row, first, 0);
-                    let lines = &values[from..from + blocks * INTERLEAVED_BLOCK_BYTES - 60];
+                    let to = interleaved_at(cols, row, first + blocks - 1, NIBBLE_BLOCK / 2 - 1);
+                    let lines = &values[from..=to];
                     let blocks = nibbles.chunks_exact_mut(NIBBLE_BLOCK / 2).enumerate();
                     for (b, block) in blocks {
                         let lines = &lines[b * INTERLEAVED_BLOCK_BYTES..];
                         for (k, four) in block.chunks_exact_mut(4).enumerate() {
-                            four.copy_from_slice(&lines[64 * k..64 * k + 4]);
+                            let line = k * INTERLEAVED_LINE_BYTES;
+                            four.copy_from_slice(&lines[line..line + 4]);
                         }
                     }
                     Ints::Nibbles {

@@ -22,7 +22,8 @@ use super::avx2::prefetch;
 use super::integer_avx512::{products, transpose, widened};
 use super::{BlockInts, grow};
 use crate::model::cpu::weights::{
-    Factors, INTERLEAVED_BLOCK_BYTES, INTERLEAVED_ROWS as ROWS, NIBBLE_BLOCK,
+    Factors, INTERLEAVED_BLOCK_BYTES, INTERLEAVED_LINE_BYTES, INTERLEAVED_ROWS as ROWS,
+    NIBBLE_BLOCK,
 };
 
 /// How far ahead of the line being read the kernel asks for weights: four times the other
@@ -150,8 +151,9 @@ pub unsafe fn rows_dot<const V: usize>(
                 // Line `k`: each row's bytes `4k..4k + 4`, values `4k..4k + 4` in their low
                 // halves and `16 + 4k..` in their high ones.
                 let line: [__m512i; 4] = std::array::from_fn(|k| {
-                    prefetch(at.add(64 * k), PREFETCH_BYTES);
-                    _mm512_loadu_si512(at.add(64 * k).cast())
+                    let at = at.add(k * INTERLEAVED_LINE_BYTES);
+                    prefetch(at, PREFETCH_BYTES);
+                    _mm512_loadu_si512(at.cast())
                 });
                 let lows = line.map(|line| _mm512_and_si512(line, low_bits));
                 let highs =
