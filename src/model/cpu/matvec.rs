@@ -16,7 +16,7 @@ use std::ops::Range;
 use super::host::HostFloat;
 use super::math::dot;
 use super::threads::{SharedOutput, split_ranges, split_rows};
-use super::weights::{Factors, INTERLEAVED_ROWS, Ints, NIBBLE_BLOCK, WeightRows};
+use super::weights::{Factors, INTERLEAVED_ROWS, Ints, NIBBLE_BLOCK, SIX_BIT_BLOCK, WeightRows};
 use super::{features, grow};
 
 /// Products smaller than this many rows run on the calling thread alone: splitting them
@@ -223,13 +223,30 @@ impl<'a> Ints<'a> {
                     cols,
                 }
             }
+            Self::SixBitsInterleaved {
+                nibbles,
+                crumbs,
+                zero,
+                ..
+            } => {
+                debug_assert!(
+                    first.is_multiple_of(INTERLEAVED_ROWS) && len.is_multiple_of(INTERLEAVED_ROWS),
+                    "whole groups of interleaved rows"
+                );
+                Self::SixBitsInterleaved {
+                    nibbles: &nibbles[first * cols / 2..(first + len) * cols / 2],
+                    crumbs: &crumbs[first * cols / 4..(first + len) * cols / 4],
+                    zero,
+                    cols,
+                }
+            }
         }
     }
 
     /// Rows that lie together and are split between threads together.
     fn rows_together(self) -> usize {
         match self {
-            Self::Interleaved { .. } => INTERLEAVED_ROWS,
+            Self::Interleaved { .. } | Self::SixBitsInterleaved { .. } => INTERLEAVED_ROWS,
             _ => 1,
         }
     }
@@ -401,7 +418,7 @@ enum IntegerKernel {
     Avx2 { vnni: Option<Vnni> },
     /// See [`integer_avx512`].
     Avx512 { vnni: bool },
-    /// 4-bit weights held interleaved (see [`integer_interleaved`]).
+    /// 4-bit and stepped 6-bit weights held interleaved (see [`integer_interleaved`]).
     Interleaved,
 }
 
@@ -426,12 +443,12 @@ impl Vnni {
 
 /// The fastest integer kernel this CPU has for `values` in blocks of `block`: bytes in
 /// blocks of 32 (`--precision q8` and most GGUF types) or 16 (GGUF's Q6_K), 4- and 5-bit
-/// values in blocks of 32, 6-bit ones in blocks of 16; 4-bit values interleaved, the kernel
-/// they were laid out for. Other blocks take the portable kernel.
+/// values in blocks of 32, 6-bit ones in blocks of 16; interleaved values, the kernel they
+/// were laid out for. Other blocks take the portable kernel.
 fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
     let cpu = features::cpu();
-    if let Ints::Interleaved { .. } = values {
-        let fits = cpu.avx512_vnni && block == NIBBLE_BLOCK;
+    if let Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } = values {
+        let fits = cpu.avx512_vnni && values.read_in(block);
         return fits.then_some(IntegerKernel::Interleaved);
     }
     let fits = match values {
@@ -533,9 +550,12 @@ impl IntegerActivations {
             },
             #[cfg(target_arch = "x86_64")]
             interleaved: match (kernel, values) {
-                (IntegerKernel::Interleaved, Ints::Interleaved { zero, .. }) => {
-                    Some(integer_interleaved::Activations::of(&ints, zero))
-                }
+                (IntegerKernel::Interleaved, Ints::Interleaved { zero, .. }) => Some(
+                    integer_interleaved::Activations::of(&ints, zero, NIBBLE_BLOCK),
+                ),
+                (IntegerKernel::Interleaved, Ints::SixBitsInterleaved { zero, .. }) => Some(
+                    integer_interleaved::Activations::of(&ints, zero, SIX_BIT_BLOCK),
+                ),
                 _ => None,
             },
             #[cfg(target_arch = "x86_64")]
@@ -630,14 +650,36 @@ unsafe fn rows_dot_together<const V: usize>(
     };
     #[cfg(target_arch = "x86_64")]
     {
-        if let (IntegerKernel::Interleaved, Ints::Interleaved { values, .. }) = (kernel, weight) {
+        if let IntegerKernel::Interleaved = kernel {
+            use integer_interleaved::{Lines, rows_dot};
             let xs = xs.each_ref().map(|x| match &x.interleaved {
                 Some(prepared) => (&x.ints, prepared),
                 None => unreachable!("the interleaved kernel's activations are prepared for it"),
             });
             // SAFETY: the caller's guarantees are the kernel's.
             return unsafe {
-                integer_interleaved::rows_dot::<V>(values, scales, offsets, xs, buffer, outs)
+                match (weight, scales) {
+                    (Ints::Interleaved { values, .. }, _) => {
+                        rows_dot::<V>(Lines::Nibbles(values), scales, offsets, xs, buffer, outs)
+                    }
+                    (
+                        Ints::SixBitsInterleaved {
+                            nibbles, crumbs, ..
+                        },
+                        Factors::Scaled { steps, .. },
+                    ) if stepped => {
+                        let lines = Lines::SixBits {
+                            nibbles,
+                            crumbs,
+                            steps,
+                            factors: scales,
+                        };
+                        with_pair_bases(scales, |bases| {
+                            rows_dot::<V>(lines, bases, None, xs, buffer, outs)
+                        })
+                    }
+                    _ => unreachable!("the interleaved kernel reads what was laid out for it"),
+                }
             };
         }
         let prepared: Option<Vec<(&BlockInts, &integer_avx512::Activations)>> = xs
@@ -1153,6 +1195,7 @@ mod tests {
             (3, 2560, 32),
             (33, 576, 16),
             (33, 768, 16),
+            (48, 768, 16),
             (5, 48, 16),
             (5, 96, 16),
             (9, 1536, 64),
@@ -1304,21 +1347,28 @@ mod tests {
                     .map(|(c, &q)| f32::from(q) * ints.scales[c / block])
                     .collect::<Vec<f32>>()
             };
-            // 4-bit values in whole groups of rows, interleaved where the CPU has the kernel
-            // that reads them so.
+            // 4-bit values and stepped 6-bit ones in whole groups of rows (6-bit ones in
+            // pairs of units), interleaved where the CPU has the kernel that reads them so.
             let interleaved = IntegerWeights {
                 dims: [rows, cols],
                 block,
-                values: IntegerValues::packing(&weight, block),
-                scales: BlockFactors::F32(Vec::new()),
-                offsets: None,
+                values: match packed {
+                    true => IntegerValues::packing(&weight, block),
+                    false => IntegerValues::Bytes(weight.clone()),
+                },
+                scales: factors(&scales),
+                offsets: offsets.as_deref().map(factors),
             }
             .interleaved()
             .values;
-            let interleaves =
-                bits == 4 && rows.is_multiple_of(INTERLEAVED_ROWS) && features::cpu().avx512_vnni;
+            let interleaves = (bits == 4 || bits == 6 && stepped && cols.is_multiple_of(64))
+                && rows.is_multiple_of(INTERLEAVED_ROWS)
+                && features::cpu().avx512_vnni;
             assert_eq!(
-                matches!(interleaved, IntegerValues::Interleaved { .. }),
+                matches!(
+                    interleaved,
+                    IntegerValues::Interleaved { .. } | IntegerValues::SixBitsInterleaved { .. }
+                ),
                 interleaves,
                 "{rows}x{cols}, {bits} bits: interleaved"
             );

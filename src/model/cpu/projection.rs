@@ -180,8 +180,8 @@ mod tests {
     /// decode step), beside a few (sequences decoded together), or in prompts of every length
     /// the prompt kernel takes, for every integer form: bytes in blocks of 32 and 16, 4-, 5-
     /// and 6-bit values, with and without offsets, Q6_K's stepped factors, rows of 18, 19 and
-    /// 48 blocks (chunks of 16 with the rest, an odd last block), 4-bit values interleaved
-    /// where the CPU reads them so, with and without a residual. A prompt read as cache plus
+    /// 48 blocks (chunks of 16 with the rest, an odd last block), 4-bit and stepped 6-bit
+    /// values interleaved where the CPU reads them so, with and without a residual. A prompt read as cache plus
     /// remainder, or decoded beside other sequences, gets the logits it gets alone.
     #[test]
     fn a_tokens_integer_product_does_not_depend_on_the_tokens_beside_it() {
@@ -233,11 +233,15 @@ mod tests {
                     .then(|| BlockFactors::F32((0..blocks).map(|b| -factor(b, 2)).collect())),
             }
             .interleaved();
-            let interleaves =
-                bits == 4 && rows.is_multiple_of(INTERLEAVED_ROWS) && features::cpu().avx512_vnni;
+            let interleaves = (bits == 4 || bits == 6 && stepped)
+                && rows.is_multiple_of(INTERLEAVED_ROWS)
+                && features::cpu().avx512_vnni;
             assert_eq!(
                 interleaves,
-                matches!(weights.values, IntegerValues::Interleaved { .. })
+                matches!(
+                    weights.values,
+                    IntegerValues::Interleaved { .. } | IntegerValues::SixBitsInterleaved { .. }
+                )
             );
             Weight::Integers(Arc::new(weights))
         };
@@ -255,6 +259,7 @@ mod tests {
             (37, 608, 32, 5, false, false),
             (37, 768, 16, 6, false, false),
             (37, 768, 16, 6, false, true),
+            (48, 768, 16, 6, false, true),
         ] {
             let x = tensor(tokens, cols, 8, &device);
             assert_each_token_as_in_the_whole(

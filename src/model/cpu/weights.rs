@@ -12,6 +12,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::host::HostTensor;
+use super::matvec::read_stepped;
 
 /// The backend's own weight tensor, held so that [`Weight::rows`] can borrow from it.
 ///
@@ -352,6 +353,17 @@ pub enum IntegerValues {
         zero: u8,
         cols: usize,
     },
+    /// 6-bit values as [`IntegerValues::SixBits`] holds them, read stepped (Q6_K's), each
+    /// [`INTERLEAVED_ROWS`] rows interleaved for the same kernel: the nibbles as
+    /// [`IntegerValues::Interleaved`] lays out 4-bit values, the crumbs in two lines per unit,
+    /// line `k` holding bytes `4k..4k + 4` of each row's eight (see [`interleaved_crumb_at`]),
+    /// which are the top bits of the values that nibble lines `k` and `k + 2` hold.
+    SixBitsInterleaved {
+        nibbles: Vec<u8>,
+        crumbs: Vec<u8>,
+        zero: u8,
+        cols: usize,
+    },
 }
 
 /// Rows whose 4-bit values [`IntegerValues::Interleaved`] interleaves: one 32-bit lane each
@@ -364,22 +376,83 @@ pub const INTERLEAVED_LINE_BYTES: usize = 4 * INTERLEAVED_ROWS;
 /// Bytes of one block of each of [`INTERLEAVED_ROWS`] rows: four lines.
 pub const INTERLEAVED_BLOCK_BYTES: usize = INTERLEAVED_ROWS * NIBBLE_BLOCK / 2;
 
-/// Where [`IntegerValues::Interleaved`] keeps byte `j` of block `b` of row `row`, in rows of
-/// `cols` values.
-pub const fn interleaved_at(cols: usize, row: usize, b: usize, j: usize) -> usize {
-    let group = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS * cols / 2;
-    let line = b * INTERLEAVED_BLOCK_BYTES + j / 4 * INTERLEAVED_LINE_BYTES;
+/// Bytes of the crumbs of one unit of each of [`INTERLEAVED_ROWS`] rows: two lines.
+pub const INTERLEAVED_CRUMB_BYTES: usize = INTERLEAVED_ROWS * CRUMB_BYTES;
+
+/// Where interleaved bytes of rows of `cols` values, `width` bytes per block of 32, keep byte
+/// `j` of block `b` of row `row`: per group of rows, per block, `width / 4` lines, line `k`
+/// holding bytes `4k..4k + 4` of each row's block in turn.
+const fn interleaved_in(width: usize, cols: usize, row: usize, b: usize, j: usize) -> usize {
+    let group = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS * cols / NIBBLE_BLOCK * width;
+    let line = b * INTERLEAVED_ROWS * width + j / 4 * INTERLEAVED_LINE_BYTES;
     group + line + row % INTERLEAVED_ROWS * 4 + j % 4
 }
 
-/// Whether weights of `rows` rows of `cols` 4-bit values are held
-/// [`IntegerValues::Interleaved`]: where the kernel that reads them runs (AVX-512 VNNI, which
+/// Where [`IntegerValues::Interleaved`] keeps byte `j` of block `b` of row `row`, in rows of
+/// `cols` values (and [`IntegerValues::SixBitsInterleaved`] its nibbles).
+pub const fn interleaved_at(cols: usize, row: usize, b: usize, j: usize) -> usize {
+    interleaved_in(NIBBLE_BLOCK / 2, cols, row, b, j)
+}
+
+/// Where [`IntegerValues::SixBitsInterleaved`] keeps crumb byte `j` of unit `b` of row `row`,
+/// in rows of `cols` values.
+pub const fn interleaved_crumb_at(cols: usize, row: usize, b: usize, j: usize) -> usize {
+    interleaved_in(CRUMB_BYTES, cols, row, b, j)
+}
+
+/// Whether weights of `rows` rows of `cols` values are held interleaved, for a kernel that
+/// reads rows in blocks of `unit` values: where that kernel runs (AVX-512 VNNI, which
 /// `SMOLCHAT_MAX_CPU` may turn off), for rows in whole groups.
-fn interleaves(rows: usize, cols: usize) -> bool {
+fn interleaves(rows: usize, cols: usize, unit: usize) -> bool {
     super::features::cpu().avx512_vnni
         && rows > 0
         && rows.is_multiple_of(INTERLEAVED_ROWS)
-        && cols.is_multiple_of(NIBBLE_BLOCK)
+        && cols.is_multiple_of(unit)
+}
+
+/// `values`, whole groups of [`INTERLEAVED_ROWS`] rows of `cols` values, `WIDTH` bytes per
+/// block of 32, interleaved in place (see [`interleaved_in`]), a group at a time on every
+/// core.
+fn interleave<const WIDTH: usize>(values: &mut [u8], cols: usize) {
+    let group = INTERLEAVED_ROWS * cols / NIBBLE_BLOCK * WIDTH;
+    let plain = || vec![0u8; group];
+    values
+        .par_chunks_exact_mut(group)
+        .for_each_init(plain, |plain, values| {
+            plain.copy_from_slice(values);
+            let rows = plain.chunks_exact(cols / NIBBLE_BLOCK * WIDTH).enumerate();
+            for (row, bytes) in rows {
+                for (b, block) in bytes.chunks_exact(WIDTH).enumerate() {
+                    for (j, &byte) in block.iter().enumerate() {
+                        values[interleaved_in(WIDTH, cols, row, b, j)] = byte;
+                    }
+                }
+            }
+        });
+}
+
+/// Row `row`'s bytes of blocks `first..` of interleaved values (see [`interleaved_in`]) into
+/// `out`, in order, four at a time: a byte at a time, the prompts of a 1.7B Q4_0 file ran at
+/// half the speed.
+fn gather_interleaved<const WIDTH: usize>(
+    values: &[u8],
+    cols: usize,
+    row: usize,
+    first: usize,
+    out: &mut [u8],
+) {
+    let blocks = out.len() / WIDTH;
+    // From the row's first byte to its last block's last byte.
+    let from = interleaved_in(WIDTH, cols, row, first, 0);
+    let to = interleaved_in(WIDTH, cols, row, first + blocks - 1, WIDTH - 1);
+    let lines = &values[from..=to];
+    for (b, block) in out.chunks_exact_mut(WIDTH).enumerate() {
+        let lines = &lines[b * INTERLEAVED_ROWS * WIDTH..];
+        for (k, four) in block.chunks_exact_mut(4).enumerate() {
+            let line = k * INTERLEAVED_LINE_BYTES;
+            four.copy_from_slice(&lines[line..line + 4]);
+        }
+    }
 }
 
 /// The block of packed 4- and 5-bit values, and the unit 6-bit values are packed in.
@@ -433,6 +506,13 @@ pub enum Ints<'a> {
     /// See [`IntegerValues::Interleaved`]: whole groups of rows.
     Interleaved {
         values: &'a [u8],
+        zero: u8,
+        cols: usize,
+    },
+    /// See [`IntegerValues::SixBitsInterleaved`]: whole groups of rows.
+    SixBitsInterleaved {
+        nibbles: &'a [u8],
+        crumbs: &'a [u8],
         zero: u8,
         cols: usize,
     },
@@ -589,35 +669,40 @@ impl IntegerWeights {
         }
     }
 
-    /// The same weights with 4-bit values [`IntegerValues::Interleaved`] where the decode
-    /// kernel reads them so ([`interleaves`]), in place, a group of rows at a time on every
-    /// core; as they are otherwise.
+    /// The same weights with 4-bit values [`IntegerValues::Interleaved`] and stepped 6-bit
+    /// ones [`IntegerValues::SixBitsInterleaved`] where the decode kernel reads them so
+    /// ([`interleaves`]; 6-bit rows in pairs of units, whose steps it reads together), in
+    /// place, a group of rows at a time on every core; as they are otherwise.
     pub fn interleaved(self) -> Self {
         let [rows, cols] = self.dims;
-        match self.values {
-            IntegerValues::Nibbles { mut values, zero } if interleaves(rows, cols) => {
-                let group = INTERLEAVED_ROWS * cols / 2;
-                let plain = || vec![0u8; group];
-                values
-                    .par_chunks_exact_mut(group)
-                    .for_each_init(plain, |plain, values| {
-                        plain.copy_from_slice(values);
-                        let rows = plain.chunks_exact(cols / 2).enumerate();
-                        for (row, bytes) in rows {
-                            for (b, block) in bytes.chunks_exact(NIBBLE_BLOCK / 2).enumerate() {
-                                for (j, &byte) in block.iter().enumerate() {
-                                    values[interleaved_at(cols, row, b, j)] = byte;
-                                }
-                            }
-                        }
-                    });
-                Self {
-                    values: IntegerValues::Interleaved { values, zero, cols },
-                    ..self
+        let stepped = || {
+            let offsets = self.offsets.as_ref().map(BlockFactors::borrowed);
+            read_stepped(self.block, self.scales.borrowed(), offsets)
+        };
+        let values = match self.values {
+            IntegerValues::Nibbles { mut values, zero }
+                if interleaves(rows, cols, NIBBLE_BLOCK) =>
+            {
+                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut values, cols);
+                IntegerValues::Interleaved { values, zero, cols }
+            }
+            IntegerValues::SixBits {
+                mut nibbles,
+                mut crumbs,
+                zero,
+            } if stepped() && interleaves(rows, cols, 2 * NIBBLE_BLOCK) => {
+                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut nibbles, cols);
+                interleave::<CRUMB_BYTES>(&mut crumbs, cols);
+                IntegerValues::SixBitsInterleaved {
+                    nibbles,
+                    crumbs,
+                    zero,
+                    cols,
                 }
             }
-            _ => self,
-        }
+            values => values,
+        };
+        Self { values, ..self }
     }
 
     pub fn rows(&self) -> WeightRows<'_> {
@@ -808,6 +893,17 @@ impl IntegerValues {
                 zero,
                 cols,
             } => Ints::Interleaved { values, zero, cols },
+            &Self::SixBitsInterleaved {
+                ref nibbles,
+                ref crumbs,
+                zero,
+                cols,
+            } => Ints::SixBitsInterleaved {
+                nibbles,
+                crumbs,
+                zero,
+                cols,
+            },
         }
     }
 
@@ -843,7 +939,9 @@ impl Ints<'_> {
         match self {
             Self::Bytes(values) => values.len(),
             Self::Nibbles { values, .. } | Self::Interleaved { values, .. } => values.len() * 2,
-            Self::FiveBits { nibbles, .. } | Self::SixBits { nibbles, .. } => nibbles.len() * 2,
+            Self::FiveBits { nibbles, .. }
+            | Self::SixBits { nibbles, .. }
+            | Self::SixBitsInterleaved { nibbles, .. } => nibbles.len() * 2,
         }
     }
 
@@ -855,7 +953,7 @@ impl Ints<'_> {
             Self::Nibbles { .. } | Self::FiveBits { .. } | Self::Interleaved { .. } => {
                 block == NIBBLE_BLOCK
             }
-            Self::SixBits { .. } => block == SIX_BIT_BLOCK,
+            Self::SixBits { .. } | Self::SixBitsInterleaved { .. } => block == SIX_BIT_BLOCK,
         }
     }
 
@@ -886,6 +984,26 @@ impl Ints<'_> {
                 let first = interleaved_at(cols, row, b, 0);
                 let len = range.len() / NIBBLE_BLOCK * INTERLEAVED_BLOCK_BYTES;
                 [&values[first..(first + len).min(values.len())], &[]]
+            }
+            Self::SixBitsInterleaved {
+                nibbles,
+                crumbs,
+                cols,
+                ..
+            } => {
+                let (row, b) = (range.start / cols, range.start % cols / NIBBLE_BLOCK);
+                if !row.is_multiple_of(INTERLEAVED_ROWS) {
+                    return [&[], &[]];
+                }
+                let units = range.len() / NIBBLE_BLOCK;
+                let first = interleaved_at(cols, row, b, 0);
+                let len = units * INTERLEAVED_BLOCK_BYTES;
+                let first_crumb = interleaved_crumb_at(cols, row, b, 0);
+                let crumbs_len = units * INTERLEAVED_CRUMB_BYTES;
+                [
+                    &nibbles[first..(first + len).min(nibbles.len())],
+                    &crumbs[first_crumb..(first_crumb + crumbs_len).min(crumbs.len())],
+                ]
             }
         }
     }
@@ -959,31 +1077,40 @@ impl Ints<'_> {
                 }
                 six_bits_as_bytes(nibbles, crumbs, zero, bytes);
             }
-            // The row's blocks gathered back in order, four bytes at a time, a piece at a
-            // time, and unpacked as plain nibbles: a byte at a time, the prompts of a 1.7B
-            // Q4_0 file ran at half the speed.
+            // The row's blocks gathered back in order, a piece at a time, and unpacked as
+            // plain nibbles.
             Self::Interleaved { values, zero, cols } => {
-                const PIECE: usize = 64 * NIBBLE_BLOCK;
-                let mut plain = [0u8; PIECE / 2];
-                for (p, bytes) in bytes.chunks_mut(PIECE).enumerate() {
-                    let at = start + p * PIECE;
+                let mut plain = [0u8; UNPACKED_PIECE / 2];
+                for (p, bytes) in bytes.chunks_mut(UNPACKED_PIECE).enumerate() {
+                    let at = start + p * UNPACKED_PIECE;
                     let (row, first) = (at / cols, at % cols / NIBBLE_BLOCK);
                     let nibbles = &mut plain[..bytes.len() / 2];
-                    let blocks = nibbles.len() / (NIBBLE_BLOCK / 2);
-                    // From the row's first byte to its last block's last byte.
-                    let from = interleaved_at(cols, row, first, 0);
-                    let to = interleaved_at(cols, row, first + blocks - 1, NIBBLE_BLOCK / 2 - 1);
-                    let lines = &values[from..=to];
-                    let blocks = nibbles.chunks_exact_mut(NIBBLE_BLOCK / 2).enumerate();
-                    for (b, block) in blocks {
-                        let lines = &lines[b * INTERLEAVED_BLOCK_BYTES..];
-                        for (k, four) in block.chunks_exact_mut(4).enumerate() {
-                            let line = k * INTERLEAVED_LINE_BYTES;
-                            four.copy_from_slice(&lines[line..line + 4]);
-                        }
-                    }
+                    gather_interleaved::<{ NIBBLE_BLOCK / 2 }>(values, cols, row, first, nibbles);
                     Ints::Nibbles {
                         values: nibbles,
+                        zero,
+                    }
+                    .unpack(0, bytes);
+                }
+            }
+            Self::SixBitsInterleaved {
+                nibbles,
+                crumbs,
+                zero,
+                cols,
+            } => {
+                let mut plain = [0u8; UNPACKED_PIECE / 2];
+                let mut plain_crumbs = [0u8; UNPACKED_PIECE / 4];
+                for (p, bytes) in bytes.chunks_mut(UNPACKED_PIECE).enumerate() {
+                    let at = start + p * UNPACKED_PIECE;
+                    let (row, first) = (at / cols, at % cols / NIBBLE_BLOCK);
+                    let plain = &mut plain[..bytes.len() / 2];
+                    let plain_crumbs = &mut plain_crumbs[..bytes.len() / 4];
+                    gather_interleaved::<{ NIBBLE_BLOCK / 2 }>(nibbles, cols, row, first, plain);
+                    gather_interleaved::<CRUMB_BYTES>(crumbs, cols, row, first, plain_crumbs);
+                    Ints::SixBits {
+                        nibbles: plain,
+                        crumbs: plain_crumbs,
                         zero,
                     }
                     .unpack(0, bytes);
@@ -992,6 +1119,9 @@ impl Ints<'_> {
         }
     }
 }
+
+/// The values [`Ints::unpack`] gathers from interleaved rows at a time, on the stack.
+const UNPACKED_PIECE: usize = 64 * NIBBLE_BLOCK;
 
 /// Blocks of 4-bit values (see [`IntegerValues::Nibbles`]) as one byte per value, `zero`
 /// taken off, on any CPU.

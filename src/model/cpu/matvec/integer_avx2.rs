@@ -300,7 +300,7 @@ pub unsafe fn rows_dot<const V: usize>(
                             }
                         }
                     }
-                    Ints::Interleaved { .. } => {
+                    Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } => {
                         unreachable!("interleaved weights take their own kernel")
                     }
                 }

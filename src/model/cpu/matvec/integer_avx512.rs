@@ -836,7 +836,7 @@ macro_rules! kernel {
                                     std::array::from_fn(|v| whole(unit, x[v]))
                                 });
                             }
-                            Ints::Interleaved { .. } => {
+                            Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } => {
                                 unreachable!("interleaved weights take their own kernel")
                             }
                         }

@@ -1,5 +1,6 @@
-//! The decode kernel of 4-bit weights held interleaved, sixteen rows to a line
-//! (`IntegerValues::Interleaved`), on CPUs with AVX-512 VNNI.
+//! The decode kernel of 4-bit and stepped 6-bit weights held interleaved, sixteen rows to a
+//! line (`IntegerValues::Interleaved`, `IntegerValues::SixBitsInterleaved`), on CPUs with
+//! AVX-512 VNNI.
 //!
 //! The other kernels read a row at a time, a block's products spread over the lanes of a
 //! vector, and spend as much on adding the lanes across, scaling each block and adding the
@@ -9,10 +10,12 @@
 //! nibbles times four activations broadcast are sixteen rows' sums in one `vpdpbusd`, and a
 //! block's sums, scaled, are added to the sixteen outputs as they stand, with no sum across
 //! lanes and no transposition. It decoded a 1.7B Q4_0 file 1.31× as fast as the row kernel
-//! (with VNNI, in 512-bit vectors) and the 135M one 1.24×, Q4_K_M 1.06×.
+//! (with VNNI, in 512-bit vectors) and the 135M one 1.24×, Q4_K_M 1.06×. 6-bit values add
+//! their top bits from two lines of crumbs per unit, and each half unit's sum is multiplied
+//! by its step (gathered, two units' at a time, from the factors as stored).
 //!
 //! The activations stay 16-bit (see `BlockInts`), split into bytes as `integer_vnni` splits
-//! them, `x = 256·high + low`: the weights (0 to 15 as stored) are the unsigned operand beside
+//! them, `x = 256·high + low`: the weights (0 to 63 as stored) are the unsigned operand beside
 //! the high bytes and the signed one beside the low. Each block's integer sum, its term and
 //! the order the terms are added in are every other kernel's, so the bits are too.
 
@@ -22,8 +25,8 @@ use super::avx2::prefetch;
 use super::integer_avx512::{products, transpose, widened};
 use super::{BlockInts, grow};
 use crate::model::cpu::weights::{
-    Factors, INTERLEAVED_BLOCK_BYTES, INTERLEAVED_LINE_BYTES, INTERLEAVED_ROWS as ROWS,
-    NIBBLE_BLOCK,
+    Factors, INTERLEAVED_BLOCK_BYTES, INTERLEAVED_CRUMB_BYTES, INTERLEAVED_LINE_BYTES,
+    INTERLEAVED_ROWS as ROWS, NIBBLE_BLOCK,
 };
 
 /// How far ahead of the line being read the kernel asks for weights: four times the other
@@ -36,8 +39,9 @@ const PREFETCH_BYTES: usize = 8192;
 pub struct Activations {
     /// Per block of 32, its values' high bytes (signed), then their low bytes (unsigned).
     bytes: Vec<u8>,
-    /// Per block, the weights' zero point times the sum of its values, which comes off the
-    /// block's sum of products with the weights as stored.
+    /// Per block of the weights' zero points (a block of 32, or for 6-bit weights each half
+    /// of one), the zero point times the sum of its values, which comes off the block's sum
+    /// of products with the weights as stored.
     zero_sums: Vec<i32>,
     /// The block scales repeated for each row of a group, which its factors multiply element
     /// by element.
@@ -45,8 +49,9 @@ pub struct Activations {
 }
 
 impl Activations {
-    /// For weights whose values are stored plus `zero`.
-    pub fn of(x: &BlockInts, zero: u8) -> Self {
+    /// For weights whose values are stored plus `zero`, in blocks of `zeroed` that a zero
+    /// sum each takes off: 32 for 4-bit weights, 16 for 6-bit ones.
+    pub fn of(x: &BlockInts, zero: u8, zeroed: usize) -> Self {
         let mut bytes = vec![0; 2 * x.values.len()];
         let blocks = x.values.chunks_exact(NIBBLE_BLOCK);
         for (block, out) in blocks.zip(bytes.chunks_exact_mut(2 * NIBBLE_BLOCK)) {
@@ -55,28 +60,49 @@ impl Activations {
                 (*high, *low) = ((v >> 8) as u8, v as u8);
             }
         }
+        let zero_sum = |values: &[i16]| values.iter().map(|&v| i32::from(v)).sum::<i32>();
         Self {
             bytes,
-            zero_sums: x.zero_sums(zero),
+            zero_sums: (x.values.chunks_exact(zeroed))
+                .map(|values| i32::from(zero) * zero_sum(values))
+                .collect(),
             scales: x.scales.repeat(ROWS),
         }
     }
 }
 
+/// Interleaved weights as the kernel reads them.
+#[derive(Clone, Copy)]
+pub enum Lines<'a> {
+    /// 4-bit values.
+    Nibbles(&'a [u8]),
+    /// Stepped 6-bit values: their nibbles and crumbs, each half unit's step as stored (a
+    /// row's in turn), and the factors those steps are part of, which the kernel asks the
+    /// cache for ahead.
+    SixBits {
+        nibbles: &'a [u8],
+        crumbs: &'a [u8],
+        steps: &'a [i8],
+        factors: Factors<'a>,
+    },
+}
+
 /// Adds each row's product with each of the `V` activation rows to that row's output,
 /// offsets included, every output summed as `token_lanes` sums it: each block's integer sum
-/// whole, less the zero point's share, scaled (`cvt(sum) · (w_scale · x_scale)`, then
-/// `+ offset · Σx` in one rounding), and the blocks' terms added to the output in turn. Each
-/// line of weights is loaded and split into nibbles once for all `V` activation rows.
+/// whole, less the zero point's share (for 6-bit values, each half's, times its step),
+/// scaled (`cvt(sum) · (w_scale · x_scale)`, then `+ offset · Σx` in one rounding), and the
+/// blocks' terms added to the output in turn. Each line of weights is loaded and widened
+/// once for all `V` activation rows.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, BW, VL and VNNI, FMA and F16C; `values` must hold
-/// `outs[v].len()` rows (whole groups of [`ROWS`]) of `x.values.len()` 4-bit values
-/// interleaved, and `scales` and `offsets` one factor per block of 32 of those rows; each
-/// `prepared` is [`Activations::of`] its `x` with the weights' zero point.
+/// The CPU must have AVX-512 F, BW, VL and VNNI, FMA and F16C; `lines` must hold
+/// `outs[v].len()` rows (whole groups of [`ROWS`]) of `x.values.len()` values interleaved
+/// (for 6-bit ones, in whole pairs of units, with two steps per unit), and `scales` and
+/// `offsets` one factor per block of 32 of those rows; each `prepared` is
+/// [`Activations::of`] its `x` with the weights' zero point and blocks of it.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn rows_dot<const V: usize>(
-    values: &[u8],
+    lines: Lines<'_>,
     scales: Factors<'_>,
     offsets: Option<Factors<'_>>,
     xs: [(&BlockInts, &Activations); V],
@@ -95,20 +121,29 @@ pub unsafe fn rows_dot<const V: usize>(
     grow(buffer, needed);
     let (scaled, rest) = buffer[..needed].split_at_mut(V * group);
     let (offsets_of_group, by_row) = rest.split_at_mut(group);
-    // Where a block's factor of each of a group's sixteen rows lies, as they are formed.
-    let rows_apart = _mm512_mullo_epi32(
-        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-        _mm512_set1_epi32(blocks as i32),
-    );
-    let low_bits = _mm512_set1_epi8(0x0F);
-    let zero = _mm512_setzero_si512();
+    let factors = Scaling {
+        gathered,
+        // Where a block's factor of each of a group's sixteen rows lies, as they are formed.
+        rows_apart: _mm512_mullo_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(blocks as i32),
+        ),
+        group,
+        offsets: offsets.is_some(),
+    };
+    // The factors asked for ahead: for 6-bit values, their steps with their bases.
+    let (ahead_of, per_block) = match lines {
+        Lines::SixBits { factors, .. } => (factors, 2),
+        Lines::Nibbles(_) => (scales, 1),
+    };
     let rows = outs[0].len();
     for (g, first) in (0..rows).step_by(ROWS).enumerate() {
-        let factors = first * blocks..(first + ROWS) * blocks;
+        let factors_of_group = first * blocks..(first + ROWS) * blocks;
         // The next group's factors, asked for a line per block while this group's weights
         // are read: read cold when the group begins, they were a quarter of a step.
-        let next = factors.end..(factors.end + group).min(rows * blocks);
-        let [scales_ahead, steps_ahead] = scales.range(next.clone()).stored();
+        let next = factors_of_group.end..(factors_of_group.end + group).min(rows * blocks);
+        let next_stored = ahead_of.range(per_block * next.start..per_block * next.end);
+        let [scales_ahead, steps_ahead] = next_stored.stored();
         let [offsets_ahead, their_steps] =
             offsets.map_or([&[][..]; 2], |offsets| offsets.range(next.clone()).stored());
         let ahead = [scales_ahead, steps_ahead, offsets_ahead, their_steps];
@@ -117,82 +152,283 @@ pub unsafe fn rows_dot<const V: usize>(
         unsafe {
             for (v, (_, prepared)) in xs.iter().enumerate() {
                 let scaled = &mut scaled[v * group..][..group];
+                let scales = scales.range(factors_of_group.clone());
                 match gathered {
-                    true => products(scales.range(factors.clone()), &prepared.scales, scaled),
+                    true => products(scales, &prepared.scales, scaled),
                     false => {
-                        products(scales.range(factors.clone()), &prepared.scales, by_row);
+                        products(scales, &prepared.scales, by_row);
                         by_block(by_row, blocks, scaled);
                     }
                 }
             }
             if let Some(offsets) = offsets {
+                let offsets = offsets.range(factors_of_group.clone());
                 match gathered {
-                    true => widened(offsets.range(factors.clone()), offsets_of_group),
+                    true => widened(offsets, offsets_of_group),
                     false => {
-                        widened(offsets.range(factors.clone()), by_row);
+                        widened(offsets, by_row);
                         by_block(by_row, blocks, offsets_of_group);
                     }
                 }
             }
         }
-        // SAFETY: the group's outputs, its lines of weights and each activation row's blocks
-        // lie where read, as the caller guarantees; a prefetch cannot fault.
+        let prefetch_ahead = |b: usize| {
+            for bytes in &ahead {
+                if let Some(line) = bytes.get(64 * b..) {
+                    prefetch(line.as_ptr(), 0);
+                }
+            }
+        };
+        // SAFETY: the group's outputs, its lines of weights (and steps) and each activation
+        // row's blocks lie where read, as the caller guarantees; a prefetch cannot fault.
         unsafe {
-            let lines = values.as_ptr().add(g * blocks * INTERLEAVED_BLOCK_BYTES);
             let mut sums: [__m512; V] =
                 std::array::from_fn(|v| _mm512_loadu_ps(outs[v].as_ptr().add(first)));
-            for b in 0..blocks {
-                for bytes in &ahead {
-                    if let Some(line) = bytes.get(64 * b..) {
-                        prefetch(line.as_ptr(), 0);
+            let add = |sums: &mut [__m512; V], totals: [__m512i; V], b: usize| {
+                factors.add_terms(sums, totals, b, &xs, scaled, offsets_of_group)
+            };
+            match lines {
+                Lines::Nibbles(values) => {
+                    let lines = values.as_ptr().add(g * blocks * INTERLEAVED_BLOCK_BYTES);
+                    for b in 0..blocks {
+                        prefetch_ahead(b);
+                        let at = lines.add(b * INTERLEAVED_BLOCK_BYTES);
+                        add(&mut sums, nibble_totals(at, b, &xs), b);
                     }
                 }
-                let at = lines.add(b * INTERLEAVED_BLOCK_BYTES);
-                // Line `k`: each row's bytes `4k..4k + 4`, values `4k..4k + 4` in their low
-                // halves and `16 + 4k..` in their high ones.
-                let line: [__m512i; 4] = std::array::from_fn(|k| {
-                    let at = at.add(k * INTERLEAVED_LINE_BYTES);
-                    prefetch(at, PREFETCH_BYTES);
-                    _mm512_loadu_si512(at.cast())
-                });
-                let lows = line.map(|line| _mm512_and_si512(line, low_bits));
-                let highs =
-                    line.map(|line| _mm512_and_si512(_mm512_srli_epi16::<4>(line), low_bits));
-                for (v, sums) in sums.iter_mut().enumerate() {
-                    let x = xs[v].1.bytes.as_ptr().add(b * 2 * NIBBLE_BLOCK);
-                    // Bytes `i..i + 4` of the block's split activations, in every lane.
-                    let four =
-                        |i: usize| _mm512_set1_epi32(x.add(i).cast::<i32>().read_unaligned());
-                    let (mut high, mut high_2, mut low, mut low_2) = (zero, zero, zero, zero);
-                    for k in 0..4 {
-                        high = _mm512_dpbusd_epi32(high, lows[k], four(4 * k));
-                        high_2 = _mm512_dpbusd_epi32(high_2, highs[k], four(16 + 4 * k));
-                        low = _mm512_dpbusd_epi32(low, four(32 + 4 * k), lows[k]);
-                        low_2 = _mm512_dpbusd_epi32(low_2, four(48 + 4 * k), highs[k]);
+                Lines::SixBits {
+                    nibbles,
+                    crumbs,
+                    steps,
+                    ..
+                } => {
+                    let lines = nibbles.as_ptr().add(g * blocks * INTERLEAVED_BLOCK_BYTES);
+                    let crumbs = crumbs.as_ptr().add(g * blocks * INTERLEAVED_CRUMB_BYTES);
+                    // Where each row's steps begin, in bytes from the group's.
+                    let steps = steps.as_ptr().add(2 * first * blocks);
+                    let steps_apart = _mm512_slli_epi32::<1>(factors.rows_apart);
+                    for pair in (0..blocks).step_by(2) {
+                        // Both units' steps of each row: the first's two, then the second's.
+                        let four =
+                            _mm512_i32gather_epi32::<1>(steps_apart, steps.add(2 * pair).cast());
+                        for (half, b) in [pair, pair + 1].into_iter().enumerate() {
+                            prefetch_ahead(b);
+                            let at = lines.add(b * INTERLEAVED_BLOCK_BYTES);
+                            let crumbs = crumbs.add(b * INTERLEAVED_CRUMB_BYTES);
+                            let two = match half {
+                                0 => four,
+                                _ => _mm512_srli_epi32::<16>(four),
+                            };
+                            let totals = six_bit_totals(at, crumbs, two, b, &xs);
+                            add(&mut sums, totals, b);
+                        }
                     }
-                    let high = _mm512_slli_epi32::<8>(_mm512_add_epi32(high, high_2));
-                    let total = _mm512_add_epi32(high, _mm512_add_epi32(low, low_2));
-                    let zero_sum = _mm512_set1_epi32(xs[v].1.zero_sums[b]);
-                    let total = _mm512_sub_epi32(total, zero_sum);
-                    // Block `b`'s factors of the group's rows.
-                    let of_block = |factors: *const f32| match gathered {
-                        true => _mm512_i32gather_ps::<4>(rows_apart, factors.add(b).cast()),
-                        false => _mm512_loadu_ps(factors.add(b * ROWS)),
-                    };
-                    let scale = of_block(scaled.as_ptr().add(v * group));
-                    let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(total), scale);
-                    if offsets.is_some() {
-                        let offset = of_block(offsets_of_group.as_ptr());
-                        let x_sum = _mm512_set1_ps(xs[v].0.sums[b]);
-                        term = _mm512_fmadd_ps(x_sum, offset, term);
-                    }
-                    *sums = _mm512_add_ps(*sums, term);
                 }
             }
             for (v, sums) in sums.iter().enumerate() {
                 _mm512_storeu_ps(outs[v].as_mut_ptr().add(first), *sums);
             }
         }
+    }
+}
+
+/// How a group's blocks' sums are scaled: where its factors lie and in what order.
+#[derive(Clone, Copy)]
+struct Scaling {
+    /// Each block's factors gathered from the rows' (one activation row), or read a block's
+    /// sixteen together (several).
+    gathered: bool,
+    /// Where a block's factor of each of a group's rows lies, from the first's, as formed.
+    rows_apart: __m512i,
+    /// Factors per activation row of a group.
+    group: usize,
+    offsets: bool,
+}
+
+impl Scaling {
+    /// Block `b`'s terms from each activation row's integer sums `totals` (sixteen rows'),
+    /// added to `sums`: converted, times the scales of `scaled` (each activation row's
+    /// group), plus the offsets of `offsets` times the block's activation sum.
+    ///
+    /// # Safety
+    /// As for [`rows_dot`]; the buffers hold a group's factors, in the order `gathered` says.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[inline]
+    unsafe fn add_terms<const V: usize>(
+        self,
+        sums: &mut [__m512; V],
+        totals: [__m512i; V],
+        b: usize,
+        xs: &[(&BlockInts, &Activations); V],
+        scaled: &[f32],
+        offsets: &[f32],
+    ) {
+        // SAFETY: the caller's.
+        unsafe {
+            // Block `b`'s factors of the group's rows.
+            let of_block = |factors: *const f32| match self.gathered {
+                true => _mm512_i32gather_ps::<4>(self.rows_apart, factors.add(b).cast()),
+                false => _mm512_loadu_ps(factors.add(b * ROWS)),
+            };
+            for (v, sums) in sums.iter_mut().enumerate() {
+                let scale = of_block(scaled.as_ptr().add(v * self.group));
+                let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(totals[v]), scale);
+                if self.offsets {
+                    let offset = of_block(offsets.as_ptr());
+                    let x_sum = _mm512_set1_ps(xs[v].0.sums[b]);
+                    term = _mm512_fmadd_ps(x_sum, offset, term);
+                }
+                *sums = _mm512_add_ps(*sums, term);
+            }
+        }
+    }
+}
+
+/// Bytes `i..i + 4` of block `b`'s split activations of `x`, in every lane.
+///
+/// # Safety
+/// The block lies inside `x`'s activations.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn four(x: &Activations, b: usize, i: usize) -> __m512i {
+    // SAFETY: the caller's.
+    unsafe {
+        let at = x.bytes.as_ptr().add(b * 2 * NIBBLE_BLOCK + i);
+        _mm512_set1_epi32(at.cast::<i32>().read_unaligned())
+    }
+}
+
+/// Block `b`'s integer sums of sixteen 4-bit rows, whose four lines lie at `at`, with each
+/// activation row, less the zero point's share.
+///
+/// # Safety
+/// As for [`rows_dot`], for the block; asks for weights ahead.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn nibble_totals<const V: usize>(
+    at: *const u8,
+    b: usize,
+    xs: &[(&BlockInts, &Activations); V],
+) -> [__m512i; V] {
+    // SAFETY: the caller's; a prefetch cannot fault.
+    unsafe {
+        let low_bits = _mm512_set1_epi8(0x0F);
+        // Line `k`: each row's bytes `4k..4k + 4`, values `4k..4k + 4` in their low halves
+        // and `16 + 4k..` in their high ones.
+        let line: [__m512i; 4] = std::array::from_fn(|k| {
+            let at = at.add(k * INTERLEAVED_LINE_BYTES);
+            prefetch(at, PREFETCH_BYTES);
+            _mm512_loadu_si512(at.cast())
+        });
+        let lows = line.map(|line| _mm512_and_si512(line, low_bits));
+        let highs = line.map(|line| _mm512_and_si512(_mm512_srli_epi16::<4>(line), low_bits));
+        let mut totals = [_mm512_setzero_si512(); V];
+        for (total, (_, x)) in totals.iter_mut().zip(xs) {
+            let [high, high_2, low, low_2] = half_sums(lows, highs, x, b);
+            let high = _mm512_slli_epi32::<8>(_mm512_add_epi32(high, high_2));
+            let sum = _mm512_add_epi32(high, _mm512_add_epi32(low, low_2));
+            *total = _mm512_sub_epi32(sum, _mm512_set1_epi32(x.zero_sums[b]));
+        }
+        totals
+    }
+}
+
+/// Unit `b`'s integer sums of sixteen stepped 6-bit rows, whose four lines of nibbles lie at
+/// `at` and two of crumbs at `crumbs`, with each activation row: each half's sum less the
+/// zero point's share, times its step (each row's two in the low two bytes of `steps`'
+/// lanes), added.
+///
+/// # Safety
+/// As for [`rows_dot`], for the unit; asks for weights ahead.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn six_bit_totals<const V: usize>(
+    at: *const u8,
+    crumbs: *const u8,
+    steps: __m512i,
+    b: usize,
+    xs: &[(&BlockInts, &Activations); V],
+) -> [__m512i; V] {
+    // SAFETY: the caller's; a prefetch cannot fault.
+    unsafe {
+        let (low_bits, top_bits) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+        let line: [__m512i; 4] = std::array::from_fn(|k| {
+            let at = at.add(k * INTERLEAVED_LINE_BYTES);
+            prefetch(at, PREFETCH_BYTES);
+            _mm512_loadu_si512(at.cast())
+        });
+        let [c0, c1] = [0, 1].map(|d| {
+            let at = crumbs.add(d * INTERLEAVED_LINE_BYTES);
+            prefetch(at, PREFETCH_BYTES / 2);
+            _mm512_loadu_si512(at.cast())
+        });
+        // Line `k`'s values `4k + i` find their top bits at bit `2(k / 2)` of each row's
+        // crumb byte `4(k % 2) + i`, and values `16 + 4k + i` at bit `4 + 2(k / 2)`:
+        // shifted to bits 4 and 5.
+        let first_tops = [
+            _mm512_slli_epi16::<4>(c0),
+            _mm512_slli_epi16::<4>(c1),
+            _mm512_slli_epi16::<2>(c0),
+            _mm512_slli_epi16::<2>(c1),
+        ];
+        let second_tops = [
+            c0,
+            c1,
+            _mm512_srli_epi16::<2>(c0),
+            _mm512_srli_epi16::<2>(c1),
+        ];
+        // (nibbles & low_bits) | (tops & top_bits)
+        let value = |nibbles: __m512i, tops: __m512i| {
+            let tops = _mm512_and_si512(tops, top_bits);
+            _mm512_ternarylogic_epi32::<0xEA>(nibbles, low_bits, tops)
+        };
+        let firsts: [__m512i; 4] = std::array::from_fn(|k| value(line[k], first_tops[k]));
+        let seconds: [__m512i; 4] =
+            std::array::from_fn(|k| value(_mm512_srli_epi16::<4>(line[k]), second_tops[k]));
+        let first_steps = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<24>(steps));
+        let second_steps = _mm512_srai_epi32::<24>(_mm512_slli_epi32::<16>(steps));
+        let mut totals = [_mm512_setzero_si512(); V];
+        for (total, (_, x)) in totals.iter_mut().zip(xs) {
+            let [high, high_2, low, low_2] = half_sums(firsts, seconds, x, b);
+            let first = _mm512_add_epi32(_mm512_slli_epi32::<8>(high), low);
+            let second = _mm512_add_epi32(_mm512_slli_epi32::<8>(high_2), low_2);
+            let zero_sums = x.zero_sums.as_ptr().add(2 * b);
+            let first = _mm512_sub_epi32(first, _mm512_set1_epi32(*zero_sums));
+            let second = _mm512_sub_epi32(second, _mm512_set1_epi32(*zero_sums.add(1)));
+            *total = _mm512_add_epi32(
+                _mm512_mullo_epi32(first, first_steps),
+                _mm512_mullo_epi32(second, second_steps),
+            );
+        }
+        totals
+    }
+}
+
+/// The sums of block `b`'s values `0..16` (`firsts`, four to a lane per line) and `16..32`
+/// (`seconds`) of sixteen rows with activation row `x`'s high bytes, then with its low
+/// bytes: each half's sum is `256 · high + low`.
+///
+/// # Safety
+/// The block lies inside `x`'s activations; the CPU has AVX-512 VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[inline]
+unsafe fn half_sums(
+    firsts: [__m512i; 4],
+    seconds: [__m512i; 4],
+    x: &Activations,
+    b: usize,
+) -> [__m512i; 4] {
+    // SAFETY: the caller's.
+    unsafe {
+        let zero = _mm512_setzero_si512();
+        let (mut high, mut high_2, mut low, mut low_2) = (zero, zero, zero, zero);
+        for k in 0..4 {
+            high = _mm512_dpbusd_epi32(high, firsts[k], four(x, b, 4 * k));
+            high_2 = _mm512_dpbusd_epi32(high_2, seconds[k], four(x, b, 16 + 4 * k));
+            low = _mm512_dpbusd_epi32(low, four(x, b, 32 + 4 * k), firsts[k]);
+            low_2 = _mm512_dpbusd_epi32(low_2, four(x, b, 48 + 4 * k), seconds[k]);
+        }
+        [high, high_2, low, low_2]
     }
 }
 
