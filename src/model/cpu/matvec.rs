@@ -1359,50 +1359,77 @@ mod tests {
                 scales: factors(&scales),
                 offsets: offsets.as_deref().map(factors),
             }
-            .interleaved()
-            .values;
+            .interleaved();
             let interleaves = (bits == 4 || bits == 6 && stepped && cols.is_multiple_of(64))
                 && rows.is_multiple_of(INTERLEAVED_ROWS)
                 && features::cpu().avx512_vnni;
             assert_eq!(
                 matches!(
-                    interleaved,
+                    interleaved.values,
                     IntegerValues::Interleaved { .. } | IntegerValues::SixBitsInterleaved { .. }
                 ),
                 interleaves,
                 "{rows}x{cols}, {bits} bits: interleaved"
             );
-            let tiles = interleaves.then(|| interleaved.borrowed());
+            // 4-bit weights' factors laid out by block with them, 6-bit ones' as they were.
+            let (tile_scales, tile_offsets) = (
+                interleaved.scales.borrowed(),
+                interleaved.offsets.as_ref().map(BlockFactors::borrowed),
+            );
+            for factors in [Some(tile_scales), tile_offsets].into_iter().flatten() {
+                assert_eq!(
+                    matches!(
+                        factors,
+                        Factors::F16ByBlock { .. } | Factors::ScaledByBlock { .. }
+                    ),
+                    interleaves && bits == 4,
+                    "{rows}x{cols}, {bits} bits: factors by block"
+                );
+            }
+            let tiles = interleaves.then(|| interleaved.values.borrowed());
             if let Some(tiles) = tiles {
                 assert_eq!(
                     integer_kernel(tiles, block),
                     Some(IntegerKernel::Interleaved)
                 );
-                let widen = |values| {
+                let widen = |values, scales, offsets| {
                     let rows = WeightRows::Integers {
                         values,
-                        scales: scale_factors.borrowed(),
-                        offsets: offset_factors.as_ref().map(BlockFactors::borrowed),
+                        scales,
+                        offsets,
                         block,
                     };
                     let mut out = vec![0.0; rows.len()];
                     rows.widen(0, &mut out);
                     out
                 };
+                let row_major = (
+                    scale_factors.borrowed(),
+                    offset_factors.as_ref().map(BlockFactors::borrowed),
+                );
                 assert_eq!(
-                    widen(tiles),
-                    widen(ints),
+                    widen(tiles, tile_scales, tile_offsets),
+                    widen(ints, row_major.0, row_major.1),
                     "{rows}x{cols}: interleaved values"
                 );
             }
             if let Some(fastest) = integer_kernel(ints, block) {
                 // Every kernel sums each output in one order, so all give the same bits.
                 let mut first: Option<(IntegerKernel, Vec<f32>)> = None;
+                let row_major = (
+                    scale_factors.borrowed(),
+                    offset_factors.as_ref().map(BlockFactors::borrowed),
+                );
+                // The interleaved kernel with the factors laid out as the loader lays them
+                // out, and with them in rows.
                 let runs = integer_kernels_up_to(fastest, ints, stepped)
                     .into_iter()
-                    .map(|kernel| (kernel, ints))
-                    .chain(tiles.map(|tiles| (IntegerKernel::Interleaved, tiles)));
-                for (kernel, ints) in runs {
+                    .map(|kernel| (kernel, ints, row_major))
+                    .chain(tiles.into_iter().flat_map(|tiles| {
+                        [(tile_scales, tile_offsets), row_major]
+                            .map(|factors| (IntegerKernel::Interleaved, tiles, factors))
+                    }));
+                for (kernel, ints, (kernel_scales, kernel_offsets)) in runs {
                     let rounded = rounded(kernel);
                     let x = IntegerActivations::of(&x, ints, block, kernel, stepped);
                     let mut out = vec![1.0; rows];
@@ -1411,8 +1438,8 @@ mod tests {
                         rows_dot_integers(
                             kernel,
                             ints,
-                            scale_factors.borrowed(),
-                            offset_factors.as_ref().map(BlockFactors::borrowed),
+                            kernel_scales,
+                            kernel_offsets,
                             stepped,
                             &mut Vec::new(),
                             std::slice::from_ref(&x),
@@ -1453,8 +1480,8 @@ mod tests {
                             rows_dot_integers(
                                 kernel,
                                 ints,
-                                scale_factors.borrowed(),
-                                offset_factors.as_ref().map(BlockFactors::borrowed),
+                                kernel_scales,
+                                kernel_offsets,
                                 stepped,
                                 &mut Vec::new(),
                                 xs,
@@ -1484,8 +1511,8 @@ mod tests {
                 if let Some(tiles) = tiles {
                     let rows_of_tiles = WeightRows::Integers {
                         values: tiles,
-                        scales: scale_factors.borrowed(),
-                        offsets: offset_factors.as_ref().map(BlockFactors::borrowed),
+                        scales: tile_scales,
+                        offsets: tile_offsets,
                         block,
                     };
                     let bits = |out: Vec<f32>| out.iter().map(|v| v.to_bits()).collect::<Vec<_>>();

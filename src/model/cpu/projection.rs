@@ -179,9 +179,10 @@ mod tests {
     /// Each token's outputs, bit for bit, whatever tokens it is multiplied with: alone (a
     /// decode step), beside a few (sequences decoded together), or in prompts of every length
     /// the prompt kernel takes, for every integer form: bytes in blocks of 32 and 16, 4-, 5-
-    /// and 6-bit values, with and without offsets, Q6_K's stepped factors, rows of 18, 19 and
-    /// 48 blocks (chunks of 16 with the rest, an odd last block), 4-bit and stepped 6-bit
-    /// values interleaved where the CPU reads them so, with and without a residual. A prompt read as cache plus
+    /// and 6-bit values, with and without offsets, Q6_K's stepped factors and K-type ones,
+    /// rows of 18, 19 and 48 blocks (chunks of 16 with the rest, an odd last block), 4-bit and
+    /// stepped 6-bit values interleaved where the CPU reads them so (4-bit ones with their
+    /// factors laid out by block), with and without a residual. A prompt read as cache plus
     /// remainder, or decoded beside other sequences, gets the logits it gets alone.
     #[test]
     fn a_tokens_integer_product_does_not_depend_on_the_tokens_beside_it() {
@@ -209,7 +210,8 @@ mod tests {
                 f16::from_f32(0.001 + v * 0.01).to_f32()
             };
             let scales: Vec<f32> = match stepped {
-                // A base per super-block of 16 blocks times an 8-bit step, as Q6_K's.
+                // A base per 16 blocks times an 8-bit step, as Q6_K's (and, per 8 blocks of
+                // 32, as Q4_K's).
                 true => (0..blocks)
                     .map(|b| factor(b / 16, 1) * (((b * 37) % 255) as i32 - 127) as f32)
                     .collect(),
@@ -220,17 +222,15 @@ mod tests {
                 _ => IntegerValues::packing(&values, block),
             };
             let scales = BlockFactors::F32(scales).compacted(block);
-            assert_eq!(
-                stepped,
-                matches!(scales, BlockFactors::Scaled { per: 16, .. })
-            );
+            assert_eq!(stepped, matches!(scales, BlockFactors::Scaled { .. }));
             let weights = IntegerWeights {
                 dims: [rows, cols],
                 block,
                 values,
                 scales,
                 offsets: offsets
-                    .then(|| BlockFactors::F32((0..blocks).map(|b| -factor(b, 2)).collect())),
+                    .then(|| BlockFactors::F32((0..blocks).map(|b| -factor(b, 2)).collect()))
+                    .map(|offsets| offsets.compacted(block)),
             }
             .interleaved();
             let interleaves = (bits == 4 || bits == 6 && stepped)
@@ -255,6 +255,7 @@ mod tests {
             (37, 608, 32, 4, true, false),
             (48, 576, 32, 4, false, false),
             (48, 608, 32, 4, true, false),
+            (48, 768, 32, 4, true, true),
             (37, 576, 32, 5, true, false),
             (37, 608, 32, 5, false, false),
             (37, 768, 16, 6, false, false),

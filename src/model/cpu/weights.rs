@@ -62,6 +62,45 @@ pub enum BlockFactors {
         steps: Vec<i8>,
         per: usize,
     },
+    /// [`BlockFactors::F16`] of rows of `blocks` blocks laid out by block a group of
+    /// [`INTERLEAVED_ROWS`] rows at a time (see [`by_block_at`]), as the kernel that reads
+    /// interleaved weights takes a block's factors of a group's rows.
+    F16ByBlock {
+        values: Vec<f16>,
+        blocks: usize,
+    },
+    /// [`BlockFactors::Scaled`] laid out so: the steps as [`BlockFactors::F16ByBlock`], the
+    /// bases as rows of `blocks / per`.
+    ScaledByBlock {
+        bases: Vec<f16>,
+        steps: Vec<i8>,
+        per: usize,
+        blocks: usize,
+    },
+}
+
+/// Where factors laid out by block (see [`BlockFactors::F16ByBlock`]) keep the factor of
+/// block `b` of row `row`, in rows of `blocks`: a block's factors of a group's rows together.
+pub const fn by_block_at(blocks: usize, row: usize, b: usize) -> usize {
+    let group = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
+    group * blocks + b * INTERLEAVED_ROWS + row % INTERLEAVED_ROWS
+}
+
+/// `values`, whole groups of [`INTERLEAVED_ROWS`] rows of `blocks`, laid out by block (see
+/// [`by_block_at`]) in place, a group at a time on every core.
+fn lay_out_by_block<T: Copy + Default + Send + Sync>(values: &mut [T], blocks: usize) {
+    let group = INTERLEAVED_ROWS * blocks;
+    values.par_chunks_exact_mut(group).for_each_init(
+        || vec![T::default(); group],
+        |plain, values| {
+            plain.copy_from_slice(values);
+            for (row, factors) in plain.chunks_exact(blocks).enumerate() {
+                for (b, &factor) in factors.iter().enumerate() {
+                    values[by_block_at(blocks, row, b)] = factor;
+                }
+            }
+        },
+    );
 }
 
 /// The blocks of 32 a K type's super-block holds (of 16, twice as many).
@@ -110,6 +149,63 @@ impl BlockFactors {
                 first: 0,
                 per,
             },
+            &Self::F16ByBlock { ref values, blocks } => Factors::F16ByBlock {
+                values,
+                blocks,
+                first: 0,
+                len: values.len(),
+            },
+            &Self::ScaledByBlock {
+                ref bases,
+                ref steps,
+                per,
+                blocks,
+            } => Factors::ScaledByBlock {
+                bases,
+                steps,
+                per,
+                blocks,
+                first: 0,
+                len: steps.len(),
+            },
+        }
+    }
+
+    /// Whether factors of rows of `blocks` blocks can be laid out by block
+    /// ([`BlockFactors::by_block`]): f16 ones, and scaled ones whose rows hold whole groups
+    /// (K types').
+    fn lay_out_by_block(&self, blocks: usize) -> bool {
+        match self {
+            Self::F16(_) => true,
+            Self::Scaled { per, .. } => blocks.is_multiple_of(*per),
+            _ => false,
+        }
+    }
+
+    /// The same factors, of whole groups of rows of `blocks` blocks, laid out by block (see
+    /// [`BlockFactors::F16ByBlock`]) where they can be ([`BlockFactors::lay_out_by_block`]),
+    /// in place; as they are otherwise.
+    fn by_block(self, blocks: usize) -> Self {
+        match self {
+            Self::F16(mut values) => {
+                lay_out_by_block(&mut values, blocks);
+                Self::F16ByBlock { values, blocks }
+            }
+            Self::Scaled {
+                mut bases,
+                mut steps,
+                per,
+            } if blocks.is_multiple_of(per) => {
+                lay_out_by_block(&mut steps, blocks);
+                lay_out_by_block(&mut bases, blocks / per);
+                Self::ScaledByBlock {
+                    bases,
+                    steps,
+                    per,
+                    blocks,
+                }
+            }
+            other => other,
         }
     }
 }
@@ -166,6 +262,22 @@ pub enum Factors<'a> {
         first: usize,
         per: usize,
     },
+    /// See [`BlockFactors::F16ByBlock`]: factors `first..first + len` in the rows' order.
+    F16ByBlock {
+        values: &'a [f16],
+        blocks: usize,
+        first: usize,
+        len: usize,
+    },
+    /// See [`BlockFactors::ScaledByBlock`]: factors `first..first + len` in the rows' order.
+    ScaledByBlock {
+        bases: &'a [f16],
+        steps: &'a [i8],
+        per: usize,
+        blocks: usize,
+        first: usize,
+        len: usize,
+    },
 }
 
 impl<'a> Factors<'a> {
@@ -174,6 +286,7 @@ impl<'a> Factors<'a> {
             Self::F16(values) => values.len(),
             Self::F32(values) => values.len(),
             Self::Scaled { steps, .. } => steps.len(),
+            Self::F16ByBlock { len, .. } | Self::ScaledByBlock { len, .. } => len,
         }
     }
 
@@ -195,6 +308,21 @@ impl<'a> Factors<'a> {
                     bytemuck::cast_slice(&bases[used]),
                 ]
             }
+            // Whole groups of rows lie together as they do in order.
+            Self::F16ByBlock {
+                values, first, len, ..
+            } => [bytemuck::cast_slice(&values[first..first + len]), &[]],
+            Self::ScaledByBlock {
+                bases,
+                steps,
+                per,
+                first,
+                len,
+                ..
+            } => [
+                bytemuck::cast_slice(&steps[first..first + len]),
+                bytemuck::cast_slice(&bases[first / per..(first + len).div_ceil(per)]),
+            ],
         }
     }
 
@@ -223,6 +351,27 @@ impl<'a> Factors<'a> {
                 first,
                 per,
             } => bases[(first + index) / per].to_f32() * f32::from(steps[index]),
+            Self::F16ByBlock {
+                values,
+                blocks,
+                first,
+                ..
+            } => {
+                let at = first + index;
+                values[by_block_at(blocks, at / blocks, at % blocks)].to_f32()
+            }
+            Self::ScaledByBlock {
+                bases,
+                steps,
+                per,
+                blocks,
+                first,
+                ..
+            } => {
+                let (row, b) = ((first + index) / blocks, (first + index) % blocks);
+                let base = bases[by_block_at(blocks / per, row, b / per)];
+                base.to_f32() * f32::from(steps[by_block_at(blocks, row, b)])
+            }
         }
     }
 
@@ -241,6 +390,38 @@ impl<'a> Factors<'a> {
                 steps: &steps[range],
                 per,
             },
+            Self::F16ByBlock {
+                values,
+                blocks,
+                first,
+                len,
+            } => {
+                assert!(range.end <= len, "factors {range:?} of {len}");
+                Self::F16ByBlock {
+                    values,
+                    blocks,
+                    first: first + range.start,
+                    len: range.len(),
+                }
+            }
+            Self::ScaledByBlock {
+                bases,
+                steps,
+                per,
+                blocks,
+                first,
+                len,
+            } => {
+                assert!(range.end <= len, "factors {range:?} of {len}");
+                Self::ScaledByBlock {
+                    bases,
+                    steps,
+                    per,
+                    blocks,
+                    first: first + range.start,
+                    len: range.len(),
+                }
+            }
         }
     }
 
@@ -253,10 +434,17 @@ impl<'a> Factors<'a> {
         if let Self::F32(values) = self {
             return &values[range];
         }
-        if buffer.len() < range.len() {
-            buffer.resize(range.len(), 0.0);
+        // Factors laid out by block widen a group of rows at a time into the buffer's end.
+        let scratch = match self {
+            Self::F16ByBlock { blocks, .. } | Self::ScaledByBlock { blocks, .. } => {
+                INTERLEAVED_ROWS * blocks
+            }
+            _ => 0,
+        };
+        if buffer.len() < range.len() + scratch {
+            buffer.resize(range.len() + scratch, 0.0);
         }
-        let out = &mut buffer[..range.len()];
+        let (out, group) = buffer.split_at_mut(range.len());
         match self.range(range) {
             Self::F32(values) => out.copy_from_slice(values),
             Self::F16(values) => values.convert_to_f32_slice(out),
@@ -286,8 +474,70 @@ impl<'a> Factors<'a> {
                     }
                 }
             }
+            by_block => by_block_in_rows(by_block, &mut group[..scratch], out),
         }
         out
+    }
+}
+
+/// Factors laid out by block ([`Factors::F16ByBlock`], [`Factors::ScaledByBlock`]) into
+/// `out` in the rows' order: each group of rows they touch widened whole into `group`, as
+/// it lies (in vectors), then each row's picked out of it. Picked one at a time from where they lie,
+/// a 1.7B Q4_K_M file's prompts ran at 0.72× the speed.
+fn by_block_in_rows(factors: Factors<'_>, group: &mut [f32], out: &mut [f32]) {
+    let (blocks, first) = match factors {
+        Factors::F16ByBlock { blocks, first, .. }
+        | Factors::ScaledByBlock { blocks, first, .. } => (blocks, first),
+        _ => unreachable!("factors laid out by block"),
+    };
+    debug_assert_eq!(group.len(), INTERLEAVED_ROWS * blocks);
+    let mut widened = None;
+    let mut done = 0;
+    while done < out.len() {
+        let (row, b) = ((first + done) / blocks, (first + done) % blocks);
+        let at = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS * blocks;
+        if widened != Some(at) {
+            let range = at..at + group.len();
+            match factors {
+                Factors::F16ByBlock { values, .. } => {
+                    values[range].convert_to_f32_slice(group);
+                }
+                Factors::ScaledByBlock {
+                    bases, steps, per, ..
+                } => {
+                    let bases = &bases[at / per..(at + group.len()) / per];
+                    scale_by_block(bases, &steps[range], per, group);
+                }
+                _ => unreachable!("factors laid out by block"),
+            }
+            widened = Some(at);
+        }
+        let len = (blocks - b).min(out.len() - done);
+        let in_group = group[b * INTERLEAVED_ROWS + row % INTERLEAVED_ROWS..]
+            .iter()
+            .step_by(INTERLEAVED_ROWS);
+        for (out, &factor) in out[done..done + len].iter_mut().zip(in_group) {
+            *out = factor;
+        }
+        done += len;
+    }
+}
+
+/// `out[16 b + r] = bases[16 (b / per) + r] · steps[16 b + r]`: a group's scaled factors laid
+/// out by block, each block's sixteen rows times their bases, in vectors.
+#[multiversion::multiversion(targets("x86_64+avx512f", "x86_64+avx2+fma"))]
+fn scale_by_block(bases: &[f16], steps: &[i8], per: usize, out: &mut [f32]) {
+    let (step_rows, _) = steps.as_chunks::<INTERLEAVED_ROWS>();
+    let (out_rows, _) = out.as_chunks_mut::<INTERLEAVED_ROWS>();
+    let (base_rows, _) = bases.as_chunks::<INTERLEAVED_ROWS>();
+    for (s, bases) in base_rows.iter().enumerate() {
+        let bases = bases.map(f16::to_f32);
+        let blocks = s * per..(s + 1) * per;
+        for (out, steps) in out_rows[blocks.clone()].iter_mut().zip(&step_rows[blocks]) {
+            for ((out, &base), &step) in out.iter_mut().zip(&bases).zip(steps) {
+                *out = base * f32::from(step);
+            }
+        }
     }
 }
 
@@ -628,6 +878,7 @@ impl IntegerWeights {
                 per,
             }),
             BlockFactors::F16(values) => Some(BlockFactors::F16(rows_from(&values, source))),
+            BlockFactors::F16ByBlock { .. } | BlockFactors::ScaledByBlock { .. } => None,
         };
         let values = match &self.values {
             IntegerValues::Bytes(values) => IntegerValues::Bytes(rows_from(values, source)),
@@ -669,22 +920,31 @@ impl IntegerWeights {
         }
     }
 
-    /// The same weights with 4-bit values [`IntegerValues::Interleaved`] and stepped 6-bit
-    /// ones [`IntegerValues::SixBitsInterleaved`] where the decode kernel reads them so
-    /// ([`interleaves`]; 6-bit rows in pairs of units, whose steps it reads together), in
-    /// place, a group of rows at a time on every core; as they are otherwise.
+    /// The same weights with 4-bit values [`IntegerValues::Interleaved`], their factors laid
+    /// out by block, and stepped 6-bit ones [`IntegerValues::SixBitsInterleaved`] where the
+    /// decode kernel reads them so ([`interleaves`]; 4-bit rows whose factors can be laid out
+    /// so, 6-bit rows in pairs of units, whose steps it reads together), in place, a group of
+    /// rows at a time on every core; as they are otherwise.
     pub fn interleaved(self) -> Self {
         let [rows, cols] = self.dims;
         let stepped = || {
             let offsets = self.offsets.as_ref().map(BlockFactors::borrowed);
             read_stepped(self.block, self.scales.borrowed(), offsets)
         };
+        let blocks = cols / self.block.max(1);
+        let by_block = self.scales.lay_out_by_block(blocks)
+            && (self.offsets.as_ref()).is_none_or(|offsets| offsets.lay_out_by_block(blocks));
         let values = match self.values {
             IntegerValues::Nibbles { mut values, zero }
-                if interleaves(rows, cols, NIBBLE_BLOCK) =>
+                if by_block && interleaves(rows, cols, NIBBLE_BLOCK) =>
             {
                 interleave::<{ NIBBLE_BLOCK / 2 }>(&mut values, cols);
-                IntegerValues::Interleaved { values, zero, cols }
+                return Self {
+                    values: IntegerValues::Interleaved { values, zero, cols },
+                    scales: self.scales.by_block(blocks),
+                    offsets: self.offsets.map(|offsets| offsets.by_block(blocks)),
+                    ..self
+                };
             }
             IntegerValues::SixBits {
                 mut nibbles,

@@ -954,7 +954,9 @@ macro_rules! each_sixteen {
                 }
                 main
             }
-            Factors::Scaled { .. } => {
+            // Other scaled factors, and factors laid out by block (which only interleaved
+            // weights have, whose kernel reads them as they lie).
+            _ => {
                 for $at in (0..main).step_by(16) {
                     let $mask = lanes_from($at);
                     let mut each = [0.0f32; 16];

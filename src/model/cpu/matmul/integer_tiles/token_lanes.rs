@@ -170,6 +170,18 @@ pub unsafe fn multiply(
                         // SAFETY: the band's rows are this range's, which no other touches.
                         unsafe { band.load(&out, shape, band_rows.clone()) };
                     }
+                    // The band's factors in f32, once for all its chunks and tiles: widened
+                    // for each tile of each chunk, factors laid out by block (a group of
+                    // sixteen rows widened for a tile of six) made the 1.7B Q4_K_M file's
+                    // prompts 0.92–0.97× as fast.
+                    let band_blocks =
+                        band_rows.start * weight_blocks..band_rows.end * weight_blocks;
+                    let band_scales = match stepped {
+                        Some(stepped) => stepped.bases(band_blocks.clone(), scales),
+                        None => weight.scales.f32s(band_blocks.clone(), scales),
+                    };
+                    let band_offsets =
+                        (weight.offsets).map(|factors| factors.f32s(band_blocks.clone(), offsets));
                     for first_col in (0..cols).step_by(CHUNK_COLS) {
                         let chunk_cols = CHUNK_COLS.min(cols - first_col);
                         let chunk = Chunk {
@@ -214,17 +226,11 @@ pub unsafe fn multiply(
                                     }
                                 };
                             }
-                            let tile_blocks =
-                                tile_rows.start * weight_blocks..tile_rows.end * weight_blocks;
                             let tile = TileRows {
                                 words: &words[..],
-                                scales: match stepped {
-                                    Some(stepped) => stepped.bases(tile_blocks.clone(), scales),
-                                    None => weight.scales.f32s(tile_blocks.clone(), scales),
-                                },
-                                offsets: weight
-                                    .offsets
-                                    .map(|factors| factors.f32s(tile_blocks, offsets)),
+                                scales: rows_of_band(band_scales, &band_rows, &tile_rows),
+                                offsets: band_offsets
+                                    .map(|offsets| rows_of_band(offsets, &band_rows, &tile_rows)),
                                 first: first_row,
                             };
                             let running = band.tile(first_row);
@@ -386,6 +392,12 @@ impl<'a> Stepped<'a> {
         }
         &buffer[..pairs]
     }
+}
+
+/// Rows `rows` of a band's factors (rows `band`, as many factors each).
+fn rows_of_band<'f>(factors: &'f [f32], band: &Range<usize>, rows: &Range<usize>) -> &'f [f32] {
+    let per_row = factors.len() / band.len();
+    &factors[(rows.start - band.start) * per_row..][..rows.len() * per_row]
 }
 
 /// The columns a tile multiplies at once.
