@@ -326,7 +326,7 @@ impl Scaling {
 /// `ScaledByBlock`), as 4-bit weights interleaved keep theirs: a block's sixteen rows' lie
 /// together, and are read as they lie. Gathered from factors formed row by row, each
 /// block's scales and offsets were a tenth of a 1.7B Q4_K_M decode step, and forming them
-/// a twentieth.
+/// another 8%.
 #[derive(Clone, Copy)]
 enum OfGroup<'a> {
     /// Block `b`'s at `[16 b..16 b + 16]`.
