@@ -1386,6 +1386,10 @@ mod tests {
                     "{rows}x{cols}, {bits} bits: factors by block"
                 );
             }
+            let row_major = (
+                scale_factors.borrowed(),
+                offset_factors.as_ref().map(BlockFactors::borrowed),
+            );
             let tiles = interleaves.then(|| interleaved.values.borrowed());
             if let Some(tiles) = tiles {
                 assert_eq!(
@@ -1403,10 +1407,6 @@ mod tests {
                     rows.widen(0, &mut out);
                     out
                 };
-                let row_major = (
-                    scale_factors.borrowed(),
-                    offset_factors.as_ref().map(BlockFactors::borrowed),
-                );
                 assert_eq!(
                     widen(tiles, tile_scales, tile_offsets),
                     widen(ints, row_major.0, row_major.1),
@@ -1416,10 +1416,6 @@ mod tests {
             if let Some(fastest) = integer_kernel(ints, block) {
                 // Every kernel sums each output in one order, so all give the same bits.
                 let mut first: Option<(IntegerKernel, Vec<f32>)> = None;
-                let row_major = (
-                    scale_factors.borrowed(),
-                    offset_factors.as_ref().map(BlockFactors::borrowed),
-                );
                 // The interleaved kernel with the factors laid out as the loader lays them
                 // out, and with them in rows.
                 let runs = integer_kernels_up_to(fastest, ints, stepped)

@@ -86,21 +86,36 @@ pub const fn by_block_at(blocks: usize, row: usize, b: usize) -> usize {
     group * blocks + b * INTERLEAVED_ROWS + row % INTERLEAVED_ROWS
 }
 
-/// `values`, whole groups of [`INTERLEAVED_ROWS`] rows of `blocks`, laid out by block (see
-/// [`by_block_at`]) in place, a group at a time on every core.
-fn lay_out_by_block<T: Copy + Default + Send + Sync>(values: &mut [T], blocks: usize) {
-    let group = INTERLEAVED_ROWS * blocks;
+/// `values`, whole groups of [`INTERLEAVED_ROWS`] rows of `row_len` elements in blocks of
+/// `WIDTH`, rearranged in place, a group at a time on every core: element `j` of block `b`
+/// of a group's row `row` goes to `at(row, b, j)` in the group. Interleaving values and
+/// laying factors out by block are this. Block by block, the widths known: an element's
+/// place computed from its index in the row loaded a 1.7B Q6_K file in 1.3 s, not 0.9.
+fn rearrange_groups<T: Copy + Default + Send + Sync, const WIDTH: usize>(
+    values: &mut [T],
+    row_len: usize,
+    at: impl Fn(usize, usize, usize) -> usize + Sync,
+) {
+    let group = INTERLEAVED_ROWS * row_len;
     values.par_chunks_exact_mut(group).for_each_init(
         || vec![T::default(); group],
         |plain, values| {
             plain.copy_from_slice(values);
-            for (row, factors) in plain.chunks_exact(blocks).enumerate() {
-                for (b, &factor) in factors.iter().enumerate() {
-                    values[by_block_at(blocks, row, b)] = factor;
+            for (row, elements) in plain.chunks_exact(row_len).enumerate() {
+                for (b, block) in elements.chunks_exact(WIDTH).enumerate() {
+                    for (j, &element) in block.iter().enumerate() {
+                        values[at(row, b, j)] = element;
+                    }
                 }
             }
         },
     );
+}
+
+/// `values`, whole groups of [`INTERLEAVED_ROWS`] rows of `blocks`, laid out by block (see
+/// [`by_block_at`]) in place.
+fn lay_out_by_block<T: Copy + Default + Send + Sync>(values: &mut [T], blocks: usize) {
+    rearrange_groups::<T, 1>(values, blocks, |row, b, _| by_block_at(blocks, row, b));
 }
 
 /// The blocks of 32 a K type's super-block holds (of 16, twice as many).
@@ -174,7 +189,7 @@ impl BlockFactors {
     /// Whether factors of rows of `blocks` blocks can be laid out by block
     /// ([`BlockFactors::by_block`]): f16 ones, and scaled ones whose rows hold whole groups
     /// (K types').
-    fn lay_out_by_block(&self, blocks: usize) -> bool {
+    fn can_lay_out_by_block(&self, blocks: usize) -> bool {
         match self {
             Self::F16(_) => true,
             Self::Scaled { per, .. } => blocks.is_multiple_of(*per),
@@ -183,8 +198,8 @@ impl BlockFactors {
     }
 
     /// The same factors, of whole groups of rows of `blocks` blocks, laid out by block (see
-    /// [`BlockFactors::F16ByBlock`]) where they can be ([`BlockFactors::lay_out_by_block`]),
-    /// in place; as they are otherwise.
+    /// [`BlockFactors::F16ByBlock`]) in place where they can be
+    /// ([`BlockFactors::can_lay_out_by_block`]); as they are otherwise.
     fn by_block(self, blocks: usize) -> Self {
         match self {
             Self::F16(mut values) => {
@@ -661,24 +676,12 @@ fn interleaves(rows: usize, cols: usize, unit: usize) -> bool {
 }
 
 /// `values`, whole groups of [`INTERLEAVED_ROWS`] rows of `cols` values, `WIDTH` bytes per
-/// block of 32, interleaved in place (see [`interleaved_in`]), a group at a time on every
-/// core.
+/// block of 32, interleaved in place (see [`interleaved_in`]).
 fn interleave<const WIDTH: usize>(values: &mut [u8], cols: usize) {
-    let group = INTERLEAVED_ROWS * cols / NIBBLE_BLOCK * WIDTH;
-    let plain = || vec![0u8; group];
-    values
-        .par_chunks_exact_mut(group)
-        .for_each_init(plain, |plain, values| {
-            plain.copy_from_slice(values);
-            let rows = plain.chunks_exact(cols / NIBBLE_BLOCK * WIDTH).enumerate();
-            for (row, bytes) in rows {
-                for (b, block) in bytes.chunks_exact(WIDTH).enumerate() {
-                    for (j, &byte) in block.iter().enumerate() {
-                        values[interleaved_in(WIDTH, cols, row, b, j)] = byte;
-                    }
-                }
-            }
-        });
+    let row_len = cols / NIBBLE_BLOCK * WIDTH;
+    rearrange_groups::<u8, WIDTH>(values, row_len, |row, b, j| {
+        interleaved_in(WIDTH, cols, row, b, j)
+    });
 }
 
 /// Row `row`'s bytes of blocks `first..` of interleaved values (see [`interleaved_in`]) into
@@ -932,8 +935,8 @@ impl IntegerWeights {
             read_stepped(self.block, self.scales.borrowed(), offsets)
         };
         let blocks = cols / self.block.max(1);
-        let by_block = self.scales.lay_out_by_block(blocks)
-            && (self.offsets.as_ref()).is_none_or(|offsets| offsets.lay_out_by_block(blocks));
+        let by_block = self.scales.can_lay_out_by_block(blocks)
+            && (self.offsets.as_ref()).is_none_or(|offsets| offsets.can_lay_out_by_block(blocks));
         let values = match self.values {
             IntegerValues::Nibbles { mut values, zero }
                 if by_block && interleaves(rows, cols, NIBBLE_BLOCK) =>

@@ -45,9 +45,6 @@ pub struct Activations {
     /// of one), the zero point times the sum of its values, which comes off the block's sum
     /// of products with the weights as stored.
     zero_sums: Vec<i32>,
-    /// The block scales repeated for each row of a group, which its factors multiply element
-    /// by element.
-    scales: Vec<f32>,
 }
 
 impl Activations {
@@ -68,7 +65,6 @@ impl Activations {
             zero_sums: (x.values.chunks_exact(zeroed))
                 .map(|values| i32::from(zero) * zero_sum(values))
                 .collect(),
-            scales: x.scales.repeat(ROWS),
         }
     }
 }
@@ -122,10 +118,20 @@ pub unsafe fn rows_dot<'a, const V: usize>(
     // transposed once to a block's sixteen rows together, which as many gathers per block
     // made 0.7× as fast. A group's factors as they are formed, for the transposes.
     let gathered = V == 1;
-    let needed = (V + 2) * group;
+    let needed = (2 * V + 2) * group;
     grow(buffer, needed);
     let (scaled, rest) = buffer[..needed].split_at_mut(V * group);
-    let (offsets_of_group, by_row) = rest.split_at_mut(group);
+    let (offsets_of_group, rest) = rest.split_at_mut(group);
+    let (by_row, repeated) = rest.split_at_mut(group);
+    // 6-bit values' factors are formed as they lie, row by row: each activation row's
+    // scales repeated for each row of a group, which they multiply element by element.
+    if let Lines::SixBits { .. } = lines {
+        for ((x, _), repeated) in xs.iter().zip(repeated.chunks_exact_mut(group)) {
+            for row in repeated.chunks_exact_mut(blocks) {
+                row.copy_from_slice(&x.scales);
+            }
+        }
+    }
     let factors = Scaling {
         gathered,
         // Where a block's factor of each of a group's sixteen rows lies, as they are formed.
@@ -153,16 +159,16 @@ pub unsafe fn rows_dot<'a, const V: usize>(
             offsets.map_or([&[][..]; 2], |offsets| offsets.range(next.clone()).stored());
         let ahead = [scales_ahead, steps_ahead, offsets_ahead, their_steps];
         // 6-bit values' factors, formed a group at a time. SAFETY: the buffers hold a
-        // group's factors; `prepared` repeats the activations' scales for each of its rows.
+        // group's factors, and `repeated` each activation row's scales for each row.
         if let Lines::SixBits { .. } = lines {
-            for (v, (_, prepared)) in xs.iter().enumerate() {
+            for (v, repeated) in repeated.chunks_exact(group).enumerate() {
                 let scaled = &mut scaled[v * group..][..group];
                 let scales = scales.range(factors_of_group.clone());
                 unsafe {
                     match gathered {
-                        true => products(scales, &prepared.scales, scaled),
+                        true => products(scales, repeated, scaled),
                         false => {
-                            products(scales, &prepared.scales, by_row);
+                            products(scales, repeated, by_row);
                             by_block(by_row, blocks, scaled);
                         }
                     }
