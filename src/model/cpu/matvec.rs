@@ -13,6 +13,7 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
+use super::features::Features;
 use super::host::HostFloat;
 use super::math::dot;
 use super::threads::{SharedOutput, split_ranges, split_rows};
@@ -418,8 +419,34 @@ enum IntegerKernel {
     Avx2 { vnni: Option<Vnni> },
     /// See [`integer_avx512`].
     Avx512 { vnni: bool },
-    /// 4-bit and stepped 6-bit weights held interleaved (see [`integer_interleaved`]).
-    Interleaved,
+    /// 4-bit and stepped 6-bit weights held interleaved.
+    Interleaved(Interleaving),
+}
+
+/// The vectors the kernel of interleaved weights reads a line in, and how it multiplies
+/// bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Interleaving {
+    /// A line at once, sixteen rows, with AVX-512 VNNI (see [`integer_interleaved`]).
+    Avx512Vnni,
+    /// Half a line at a time, eight rows, with AVX-VNNI (see [`integer_interleaved_avx2`]).
+    AvxVnni,
+    /// Half a line at a time with AVX2 alone.
+    Avx2,
+}
+
+impl Interleaving {
+    /// The widest this CPU has, if any.
+    fn of(cpu: Features) -> Option<Self> {
+        match cpu {
+            Features {
+                avx512_vnni: true, ..
+            } => Some(Self::Avx512Vnni),
+            Features { avx_vnni: true, .. } => Some(Self::AvxVnni),
+            Features { avx2: true, .. } => Some(Self::Avx2),
+            _ => None,
+        }
+    }
 }
 
 /// VNNI's products of bytes: 256-bit in AVX-512's encoding (with VL) or AVX-VNNI's, which
@@ -448,8 +475,8 @@ impl Vnni {
 fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
     let cpu = features::cpu();
     if let Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } = values {
-        let fits = cpu.avx512_vnni && values.read_in(block);
-        return fits.then_some(IntegerKernel::Interleaved);
+        let interleaving = Interleaving::of(cpu).filter(|_| values.read_in(block));
+        return interleaving.map(IntegerKernel::Interleaved);
     }
     let fits = match values {
         Ints::Bytes(_) => matches!(block, 16 | 32),
@@ -509,7 +536,7 @@ fn kernel_for_rows(
         _ => false,
     };
     match kernel {
-        IntegerKernel::Interleaved => kernel,
+        IntegerKernel::Interleaved(_) => kernel,
         IntegerKernel::Avx512 { .. } if rows > 1 || !one_row_on_avx2 => kernel,
         _ => IntegerKernel::Avx2 {
             vnni: avx2_vnni(weight, stepped),
@@ -546,14 +573,14 @@ impl IntegerActivations {
                 IntegerKernel::Avx2 { vnni } => {
                     Some(integer_avx2::Activations::of(&ints, values, vnni))
                 }
-                IntegerKernel::Avx512 { .. } | IntegerKernel::Interleaved => None,
+                IntegerKernel::Avx512 { .. } | IntegerKernel::Interleaved(_) => None,
             },
             #[cfg(target_arch = "x86_64")]
             interleaved: match (kernel, values) {
-                (IntegerKernel::Interleaved, Ints::Interleaved { zero, .. }) => Some(
+                (IntegerKernel::Interleaved(_), Ints::Interleaved { zero, .. }) => Some(
                     integer_interleaved::Activations::of(&ints, zero, NIBBLE_BLOCK),
                 ),
-                (IntegerKernel::Interleaved, Ints::SixBitsInterleaved { zero, .. }) => Some(
+                (IntegerKernel::Interleaved(_), Ints::SixBitsInterleaved { zero, .. }) => Some(
                     integer_interleaved::Activations::of(&ints, zero, SIX_BIT_BLOCK),
                 ),
                 _ => None,
@@ -650,17 +677,23 @@ unsafe fn rows_dot_together<const V: usize>(
     };
     #[cfg(target_arch = "x86_64")]
     {
-        if let IntegerKernel::Interleaved = kernel {
-            use integer_interleaved::{Lines, rows_dot};
+        if let IntegerKernel::Interleaved(interleaving) = kernel {
+            use integer_interleaved::Lines;
+            use integer_interleaved_avx2::{with_avx_vnni, with_avx2};
             let xs = xs.each_ref().map(|x| match &x.interleaved {
                 Some(prepared) => (&x.ints, prepared),
                 None => unreachable!("the interleaved kernel's activations are prepared for it"),
             });
+            let rows_dot = match interleaving {
+                Interleaving::Avx512Vnni => integer_interleaved::rows_dot::<V>,
+                Interleaving::AvxVnni => with_avx_vnni::rows_dot::<V>,
+                Interleaving::Avx2 => with_avx2::rows_dot::<V>,
+            };
             // SAFETY: the caller's guarantees are the kernel's.
             return unsafe {
                 match (weight, scales) {
                     (Ints::Interleaved { values, .. }, _) => {
-                        rows_dot::<V>(Lines::Nibbles(values), scales, offsets, xs, buffer, outs)
+                        rows_dot(Lines::Nibbles(values), scales, offsets, xs, buffer, outs)
                     }
                     (
                         Ints::SixBitsInterleaved {
@@ -675,7 +708,7 @@ unsafe fn rows_dot_together<const V: usize>(
                             factors: scales,
                         };
                         with_pair_bases(scales, |bases| {
-                            rows_dot::<V>(lines, bases, None, xs, buffer, outs)
+                            rows_dot(lines, bases, None, xs, buffer, outs)
                         })
                     }
                     _ => unreachable!("the interleaved kernel reads what was laid out for it"),
@@ -702,7 +735,7 @@ unsafe fn rows_dot_together<const V: usize>(
                 (kernel, _) => {
                     let vnni = match kernel {
                         IntegerKernel::Avx2 { vnni } => vnni,
-                        IntegerKernel::Avx512 { .. } | IntegerKernel::Interleaved => None,
+                        IntegerKernel::Avx512 { .. } | IntegerKernel::Interleaved(_) => None,
                     };
                     let xs = xs.each_ref().map(|x| match &x.avx2 {
                         Some(prepared) => (&x.ints, prepared),
@@ -824,6 +857,8 @@ mod integer_avx2;
 mod integer_avx512;
 #[cfg(target_arch = "x86_64")]
 mod integer_interleaved;
+#[cfg(target_arch = "x86_64")]
+mod integer_interleaved_avx2;
 #[cfg(target_arch = "x86_64")]
 mod integer_vnni;
 
@@ -1362,7 +1397,7 @@ mod tests {
             .interleaved();
             let interleaves = (bits == 4 || bits == 6 && stepped && cols.is_multiple_of(64))
                 && rows.is_multiple_of(INTERLEAVED_ROWS)
-                && features::cpu().avx512_vnni;
+                && features::cpu().avx2;
             assert_eq!(
                 matches!(
                     interleaved.values,
@@ -1394,7 +1429,7 @@ mod tests {
             if let Some(tiles) = tiles {
                 assert_eq!(
                     integer_kernel(tiles, block),
-                    Some(IntegerKernel::Interleaved)
+                    Interleaving::of(features::cpu()).map(IntegerKernel::Interleaved)
                 );
                 let widen = |values, scales, offsets| {
                     let rows = WeightRows::Integers {
@@ -1416,14 +1451,29 @@ mod tests {
             if let Some(fastest) = integer_kernel(ints, block) {
                 // Every kernel sums each output in one order, so all give the same bits.
                 let mut first: Option<(IntegerKernel, Vec<f32>)> = None;
-                // The interleaved kernel with the factors laid out as the loader lays them
-                // out, and with them in rows.
+                // Each interleaved kernel this CPU runs, with the factors laid out as the
+                // loader lays them out, and with them in rows.
+                let cpu = features::cpu();
+                let interleavings = [
+                    (Interleaving::Avx2, cpu.avx2),
+                    (Interleaving::AvxVnni, cpu.avx_vnni),
+                    (Interleaving::Avx512Vnni, cpu.avx512_vnni),
+                ]
+                .into_iter()
+                .filter_map(|(interleaving, runs)| runs.then_some(interleaving))
+                .collect::<Vec<_>>();
                 let runs = integer_kernels_up_to(fastest, ints, stepped)
                     .into_iter()
                     .map(|kernel| (kernel, ints, row_major))
                     .chain(tiles.into_iter().flat_map(|tiles| {
-                        [(tile_scales, tile_offsets), row_major]
-                            .map(|factors| (IntegerKernel::Interleaved, tiles, factors))
+                        interleavings
+                            .clone()
+                            .into_iter()
+                            .flat_map(move |interleaving| {
+                                [(tile_scales, tile_offsets), row_major].map(move |factors| {
+                                    (IntegerKernel::Interleaved(interleaving), tiles, factors)
+                                })
+                            })
                     }));
                 for (kernel, ints, (kernel_scales, kernel_offsets)) in runs {
                     let rounded = rounded(kernel);

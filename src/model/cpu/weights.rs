@@ -666,10 +666,10 @@ pub const fn interleaved_crumb_at(cols: usize, row: usize, b: usize, j: usize) -
 }
 
 /// Whether weights of `rows` rows of `cols` values are held interleaved, for a kernel that
-/// reads rows in blocks of `unit` values: where that kernel runs (AVX-512 VNNI, which
+/// reads rows in blocks of `unit` values: where that kernel runs (AVX2, which
 /// `SMOLCHAT_MAX_CPU` may turn off), for rows in whole groups.
 fn interleaves(rows: usize, cols: usize, unit: usize) -> bool {
-    super::features::cpu().avx512_vnni
+    super::features::cpu().avx2
         && rows > 0
         && rows.is_multiple_of(INTERLEAVED_ROWS)
         && cols.is_multiple_of(unit)

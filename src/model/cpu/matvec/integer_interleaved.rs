@@ -20,6 +20,7 @@
 //! the order the terms are added in are every other kernel's, so the bits are too.
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use super::avx2::prefetch;
 use half::f16;
@@ -35,16 +36,16 @@ use crate::model::cpu::weights::{
 /// integer kernels' distance, as this one reads them about as much faster. Against 2 KB,
 /// 8 KB decoded a 1.7B Q4_0 file 1.05–1.2× as fast (five alternated pairs) and Q4_K_M
 /// 0.98–1.09× (three); 16 and 32 KB were no better.
-const PREFETCH_BYTES: usize = 8192;
+pub(super) const PREFETCH_BYTES: usize = 8192;
 
 /// The activations as the kernel reads them besides their values.
 pub struct Activations {
     /// Per block of 32, its values' high bytes (signed), then their low bytes (unsigned).
-    bytes: Vec<u8>,
+    pub(super) bytes: Vec<u8>,
     /// Per block of the weights' zero points (a block of 32, or for 6-bit weights each half
     /// of one), the zero point times the sum of its values, which comes off the block's sum
     /// of products with the weights as stored.
-    zero_sums: Vec<i32>,
+    pub(super) zero_sums: Vec<i32>,
 }
 
 impl Activations {
@@ -142,22 +143,11 @@ pub unsafe fn rows_dot<'a, const V: usize>(
         group,
         offsets: offsets.is_some(),
     };
-    // The factors asked for ahead: for 6-bit values, their steps with their bases.
-    let (ahead_of, per_block) = match lines {
-        Lines::SixBits { factors, .. } => (factors, 2),
-        Lines::Nibbles(_) => (scales, 1),
-    };
     let rows = outs[0].len();
+    let ahead = FactorsAhead::new(lines, scales, offsets, blocks, rows);
     for (g, first) in (0..rows).step_by(ROWS).enumerate() {
         let factors_of_group = first * blocks..(first + ROWS) * blocks;
-        // The next group's factors, asked for a line per block while this group's weights
-        // are read: read cold when the group begins, they were a quarter of a step.
-        let next = factors_of_group.end..(factors_of_group.end + group).min(rows * blocks);
-        let next_stored = ahead_of.range(per_block * next.start..per_block * next.end);
-        let [scales_ahead, steps_ahead] = next_stored.stored();
-        let [offsets_ahead, their_steps] =
-            offsets.map_or([&[][..]; 2], |offsets| offsets.range(next.clone()).stored());
-        let ahead = [scales_ahead, steps_ahead, offsets_ahead, their_steps];
+        let ahead = ahead.of_next(&factors_of_group);
         // 6-bit values' factors, formed a group at a time. SAFETY: the buffers hold a
         // group's factors, and `repeated` each activation row's scales for each row.
         if let Lines::SixBits { .. } = lines {
@@ -175,13 +165,6 @@ pub unsafe fn rows_dot<'a, const V: usize>(
                 }
             }
         }
-        let prefetch_ahead = |b: usize| {
-            for bytes in &ahead {
-                if let Some(line) = bytes.get(64 * b..) {
-                    prefetch(line.as_ptr(), 0);
-                }
-            }
-        };
         // SAFETY: the group's outputs, its lines of weights (and steps) and each activation
         // row's blocks lie where read, as the caller guarantees; a prefetch cannot fault.
         unsafe {
@@ -214,7 +197,7 @@ pub unsafe fn rows_dot<'a, const V: usize>(
                         }
                     }
                     for b in 0..blocks {
-                        prefetch_ahead(b);
+                        ahead.prefetch(b);
                         let at = lines.add(b * INTERLEAVED_BLOCK_BYTES);
                         let totals = nibble_totals(at, b, &xs);
                         match gathered {
@@ -256,7 +239,7 @@ pub unsafe fn rows_dot<'a, const V: usize>(
                         let four =
                             _mm512_i32gather_epi32::<1>(steps_apart, steps.add(2 * pair).cast());
                         for (half, b) in [pair, pair + 1].into_iter().enumerate() {
-                            prefetch_ahead(b);
+                            ahead.prefetch(b);
                             let at = lines.add(b * INTERLEAVED_BLOCK_BYTES);
                             let crumbs = crumbs.add(b * INTERLEAVED_CRUMB_BYTES);
                             let two = match half {
@@ -271,6 +254,69 @@ pub unsafe fn rows_dot<'a, const V: usize>(
             }
             for (v, sums) in sums.iter().enumerate() {
                 _mm512_storeu_ps(outs[v].as_mut_ptr().add(first), *sums);
+            }
+        }
+    }
+}
+
+/// The factors a kernel asks the cache for while it reads a group's weights: the next
+/// group's, a line per block, which read cold when the group began were a quarter of a
+/// step. For 6-bit values, their steps with their bases.
+#[derive(Clone, Copy)]
+pub(super) struct FactorsAhead<'a> {
+    factors: Factors<'a>,
+    /// Factors stored per block of values.
+    per_block: usize,
+    offsets: Option<Factors<'a>>,
+    blocks: usize,
+    rows: usize,
+}
+
+impl<'a> FactorsAhead<'a> {
+    /// For `lines` of `rows` rows of `blocks` blocks scaled by `scales`, with `offsets`.
+    pub(super) fn new(
+        lines: Lines<'a>,
+        scales: Factors<'a>,
+        offsets: Option<Factors<'a>>,
+        blocks: usize,
+        rows: usize,
+    ) -> Self {
+        let (factors, per_block) = match lines {
+            Lines::SixBits { factors, .. } => (factors, 2),
+            Lines::Nibbles(_) => (scales, 1),
+        };
+        Self {
+            factors,
+            per_block,
+            offsets,
+            blocks,
+            rows,
+        }
+    }
+
+    /// The stored factors of the group after the one whose factors are `of_group`.
+    pub(super) fn of_next(&self, of_group: &Range<usize>) -> Ahead<'a> {
+        let group = ROWS * self.blocks;
+        let next = of_group.end..(of_group.end + group).min(self.rows * self.blocks);
+        let per_block = self.per_block;
+        let next_stored = (self.factors).range(per_block * next.start..per_block * next.end);
+        let [scales, steps] = next_stored.stored();
+        let [offsets, their_steps] =
+            (self.offsets).map_or([&[][..]; 2], |offsets| offsets.range(next.clone()).stored());
+        Ahead([scales, steps, offsets, their_steps])
+    }
+}
+
+/// A group's factors' stored bytes, asked for a line of each per block.
+pub(super) struct Ahead<'a>([&'a [u8]; 4]);
+
+impl Ahead<'_> {
+    /// Asks for the lines that go with block `b`.
+    #[inline(always)]
+    pub(super) fn prefetch(&self, b: usize) {
+        for bytes in &self.0 {
+            if let Some(line) = bytes.get(64 * b..) {
+                prefetch(line.as_ptr(), 0);
             }
         }
     }
@@ -334,7 +380,7 @@ impl Scaling {
 /// block's scales and offsets were a tenth of a 1.7B Q4_K_M decode step, and forming them
 /// another 8%.
 #[derive(Clone, Copy)]
-enum OfGroup<'a> {
+pub(super) enum OfGroup<'a> {
     /// Block `b`'s at `[16 b..16 b + 16]`.
     F16(&'a [f16]),
     /// Steps as f16 factors lie, times the bases, a super-block's sixteen together.
@@ -351,7 +397,7 @@ enum OfGroup<'a> {
 
 impl<'a> OfGroup<'a> {
     /// Of a group's `factors`, in rows of `blocks` blocks.
-    fn of(factors: Factors<'a>, blocks: usize) -> Self {
+    pub(super) fn of(factors: Factors<'a>, blocks: usize) -> Self {
         match factors {
             Factors::F16ByBlock {
                 values, first, len, ..
@@ -401,6 +447,43 @@ impl<'a> OfGroup<'a> {
                 let lanes: [f32; ROWS] = std::array::from_fn(|r| factors.get(r * blocks + b));
                 // SAFETY: sixteen values lie there.
                 unsafe { _mm512_loadu_ps(lanes.as_ptr()) }
+            }
+        }
+    }
+
+    /// Block `b`'s factors of half `h` of the group's rows (eight), for the 256-bit kernels:
+    /// the same values as [`OfGroup::block`]'s lanes.
+    ///
+    /// # Safety
+    /// The CPU has AVX2 and F16C; the group holds block `b`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    pub(super) unsafe fn eight(self, b: usize, h: usize) -> __m256 {
+        const HALF: usize = ROWS / 2;
+        let eight_f16 = |values: &[f16], at: usize| {
+            debug_assert!(at + HALF <= values.len());
+            // SAFETY: eight f16 lie there, as the caller guarantees.
+            unsafe { _mm256_cvtph_ps(_mm_loadu_si128(values.as_ptr().add(at).cast())) }
+        };
+        let at = b * ROWS + h * HALF;
+        match self {
+            Self::F16(values) => eight_f16(values, at),
+            Self::Scaled {
+                bases,
+                steps,
+                per_shift,
+            } => {
+                let base = eight_f16(bases, (b >> per_shift) * ROWS + h * HALF);
+                debug_assert!(at + HALF <= steps.len());
+                // SAFETY: eight steps lie there, as the caller guarantees.
+                let steps = unsafe { _mm_loadl_epi64(steps.as_ptr().add(at).cast()) };
+                _mm256_mul_ps(base, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(steps)))
+            }
+            Self::Other { factors, blocks } => {
+                let lanes: [f32; HALF] =
+                    std::array::from_fn(|r| factors.get((h * HALF + r) * blocks + b));
+                // SAFETY: eight values lie there.
+                unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
             }
         }
     }
