@@ -429,10 +429,9 @@ enum IntegerKernel {
 enum Interleaving {
     /// A line at once, sixteen rows, with AVX-512 VNNI (see [`integer_interleaved`]).
     Avx512Vnni,
-    /// Half a line at a time, eight rows, with AVX-VNNI (see [`integer_interleaved_avx2`]).
+    /// Half a line at a time, eight rows, with AVX-VNNI (see
+    /// [`integer_interleaved_avx_vnni`]).
     AvxVnni,
-    /// Half a line at a time with AVX2 alone.
-    Avx2,
 }
 
 impl Interleaving {
@@ -443,7 +442,6 @@ impl Interleaving {
                 avx512_vnni: true, ..
             } => Some(Self::Avx512Vnni),
             Features { avx_vnni: true, .. } => Some(Self::AvxVnni),
-            Features { avx2: true, .. } => Some(Self::Avx2),
             _ => None,
         }
     }
@@ -679,15 +677,13 @@ unsafe fn rows_dot_together<const V: usize>(
     {
         if let IntegerKernel::Interleaved(interleaving) = kernel {
             use integer_interleaved::Lines;
-            use integer_interleaved_avx2::{with_avx_vnni, with_avx2};
             let xs = xs.each_ref().map(|x| match &x.interleaved {
                 Some(prepared) => (&x.ints, prepared),
                 None => unreachable!("the interleaved kernel's activations are prepared for it"),
             });
             let rows_dot = match interleaving {
                 Interleaving::Avx512Vnni => integer_interleaved::rows_dot::<V>,
-                Interleaving::AvxVnni => with_avx_vnni::rows_dot::<V>,
-                Interleaving::Avx2 => with_avx2::rows_dot::<V>,
+                Interleaving::AvxVnni => integer_interleaved_avx_vnni::rows_dot::<V>,
             };
             // SAFETY: the caller's guarantees are the kernel's.
             return unsafe {
@@ -858,7 +854,7 @@ mod integer_avx512;
 #[cfg(target_arch = "x86_64")]
 mod integer_interleaved;
 #[cfg(target_arch = "x86_64")]
-mod integer_interleaved_avx2;
+mod integer_interleaved_avx_vnni;
 #[cfg(target_arch = "x86_64")]
 mod integer_vnni;
 
@@ -1397,7 +1393,7 @@ mod tests {
             .interleaved();
             let interleaves = (bits == 4 || bits == 6 && stepped && cols.is_multiple_of(64))
                 && rows.is_multiple_of(INTERLEAVED_ROWS)
-                && features::cpu().avx2;
+                && (features::cpu().avx512_vnni || features::cpu().avx_vnni);
             assert_eq!(
                 matches!(
                     interleaved.values,
@@ -1455,7 +1451,6 @@ mod tests {
                 // loader lays them out, and with them in rows.
                 let cpu = features::cpu();
                 let interleavings = [
-                    (Interleaving::Avx2, cpu.avx2),
                     (Interleaving::AvxVnni, cpu.avx_vnni),
                     (Interleaving::Avx512Vnni, cpu.avx512_vnni),
                 ]
