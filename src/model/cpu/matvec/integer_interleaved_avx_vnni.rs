@@ -2,7 +2,9 @@
 //! `integer_interleaved`) on CPUs with AVX-VNNI but not AVX-512 (Intel's laptops since Alder
 //! Lake): each 64-byte line read as two 256-bit halves, eight rows to a half, each half's
 //! bytes multiplied as the 512-bit kernel multiplies a line's. The sums, terms and order of
-//! addition are that kernel's, and so are the bits.
+//! addition are that kernel's, and so are the bits. On 1.7B files (AMD EPYC family 26,
+//! capped with `SMOLCHAT_MAX_CPU=avxvnni`) it decoded Q4_K_M 1.25–1.31× as fast as the row
+//! kernel's bytes with AVX-VNNI, Q4_0 1.26–1.42× and Q6_K 2.2–2.7×.
 
 use std::arch::x86_64::*;
 
