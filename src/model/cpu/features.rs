@@ -33,6 +33,14 @@ pub struct Features {
     pub wide: bool,
 }
 
+impl Features {
+    /// Whether the CPU multiplies bytes with VNNI in either encoding (AVX-512 VNNI or
+    /// AVX-VNNI).
+    pub fn vnni(self) -> bool {
+        self.avx512_vnni || self.avx_vnni
+    }
+}
+
 /// The features of this CPU, less what `SMOLCHAT_MAX_CPU` turns off.
 pub fn cpu() -> Features {
     static FEATURES: OnceLock<Features> = OnceLock::new();

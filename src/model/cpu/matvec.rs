@@ -1147,7 +1147,7 @@ mod tests {
         let widest = IntegerKernel::Avx512 { vnni: true };
         let avx2 = |vnni| IntegerKernel::Avx2 { vnni };
         let vnni = avx2_vnni(nibbles, false);
-        assert_eq!(vnni.is_some(), cpu.avx512_vnni || cpu.avx_vnni);
+        assert_eq!(vnni.is_some(), cpu.vnni());
         assert_eq!(vnni == Some(Vnni::Wide), cpu.avx512_vnni && cpu.wide);
         // One row of bytes takes the AVX2 kernel on AMD's cores too.
         let bytes = if cpu.wide { avx2(None) } else { widest };
@@ -1393,7 +1393,7 @@ mod tests {
             .interleaved();
             let interleaves = (bits == 4 || bits == 6 && stepped && cols.is_multiple_of(64))
                 && rows.is_multiple_of(INTERLEAVED_ROWS)
-                && (features::cpu().avx512_vnni || features::cpu().avx_vnni);
+                && features::cpu().vnni();
             assert_eq!(
                 matches!(
                     interleaved.values,
@@ -1453,18 +1453,14 @@ mod tests {
                 let interleavings = [
                     (Interleaving::AvxVnni, cpu.avx_vnni),
                     (Interleaving::Avx512Vnni, cpu.avx512_vnni),
-                ]
-                .into_iter()
-                .filter_map(|(interleaving, runs)| runs.then_some(interleaving))
-                .collect::<Vec<_>>();
+                ];
                 let runs = integer_kernels_up_to(fastest, ints, stepped)
                     .into_iter()
                     .map(|kernel| (kernel, ints, row_major))
                     .chain(tiles.into_iter().flat_map(|tiles| {
-                        interleavings
-                            .clone()
-                            .into_iter()
-                            .flat_map(move |interleaving| {
+                        (interleavings.into_iter())
+                            .filter(|&(_, runs)| runs)
+                            .flat_map(move |(interleaving, _)| {
                                 [(tile_scales, tile_offsets), row_major].map(move |factors| {
                                     (IntegerKernel::Interleaved(interleaving), tiles, factors)
                                 })

@@ -235,7 +235,7 @@ mod tests {
             .interleaved();
             let interleaves = (bits == 4 || bits == 6 && stepped)
                 && rows.is_multiple_of(INTERLEAVED_ROWS)
-                && (features::cpu().avx512_vnni || features::cpu().avx_vnni);
+                && features::cpu().vnni();
             assert_eq!(
                 interleaves,
                 matches!(

@@ -672,8 +672,7 @@ pub const fn interleaved_crumb_at(cols: usize, row: usize, b: usize, j: usize) -
 /// file no faster than the row kernel, and the prompts that gather the rows back ran
 /// 0.7–0.9× as fast (AMD EPYC, family 26).
 fn interleaves(rows: usize, cols: usize, unit: usize) -> bool {
-    let cpu = super::features::cpu();
-    (cpu.avx512_vnni || cpu.avx_vnni)
+    super::features::cpu().vnni()
         && rows > 0
         && rows.is_multiple_of(INTERLEAVED_ROWS)
         && cols.is_multiple_of(unit)

@@ -38,6 +38,9 @@ use crate::model::cpu::weights::{
 /// 0.98–1.09× (three); 16 and 32 KB were no better.
 pub(super) const PREFETCH_BYTES: usize = 8192;
 
+/// Rows a 256-bit half of a line holds, for the kernel that reads half a line at a time.
+pub(super) const HALF: usize = ROWS / 2;
+
 /// The activations as the kernel reads them besides their values.
 pub struct Activations {
     /// Per block of 32, its values' high bytes (signed), then their low bytes (unsigned).
@@ -451,7 +454,7 @@ impl<'a> OfGroup<'a> {
         }
     }
 
-    /// Block `b`'s factors of half `h` of the group's rows (eight), for the 256-bit kernels:
+    /// Block `b`'s factors of half `h` of the group's rows (eight), for the 256-bit kernel:
     /// the same values as [`OfGroup::block`]'s lanes.
     ///
     /// # Safety
@@ -459,7 +462,6 @@ impl<'a> OfGroup<'a> {
     #[target_feature(enable = "avx2,fma,f16c")]
     #[inline]
     pub(super) unsafe fn eight(self, b: usize, h: usize) -> __m256 {
-        const HALF: usize = ROWS / 2;
         let eight_f16 = |values: &[f16], at: usize| {
             debug_assert!(at + HALF <= values.len());
             // SAFETY: eight f16 lie there, as the caller guarantees.

@@ -11,15 +11,12 @@ use std::arch::x86_64::*;
 use super::BlockInts;
 use super::avx2::prefetch;
 use super::integer_interleaved::{
-    Activations, Ahead, FactorsAhead, Lines, OfGroup, PREFETCH_BYTES,
+    Activations, Ahead, FactorsAhead, HALF, Lines, OfGroup, PREFETCH_BYTES,
 };
 use crate::model::cpu::weights::{
     Factors, INTERLEAVED_BLOCK_BYTES, INTERLEAVED_CRUMB_BYTES, INTERLEAVED_LINE_BYTES,
     INTERLEAVED_ROWS, NIBBLE_BLOCK,
 };
-
-/// Rows a 256-bit half of a line holds.
-const HALF: usize = INTERLEAVED_ROWS / 2;
 
 /// Sums of products of unsigned bytes by signed ones, four to a 32-bit lane.
 ///
