@@ -118,13 +118,16 @@ xdotool click 1
 say "Geography"
 key Return
 # The folder is on top now, its chat under it; the fork, below, is dragged onto it.
+# Slowly: egui takes the widget a press lands on from where the pointer is at the end of the
+# frame that reads the press, so on a loaded machine a frame that read the press and the first
+# steps together picked the row above, and a release read with the last steps ended no drag.
 sleep 1
 xdotool mousemove 80 239
-sleep 0.3
+sleep 0.5
 xdotool mousedown 1
-sleep 0.3
-for y in 235 225 215 205 195 185 180; do xdotool mousemove 80 "$y"; sleep 0.1; done
-sleep 0.3
+sleep 1
+for y in 235 225 215 205 195 185 180; do xdotool mousemove 80 "$y"; sleep 0.3; done
+sleep 1
 xdotool mouseup 1
 xdotool mousemove 600 400
 shot folders-800x600-dark
