@@ -9,7 +9,9 @@ Each round runs every client count against each server in turn; a client streams
 chat reply of `--tokens` tokens to a prompt of its own. Reported per server and client
 count: the aggregate decode speed (every client's completion tokens over the wall time from
 the first request to the last token), and the time to first token, median and largest over
-the clients of all rounds. One JSON line at the end holds every figure.
+the clients of all rounds. Before the rounds each server reads every prompt once, so every
+round finds its prompts cached, as a chat's history is. One JSON line at the end holds every
+figure.
 """
 
 import argparse
@@ -98,7 +100,11 @@ def main():
             processes[name] = subprocess.Popen(command, stdout=subprocess.DEVNULL,
                                                stderr=subprocess.DEVNULL)
             wait_ready(port, processes[name], name)
-            round_of(port, 1, 8)  # warm-up
+            # Every prompt the rounds send, read once: both servers keep a finished
+            # request's cache, so otherwise the first round at a new count would also read
+            # the prompts no earlier count sent, and only there (one client's is always
+            # cached), which measured prompt reading instead of decoding side by side.
+            round_of(port, max(counts), 8)
         speed = {name: {c: [] for c in counts} for name in servers}
         ttft = {name: {c: [] for c in counts} for name in servers}
         for _ in range(args.rounds):
