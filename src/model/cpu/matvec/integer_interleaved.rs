@@ -99,10 +99,10 @@ pub enum Lines<'a> {
 /// # Safety
 /// The CPU must have AVX-512 F, BW, VL and VNNI, FMA and F16C; `lines` must hold
 /// `outs[v].len()` rows (whole groups of [`ROWS`]) of `x.values.len()` values interleaved
-/// (for 6-bit ones, in whole pairs of units, with two steps per unit), and `scales` and
-/// `offsets` one factor per block of 32 of those rows (for 4-bit ones laid out by block as
-/// the loader lays them out, or in any form); each `prepared` is [`Activations::of`] its
-/// `x` with the weights' zero point and blocks of it.
+/// (for 6-bit ones, in whole pairs of units, with two steps per unit), `scales` and, for
+/// 4-bit ones, `offsets` one factor per block of 32 of those rows (for 4-bit ones laid out
+/// by block as the loader lays them out, or in any form; 6-bit ones have no offsets); each
+/// `prepared` is [`Activations::of`] its `x` with the weights' zero point and blocks of it.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub unsafe fn rows_dot<'a, const V: usize>(
     lines: Lines<'a>,
@@ -112,20 +112,27 @@ pub unsafe fn rows_dot<'a, const V: usize>(
     buffer: &mut Vec<f32>,
     outs: &mut [&mut [f32]; V],
 ) {
+    assert!(
+        offsets.is_none() || matches!(lines, Lines::Nibbles(_)),
+        "interleaved 6-bit values have no offsets"
+    );
     let blocks = xs[0].0.scales.len();
     let group = ROWS * blocks;
-    // Each activation row's factors times its scales, and the offsets, a group at a time
-    // for several activation rows, in the loop for one. 4-bit weights' factors lie by
-    // block (see `OfGroup`). 6-bit ones' lie in rows: for one activation row they are
-    // formed as they lie, a row's blocks together, each block's sixteen gathered from there
-    // (a decode step 1.03–1.07× as fast as with the transposes below); for several,
-    // transposed once to a block's sixteen rows together, which as many gathers per block
-    // made 0.7× as fast. A group's factors as they are formed, for the transposes.
+    // 4-bit weights' factors lie by block (see `OfGroup`) and are scaled in the loop, a
+    // block's once for each activation row: four activation rows' products with a weight
+    // in L2 ran 1.2–1.3× as fast as with each row's scaled factors formed for the group
+    // first (8192 columns too, where those took 64 KB a group, more than L1). 6-bit ones'
+    // lie in rows, and each activation row's factors times its scales are formed a group
+    // at a time: for one activation row as they lie, a row's blocks together, each block's
+    // sixteen gathered from there (a decode step 1.03–1.07× as fast as with the transposes
+    // below); for several, transposed once to a block's sixteen rows together, which as
+    // many gathers per block made 0.7× as fast. A group's factors as they are formed, for
+    // the transposes; for 4-bit weights whose factors are not laid out by block, the
+    // group's scales and offsets formed so.
     let gathered = V == 1;
-    let needed = (2 * V + 2) * group;
+    let needed = (2 * V + 1) * group;
     grow(buffer, needed);
     let (scaled, rest) = buffer[..needed].split_at_mut(V * group);
-    let (offsets_of_group, rest) = rest.split_at_mut(group);
     let (by_row, repeated) = rest.split_at_mut(group);
     // 6-bit values' factors are formed as they lie, row by row: each activation row's
     // scales repeated for each row of a group, which they multiply element by element.
@@ -144,7 +151,6 @@ pub unsafe fn rows_dot<'a, const V: usize>(
             _mm512_set1_epi32(blocks as i32),
         ),
         group,
-        offsets: offsets.is_some(),
     };
     let rows = outs[0].len();
     let ahead = FactorsAhead::new(lines, scales, offsets, blocks, rows);
@@ -173,57 +179,21 @@ pub unsafe fn rows_dot<'a, const V: usize>(
         unsafe {
             let mut sums: [__m512; V] =
                 std::array::from_fn(|v| _mm512_loadu_ps(outs[v].as_ptr().add(first)));
-            let add = |sums: &mut [__m512; V], totals: [__m512i; V], b: usize| {
-                factors.add_terms(sums, totals, b, &xs, scaled, offsets_of_group)
-            };
             match lines {
                 Lines::Nibbles(values) => {
                     let lines = values.as_ptr().add(g * blocks * INTERLEAVED_BLOCK_BYTES);
-                    let of_group = |factors: Factors<'a>| {
-                        OfGroup::of(factors.range(factors_of_group.clone()), blocks)
+                    let of_group = |factors: Factors<'a>, room| {
+                        OfGroup::of(factors.range(factors_of_group.clone()), blocks, room)
                     };
-                    let (scales, offsets) = (of_group(scales), offsets.map(of_group));
-                    // Several activation rows read their scaled factors formed for the group
-                    // first: formed in the loop, four rows decoded 0.65–0.85× as fast.
-                    if !gathered {
-                        for b in 0..blocks {
-                            let factors = scales.block(b);
-                            for (v, (x, _)) in xs.iter().enumerate() {
-                                let at = scaled.as_mut_ptr().add(v * group + b * ROWS);
-                                let x_scale = _mm512_set1_ps(x.scales[b]);
-                                _mm512_storeu_ps(at, _mm512_mul_ps(factors, x_scale));
-                            }
-                            if let Some(offsets) = offsets {
-                                let at = offsets_of_group.as_mut_ptr().add(b * ROWS);
-                                _mm512_storeu_ps(at, offsets.block(b));
-                            }
-                        }
-                    }
+                    // Where 6-bit values' factors are formed in rows.
+                    let scales = of_group(scales, &mut *by_row);
+                    let offsets = offsets.map(|offsets| of_group(offsets, &mut repeated[..group]));
                     for b in 0..blocks {
                         ahead.prefetch(b);
                         let at = lines.add(b * INTERLEAVED_BLOCK_BYTES);
                         let totals = nibble_totals(at, b, &xs);
-                        match gathered {
-                            true => {
-                                let offsets = offsets.map(|offsets| offsets.block(b));
-                                add_terms_of_block(
-                                    &mut sums,
-                                    totals,
-                                    scales.block(b),
-                                    offsets,
-                                    b,
-                                    &xs,
-                                );
-                            }
-                            false => factors.add_terms(
-                                &mut sums,
-                                totals,
-                                b,
-                                &xs,
-                                scaled,
-                                offsets_of_group,
-                            ),
-                        }
+                        let offsets = offsets.map(|offsets| offsets.block(b));
+                        add_terms_of_block(&mut sums, totals, scales.block(b), offsets, b, &xs);
                     }
                 }
                 Lines::SixBits {
@@ -250,7 +220,7 @@ pub unsafe fn rows_dot<'a, const V: usize>(
                                 _ => _mm512_srli_epi32::<16>(four),
                             };
                             let totals = six_bit_totals(at, crumbs, two, b, &xs);
-                            add(&mut sums, totals, b);
+                            factors.add_terms(&mut sums, totals, b, scaled);
                         }
                     }
                 }
@@ -325,7 +295,8 @@ impl Ahead<'_> {
     }
 }
 
-/// How a group's blocks' sums are scaled: where its factors lie and in what order.
+/// How a group of 6-bit rows' blocks' sums are scaled (they have no offsets): where their
+/// factors lie and in what order.
 #[derive(Clone, Copy)]
 struct Scaling {
     /// Each block's factors gathered from the rows' (one activation row), or read a block's
@@ -335,13 +306,12 @@ struct Scaling {
     rows_apart: __m512i,
     /// Factors per activation row of a group.
     group: usize,
-    offsets: bool,
 }
 
 impl Scaling {
     /// Block `b`'s terms from each activation row's integer sums `totals` (sixteen rows'),
     /// added to `sums`: converted, times the scales of `scaled` (each activation row's
-    /// group), plus the offsets of `offsets` times the block's activation sum.
+    /// group).
     ///
     /// # Safety
     /// As for [`rows_dot`]; the buffers hold a group's factors, in the order `gathered` says.
@@ -352,9 +322,7 @@ impl Scaling {
         sums: &mut [__m512; V],
         totals: [__m512i; V],
         b: usize,
-        xs: &[(&BlockInts, &Activations); V],
         scaled: &[f32],
-        offsets: &[f32],
     ) {
         // SAFETY: the caller's.
         unsafe {
@@ -365,12 +333,7 @@ impl Scaling {
             };
             for (v, sums) in sums.iter_mut().enumerate() {
                 let scale = of_block(scaled.as_ptr().add(v * self.group));
-                let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(totals[v]), scale);
-                if self.offsets {
-                    let offset = of_block(offsets.as_ptr());
-                    let x_sum = _mm512_set1_ps(xs[v].0.sums[b]);
-                    term = _mm512_fmadd_ps(x_sum, offset, term);
-                }
+                let term = _mm512_mul_ps(_mm512_cvtepi32_ps(totals[v]), scale);
                 *sums = _mm512_add_ps(*sums, term);
             }
         }
@@ -393,14 +356,18 @@ pub(super) enum OfGroup<'a> {
         /// Blocks per base, as a shift.
         per_shift: u32,
     },
-    /// Factors in another form, a block's read one at a time (the loader lays 4-bit weights'
-    /// factors out by block wherever it interleaves them; tests give them others too).
-    Other { factors: Factors<'a>, blocks: usize },
+    /// Factors in another form, formed by block for the group as f32 (the loader lays 4-bit
+    /// weights' factors out by block wherever it interleaves them; tests give them others
+    /// too). Read one at a time in the loop, a call per factor, they took registers from
+    /// every other form: one activation row's product with a weight in L2 took 1.2–1.8×
+    /// the time, four rows' 1.05–1.3×.
+    Formed(&'a [f32]),
 }
 
 impl<'a> OfGroup<'a> {
-    /// Of a group's `factors`, in rows of `blocks` blocks.
-    pub(super) fn of(factors: Factors<'a>, blocks: usize) -> Self {
+    /// Of a group's `factors`, in rows of `blocks` blocks; `room` holds the group's factors
+    /// where they are in another form than by block.
+    pub(super) fn of(factors: Factors<'a>, blocks: usize, room: &'a mut [f32]) -> Self {
         match factors {
             Factors::F16ByBlock {
                 values, first, len, ..
@@ -417,7 +384,14 @@ impl<'a> OfGroup<'a> {
                 steps: &steps[first..first + len],
                 per_shift: per.trailing_zeros(),
             },
-            factors => Self::Other { factors, blocks },
+            factors => {
+                for (b, block) in room.chunks_exact_mut(ROWS).take(blocks).enumerate() {
+                    for (r, factor) in block.iter_mut().enumerate() {
+                        *factor = factors.get(r * blocks + b);
+                    }
+                }
+                Self::Formed(&room[..ROWS * blocks])
+            }
         }
     }
 
@@ -446,10 +420,10 @@ impl<'a> OfGroup<'a> {
                 let steps = unsafe { _mm_loadu_si128(steps.as_ptr().add(b * ROWS).cast()) };
                 _mm512_mul_ps(base, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(steps)))
             }
-            Self::Other { factors, blocks } => {
-                let lanes: [f32; ROWS] = std::array::from_fn(|r| factors.get(r * blocks + b));
-                // SAFETY: sixteen values lie there.
-                unsafe { _mm512_loadu_ps(lanes.as_ptr()) }
+            Self::Formed(values) => {
+                debug_assert!((b + 1) * ROWS <= values.len());
+                // SAFETY: sixteen values lie there, as the caller guarantees.
+                unsafe { _mm512_loadu_ps(values.as_ptr().add(b * ROWS)) }
             }
         }
     }
@@ -481,11 +455,10 @@ impl<'a> OfGroup<'a> {
                 let steps = unsafe { _mm_loadl_epi64(steps.as_ptr().add(at).cast()) };
                 _mm256_mul_ps(base, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(steps)))
             }
-            Self::Other { factors, blocks } => {
-                let lanes: [f32; HALF] =
-                    std::array::from_fn(|r| factors.get((h * HALF + r) * blocks + b));
-                // SAFETY: eight values lie there.
-                unsafe { _mm256_loadu_ps(lanes.as_ptr()) }
+            Self::Formed(values) => {
+                debug_assert!(at + HALF <= values.len());
+                // SAFETY: eight values lie there, as the caller guarantees.
+                unsafe { _mm256_loadu_ps(values.as_ptr().add(at)) }
             }
         }
     }

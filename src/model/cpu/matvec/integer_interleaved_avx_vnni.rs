@@ -8,11 +8,11 @@
 
 use std::arch::x86_64::*;
 
-use super::BlockInts;
 use super::avx2::prefetch;
 use super::integer_interleaved::{
     Activations, Ahead, FactorsAhead, HALF, Lines, OfGroup, PREFETCH_BYTES,
 };
+use super::{BlockInts, grow};
 use crate::model::cpu::weights::{
     Factors, INTERLEAVED_BLOCK_BYTES, INTERLEAVED_CRUMB_BYTES, INTERLEAVED_LINE_BYTES,
     INTERLEAVED_ROWS, NIBBLE_BLOCK,
@@ -70,13 +70,17 @@ pub unsafe fn rows_dot<'a, const V: usize>(
         unsafe {
             match lines {
                 Lines::Nibbles(values) => {
-                    let of_group = |factors: Factors<'a>| {
-                        OfGroup::of(factors.range(factors_of_group.clone()), blocks)
+                    // Factors in another form than by block are formed by block here.
+                    let group = INTERLEAVED_ROWS * blocks;
+                    grow(buffer, 2 * group);
+                    let (room, offsets_room) = buffer[..2 * group].split_at_mut(group);
+                    let of_group = |factors: Factors<'a>, room| {
+                        OfGroup::of(factors.range(factors_of_group.clone()), blocks, room)
                     };
                     nibble_group(
                         values.as_ptr().add(g * blocks * INTERLEAVED_BLOCK_BYTES),
-                        of_group(scales),
-                        offsets.map(of_group),
+                        of_group(scales, room),
+                        offsets.map(|offsets| of_group(offsets, offsets_room)),
                         &ahead,
                         &xs,
                         [&mut firsts, &mut lasts],
