@@ -385,12 +385,13 @@ impl<'a> OfGroup<'a> {
                 per_shift: per.trailing_zeros(),
             },
             factors => {
-                for (b, block) in room.chunks_exact_mut(ROWS).take(blocks).enumerate() {
+                let room = &mut room[..ROWS * blocks];
+                for (b, block) in room.chunks_exact_mut(ROWS).enumerate() {
                     for (r, factor) in block.iter_mut().enumerate() {
                         *factor = factors.get(r * blocks + b);
                     }
                 }
-                Self::Formed(&room[..ROWS * blocks])
+                Self::Formed(room)
             }
         }
     }
