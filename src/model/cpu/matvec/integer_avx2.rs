@@ -12,7 +12,9 @@
 //! off each block's integer sum (`zero · Σx`) rather than off every value: a block then
 //! takes three widening instructions where it took seven, two of them on the one port that
 //! moves bytes between lanes. Q6_K's 6-bit units, read stepped, are widened the same way
-//! with their top bits added ([`six_bit_pair`]). Where the CPU has VNNI, both are multiplied
+//! with their top bits added ([`six_bit_pair`]); each half unit's products are summed apart
+//! and a chunk's halves take their zero point's share and their steps together
+//! ([`six_bit_chunk_terms`]), not each value. Where the CPU has VNNI, both are multiplied
 //! as bytes instead (`integer_vnni`), with this kernel's sums, scaling and order.
 //!
 //! A K type's factors (a base per super-block times a step per block) are multiplied out
@@ -32,13 +34,13 @@ use crate::model::cpu::weights::{Factors, Ints, NIBBLE_BLOCK};
 
 /// The activations as the kernel reads them besides their values in order: for 4-bit
 /// weights, and 6-bit ones read stepped in blocks of 32, each whole chunk of [`GROUP`]
-/// blocks [`arranged`] as [`nibble_pair`] and [`six_bit_pair`] widen the weights; for 4-bit
-/// weights, each block's values' sum times the weights' zero point.
+/// blocks [`arranged`] as [`nibble_pair`] and [`six_bit_pair`] widen the weights, and their
+/// sums times the weights' zero point (per block for 4 bits, per half unit for 6).
 pub struct Activations {
-    /// Empty where the weights are neither, or are 4-bit and multiplied as bytes.
+    /// Empty where the weights are neither, or are multiplied as bytes.
     arranged: Vec<i16>,
     /// For 4-bit weights, each block's values' sum times their zero point; for stepped 6-bit
-    /// ones multiplied as bytes, the same per half unit ([`half_zero_sums`]); else empty.
+    /// ones, the same per half unit ([`half_zero_sums`]); else empty.
     pub(super) zero_sums: Vec<i32>,
     /// For 4-bit and stepped 6-bit weights multiplied as bytes, the values split
     /// ([`split_bytes`]); else empty.
@@ -77,6 +79,7 @@ impl Activations {
                     },
                     None => Self {
                         arranged: arranged(&x.values),
+                        zero_sums: half_zero_sums(&x.values, zero),
                         ..none
                     },
                 }
@@ -119,31 +122,24 @@ unsafe fn nibble_pair(w: *const u8, b: usize) -> [__m256i; 4] {
 }
 
 /// Units `j` and `j + 1` of 6-bit values (16 bytes of nibbles and 8 of crumbs each, see
-/// `unpack_six_bits`), their halves times their steps `steps[2j..2j + 4]` and `zero` taken
-/// off, as [`nibble_pair`] orders the nibbles: each vector's first half unit `j`'s, its
-/// second unit `j + 1`'s. The top bits of value `8q + i` lie at bits `2q` of crumb byte
-/// `i`; with a unit's eight crumb bytes in both quarters of its half, a lane's four values
-/// (`2w`, `2w + 16`, `2w + 1`, `2w + 17`, `w` in `0..8`) find theirs in the low byte
-/// (`q` 0, 2) or the high byte (`q` 1, 3) of 16-bit lane `w mod 4`, one 32-bit shift each.
-/// Values below 16 (vectors 0 and 2) take their unit's first step, the others its second.
+/// `unpack_six_bits`) as stored, 0 to 63, as [`nibble_pair`] orders the nibbles: each
+/// vector's first half unit `j`'s, its second unit `j + 1`'s; vectors 0 and 2 hold the
+/// units' first halves (values below 16), 1 and 3 their second. The top bits of value
+/// `8q + i` lie at bits `2q` of crumb byte `i`; with a unit's eight crumb bytes in both
+/// quarters of its half, a lane's four values (`2w`, `2w + 16`, `2w + 1`, `2w + 17`, `w` in
+/// `0..8`) find theirs in the low byte (`q` 0, 2) or the high byte (`q` 1, 3) of 16-bit lane
+/// `w mod 4`, one 32-bit shift each.
 ///
 /// # Safety
-/// `nibbles`, `crumbs` and `steps` must hold units `j` and `j + 1`.
+/// `nibbles` and `crumbs` must hold units `j` and `j + 1`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn six_bit_pair(
-    nibbles: *const u8,
-    crumbs: *const u8,
-    steps: *const i8,
-    j: usize,
-    zero: __m256i,
-) -> [__m256i; 4] {
+unsafe fn six_bit_pair(nibbles: *const u8, crumbs: *const u8, j: usize) -> [__m256i; 4] {
     // SAFETY: the caller's.
-    let (low, crumbs, steps) = unsafe {
+    let (low, crumbs) = unsafe {
         (
             nibble_pair(nibbles, j),
             _mm_loadu_si128(crumbs.add(j * 8).cast()),
-            _mm256_set1_epi32(steps.add(2 * j).cast::<i32>().read_unaligned()),
         )
     };
     // Each unit's crumbs in both 64-bit quarters of its half.
@@ -155,24 +151,55 @@ unsafe fn six_bit_pair(
         _mm256_srlv_epi32(crumbs, _mm256_setr_epi32(4, 4, 6, 6, 4, 4, 6, 6)),
         _mm256_srlv_epi32(crumbs, _mm256_setr_epi32(8, 8, 10, 10, 8, 8, 10, 10)),
     ];
-    // A step in the high byte of each 16-bit lane, shifted down with its sign: in each half,
-    // its unit's first step (bytes 0 and 2 of `steps`) or second (1 and 3).
-    let step = |in_first: i8, in_second: i8| {
-        let pick = |at: i8| [-1, at];
-        let control: [i8; 32] = std::array::from_fn(|i| match i < 16 {
-            true => pick(in_first)[i % 2],
-            false => pick(in_second)[i % 2],
-        });
-        // SAFETY: `control` is 32 bytes.
-        let control = unsafe { _mm256_loadu_si256(control.as_ptr().cast()) };
-        _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(steps, control))
-    };
-    let (firsts, seconds) = (step(0, 2), step(1, 3));
-    let unit_steps = [firsts, seconds, firsts, seconds];
-    std::array::from_fn(|k| {
-        let values = _mm256_or_si256(low[k], _mm256_and_si256(high[k], tops));
-        _mm256_mullo_epi16(_mm256_sub_epi16(values, zero), unit_steps[k])
-    })
+    std::array::from_fn(|k| _mm256_or_si256(low[k], _mm256_and_si256(high[k], tops)))
+}
+
+/// One row's terms of 6-bit weights read stepped, in whole chunks of [`GROUP`] units,
+/// against each of `xs`: the units widened as stored ([`six_bit_pair`]), each half's
+/// products summed apart, and each chunk's halves then take their zero point's share and
+/// their steps together ([`six_bit_chunk_terms`]), as the byte kernels form them. Taking the
+/// zero point off every value and multiplying it by its step took 13 of a pair of units'
+/// 34 instructions.
+///
+/// # Safety
+/// As for [`row_terms`] with 6-bit values read stepped, in whole chunks, each of `xs` with
+/// its [`Activations::of`] them; the CPU has AVX2.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn six_bit_terms<const V: usize>(
+    row: &Row,
+    xs: &[(&BlockInts, &Activations); V],
+    blocks: usize,
+    terms: [*mut f32; V],
+) {
+    for chunk in (0..blocks).step_by(GROUP) {
+        let mut firsts = [[_mm256_setzero_si256(); GROUP / 2]; V];
+        let mut seconds = [[_mm256_setzero_si256(); GROUP / 2]; V];
+        for (p, unit) in (chunk..chunk + GROUP).step_by(2).enumerate() {
+            // SAFETY: the chunk's units lie inside the row and, arranged, inside each of
+            // `xs`; a prefetch cannot fault.
+            unsafe {
+                if p.is_multiple_of(2) {
+                    prefetch(row.values.add(unit * NIBBLE_BLOCK / 2), PREFETCH_BYTES_Q8);
+                }
+                // The chunk's crumbs, one line, half the nibbles' bytes ahead.
+                if p == 0 {
+                    prefetch(row.high.add(unit * 8), PREFETCH_BYTES_Q8 / 2);
+                }
+                let weights = six_bit_pair(row.values, row.high, unit);
+                for v in 0..V {
+                    let x = xs[v].1.arranged.as_ptr().add(unit * NIBBLE_BLOCK);
+                    let x = x.cast::<__m256i>();
+                    let products =
+                        |k: usize| _mm256_madd_epi16(weights[k], _mm256_loadu_si256(x.add(k)));
+                    firsts[v][p] = _mm256_add_epi32(products(0), products(2));
+                    seconds[v][p] = _mm256_add_epi32(products(1), products(3));
+                }
+            }
+        }
+        // SAFETY: the chunk lies inside the row and each of `xs`.
+        unsafe { six_bit_chunk_terms(row, xs, chunk, firsts, seconds, terms) };
+    }
 }
 
 /// The AVX2 kernel's products of `weight` with each of the `V` activation rows `xs`, offsets
@@ -292,6 +319,9 @@ pub unsafe fn rows_dot<const V: usize>(
                                 }
                                 (true, Some(Vnni::Wide)) => {
                                     six_bit_terms_wide::<V>(&row, &xs, blocks, terms)
+                                }
+                                (true, None) if blocks.is_multiple_of(GROUP) => {
+                                    six_bit_terms::<V>(&row, &xs, blocks, terms)
                                 }
                                 (true, None) => {
                                     row_terms::<16, 6, true, V>(row, &xs, blocks, terms)
@@ -573,8 +603,8 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
         }
         sum
     };
-    // A whole chunk of blocks from `chunk` read in lanes, two blocks to a vector
-    // ([`nibble_pair`], [`six_bit_pair`]), against each activation row as [`arranged`]: a
+    // A whole chunk of 4-bit blocks from `chunk` read in lanes, two blocks to a vector
+    // ([`nibble_pair`]), against each activation row as [`arranged`]: a
     // block's four lanes in each pair's vector, added across to a lane per block
     // ([`block_lanes`]). Each row's second pair of a half chunk is added across with the
     // first as it comes ([`pairs_across`]), so a row keeps two vectors, not four: with four
@@ -589,14 +619,7 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
             if (b - chunk).is_multiple_of(4) {
                 prefetch(row.values.wrapping_add(b * read / 2), PREFETCH_BYTES_Q8);
             }
-            // 6 bits: the chunk's crumbs, one line, half the nibbles' bytes ahead.
-            if BITS == 6 && b == chunk {
-                prefetch(row.high.wrapping_add(b * 8), PREFETCH_BYTES_Q8 / 2);
-            }
-            match BITS {
-                4 => nibble_pair(row.values, b),
-                _ => six_bit_pair(row.values, row.high, row.steps, b, zero),
-            }
+            nibble_pair(row.values, b)
         };
         // Blocks `b` and `b + 1` against activation row `v`.
         let sums = |weights: &[__m256i; 4], v: usize, b: usize| unsafe {
@@ -649,8 +672,7 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
                 }};
             }
             // Each activation row's sums of the chunk's blocks, a block to a lane.
-            let lanes = BITS == 4 || (BITS == 6 && STEPPED);
-            let totals: [__m256i; V] = match lanes && in_chunk == GROUP {
+            let totals: [__m256i; V] = match BITS == 4 && in_chunk == GROUP {
                 true => in_lanes(chunk),
                 false => {
                     let pairs = [pair_sums!(0), pair_sums!(2), pair_sums!(4), pair_sums!(6)];
@@ -720,6 +742,50 @@ pub(super) unsafe fn chunk_terms<const BITS: u32, const V: usize>(
             }
             _mm256_storeu_ps(terms[v].add(chunk), term);
         }
+    }
+}
+
+/// A chunk of [`GROUP`] 6-bit units' terms from the lane sums of their halves' products,
+/// `firsts` and `seconds` (a pair of units to a vector): each unit's halves added across,
+/// their zero point's share taken off and multiplied by their steps, as [`six_bit_terms`]
+/// and the byte kernels (`integer_vnni`) all form them.
+///
+/// # Safety
+/// The chunk's steps lie inside the row's, its half sums inside each of `xs`; the CPU has
+/// AVX2.
+#[inline(always)]
+pub(super) unsafe fn six_bit_chunk_terms<const V: usize>(
+    row: &Row,
+    xs: &[(&BlockInts, &Activations); V],
+    chunk: usize,
+    firsts: [[__m256i; GROUP / 2]; V],
+    seconds: [[__m256i; GROUP / 2]; V],
+    terms: [*mut f32; V],
+) {
+    // SAFETY: the caller's.
+    unsafe {
+        // The steps of eight units, first halves' (even bytes) then second halves'.
+        let halves = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+        let steps = _mm_loadu_si128(row.steps.add(2 * chunk).cast());
+        let steps = _mm_shuffle_epi8(steps, halves);
+        let first_steps = _mm256_cvtepi8_epi32(steps);
+        let second_steps = _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(steps));
+        // A loop, not `array::from_fn`: a closure here is compiled without the caller's
+        // features, and every intrinsic in it was a call, through memory (the AVX2 kernel's
+        // Q6_K loop took 1.5 times as long).
+        let mut totals = [_mm256_setzero_si256(); V];
+        for (v, total) in totals.iter_mut().enumerate() {
+            let zero_sums = xs[v].1.zero_sums.as_ptr().add(2 * chunk).cast();
+            let first = block_lanes(firsts[v]);
+            let first = _mm256_sub_epi32(first, _mm256_loadu_si256(zero_sums));
+            let second = block_lanes(seconds[v]);
+            let second = _mm256_sub_epi32(second, _mm256_loadu_si256(zero_sums.add(1)));
+            *total = _mm256_add_epi32(
+                _mm256_mullo_epi32(first, first_steps),
+                _mm256_mullo_epi32(second, second_steps),
+            );
+        }
+        chunk_terms::<6, V>(row, xs, chunk, GROUP, totals, terms);
     }
 }
 

@@ -20,7 +20,7 @@ use std::arch::x86_64::*;
 
 use super::BlockInts;
 use super::avx2::{PREFETCH_BYTES_Q8, prefetch};
-use super::integer_avx2::{Activations, GROUP, Row, block_lanes, chunk_terms};
+use super::integer_avx2::{Activations, GROUP, Row, block_lanes, chunk_terms, six_bit_chunk_terms};
 use crate::model::cpu::weights::NIBBLE_BLOCK;
 
 /// Bytes of activations per block: its 32 values' high and low bytes.
@@ -166,46 +166,6 @@ macro_rules! nibble_terms {
             }
         }
     };
-}
-
-/// A chunk of [`GROUP`] 6-bit units' terms from the lane sums of their halves' products,
-/// `firsts` and `seconds` (a pair of units to a vector): each unit's halves added across,
-/// their zero point's share taken off and multiplied by their steps, as
-/// [`six_bit_terms_avx512`] and [`six_bit_terms_wide`] both form them.
-///
-/// # Safety
-/// The chunk's steps lie inside the row's, its half sums inside each of `xs`; the CPU has
-/// AVX2.
-#[inline(always)]
-unsafe fn six_bit_chunk_terms<const V: usize>(
-    row: &Row,
-    xs: &[(&BlockInts, &Activations); V],
-    chunk: usize,
-    firsts: [[__m256i; GROUP / 2]; V],
-    seconds: [[__m256i; GROUP / 2]; V],
-    terms: [*mut f32; V],
-) {
-    // SAFETY: the caller's.
-    unsafe {
-        // The steps of eight units, first halves' (even bytes) then second halves'.
-        let halves = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-        let steps = _mm_loadu_si128(row.steps.add(2 * chunk).cast());
-        let steps = _mm_shuffle_epi8(steps, halves);
-        let first_steps = _mm256_cvtepi8_epi32(steps);
-        let second_steps = _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(steps));
-        let totals: [__m256i; V] = std::array::from_fn(|v| {
-            let zero_sums = xs[v].1.zero_sums.as_ptr().add(2 * chunk).cast();
-            let first = block_lanes(firsts[v]);
-            let first = _mm256_sub_epi32(first, _mm256_loadu_si256(zero_sums));
-            let second = block_lanes(seconds[v]);
-            let second = _mm256_sub_epi32(second, _mm256_loadu_si256(zero_sums.add(1)));
-            _mm256_add_epi32(
-                _mm256_mullo_epi32(first, first_steps),
-                _mm256_mullo_epi32(second, second_steps),
-            )
-        });
-        chunk_terms::<6, V>(row, xs, chunk, GROUP, totals, terms);
-    }
 }
 
 /// One row's terms of 6-bit weights read stepped in units of 32 (two blocks of 16 with a
