@@ -11,8 +11,8 @@
 //! ([`nibble_pair`]), the activations [`arranged`] to match, and their zero point is taken
 //! off each block's integer sum (`zero · Σx`) rather than off every value: a block then
 //! takes three widening instructions where it took seven, two of them on the one port that
-//! moves bytes between lanes. Q6_K's 6-bit units, read stepped, are widened the same way
-//! with their top bits added ([`six_bit_pair`]); each half unit's products are summed apart
+//! moves bytes between lanes. Q6_K's 6-bit units, read stepped, are made bytes as the byte
+//! kernels make them and widened in place ([`six_bit_pair`]); each half unit's products are summed apart
 //! and a chunk's halves take their zero point's share and their steps together
 //! ([`six_bit_chunk_terms`]), not each value. Where the CPU has VNNI, both are multiplied
 //! as bytes instead (`integer_vnni`), with this kernel's sums, scaling and order.
@@ -25,8 +25,8 @@ use std::cell::RefCell;
 
 use super::avx2::{PREFETCH_BYTES_Q8, prefetch};
 use super::integer_vnni::{
-    half_zero_sums, nibble_terms_avx, nibble_terms_avx512, nibble_terms_wide, six_bit_terms_avx,
-    six_bit_terms_avx512, six_bit_terms_wide, split_bytes,
+    half_zero_sums, nibble_terms_avx, nibble_terms_avx512, nibble_terms_wide, six_bit_bytes,
+    six_bit_terms_avx, six_bit_terms_avx512, six_bit_terms_wide, split_bytes,
 };
 use super::{BlockInts, Vnni, grow, nibble_lanes, with_pair_bases};
 use crate::model::cpu::math::{unpack_five_bits, unpack_nibbles, unpack_six_bits};
@@ -34,8 +34,9 @@ use crate::model::cpu::weights::{Factors, Ints, NIBBLE_BLOCK};
 
 /// The activations as the kernel reads them besides their values in order: for 4-bit
 /// weights, and 6-bit ones read stepped in blocks of 32, each whole chunk of [`GROUP`]
-/// blocks [`arranged`] as [`nibble_pair`] and [`six_bit_pair`] widen the weights, and their
-/// sums times the weights' zero point (per block for 4 bits, per half unit for 6).
+/// blocks arranged as [`nibble_pair`] ([`arranged`]) and [`six_bit_pair`] ([`in_eights`])
+/// widen the weights, and their sums times the weights' zero point (per block for 4 bits,
+/// per half unit for 6).
 pub struct Activations {
     /// Empty where the weights are neither, or are multiplied as bytes.
     arranged: Vec<i16>,
@@ -78,7 +79,7 @@ impl Activations {
                         ..none
                     },
                     None => Self {
-                        arranged: arranged(&x.values),
+                        arranged: in_eights(&x.values),
                         zero_sums: half_zero_sums(&x.values, zero),
                         ..none
                     },
@@ -96,6 +97,22 @@ fn arranged(values: &[i16]) -> Vec<i16> {
     let whole = values.len() / (GROUP * NIBBLE_BLOCK) * (GROUP * NIBBLE_BLOCK);
     let mut out = Vec::with_capacity(whole);
     nibble_lanes(&values[..whole], 2, &mut out);
+    out
+}
+
+/// Activations for 6-bit weights read stepped, for each whole chunk of [`GROUP`] units, as
+/// [`six_bit_pair`] widens the weights: per pair of units, four vectors, vector `k` holding
+/// each unit's values `8k..8k + 8` in turn.
+fn in_eights(values: &[i16]) -> Vec<i16> {
+    let whole = values.len() / (GROUP * NIBBLE_BLOCK) * (GROUP * NIBBLE_BLOCK);
+    let mut out = Vec::with_capacity(whole);
+    for pair in values[..whole].chunks_exact(2 * NIBBLE_BLOCK) {
+        let (first, second) = pair.split_at(NIBBLE_BLOCK);
+        for k in (0..NIBBLE_BLOCK).step_by(8) {
+            out.extend_from_slice(&first[k..k + 8]);
+            out.extend_from_slice(&second[k..k + 8]);
+        }
+    }
     out
 }
 
@@ -121,14 +138,12 @@ unsafe fn nibble_pair(w: *const u8, b: usize) -> [__m256i; 4] {
     ]
 }
 
-/// Units `j` and `j + 1` of 6-bit values (16 bytes of nibbles and 8 of crumbs each, see
-/// `unpack_six_bits`) as stored, 0 to 63, as [`nibble_pair`] orders the nibbles: each
-/// vector's first half unit `j`'s, its second unit `j + 1`'s; vectors 0 and 2 hold the
-/// units' first halves (values below 16), 1 and 3 their second. The top bits of value
-/// `8q + i` lie at bits `2q` of crumb byte `i`; with a unit's eight crumb bytes in both
-/// quarters of its half, a lane's four values (`2w`, `2w + 16`, `2w + 1`, `2w + 17`, `w` in
-/// `0..8`) find theirs in the low byte (`q` 0, 2) or the high byte (`q` 1, 3) of 16-bit lane
-/// `w mod 4`, one 32-bit shift each.
+/// Units `j` and `j + 1` of 6-bit values as stored, 0 to 63, in 16 bits: made bytes two
+/// units to a vector ([`six_bit_bytes`]), then widened in place, so that vector `k` holds
+/// each unit's values `8k..8k + 8` in turn (as [`in_eights`] arranges the activations):
+/// vectors 0 and 1 hold the units' first halves, 2 and 3 their second. Five instructions
+/// fewer a pair than widening the nibbles to 16 bits first and adding each vector's top
+/// bits, four variable shifts.
 ///
 /// # Safety
 /// `nibbles` and `crumbs` must hold units `j` and `j + 1`.
@@ -136,22 +151,14 @@ unsafe fn nibble_pair(w: *const u8, b: usize) -> [__m256i; 4] {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn six_bit_pair(nibbles: *const u8, crumbs: *const u8, j: usize) -> [__m256i; 4] {
     // SAFETY: the caller's.
-    let (low, crumbs) = unsafe {
-        (
-            nibble_pair(nibbles, j),
-            _mm_loadu_si128(crumbs.add(j * 8).cast()),
-        )
-    };
-    // Each unit's crumbs in both 64-bit quarters of its half.
-    let crumbs = _mm256_permute4x64_epi64::<0b01_01_00_00>(_mm256_castsi128_si256(crumbs));
-    let tops = _mm256_set1_epi16(0x30);
-    let high = [
-        _mm256_sllv_epi32(crumbs, _mm256_setr_epi32(4, 4, 2, 2, 4, 4, 2, 2)),
-        _mm256_srlv_epi32(crumbs, _mm256_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2)),
-        _mm256_srlv_epi32(crumbs, _mm256_setr_epi32(4, 4, 6, 6, 4, 4, 6, 6)),
-        _mm256_srlv_epi32(crumbs, _mm256_setr_epi32(8, 8, 10, 10, 8, 8, 10, 10)),
-    ];
-    std::array::from_fn(|k| _mm256_or_si256(low[k], _mm256_and_si256(high[k], tops)))
+    let [first, second] = unsafe { six_bit_bytes(nibbles, crumbs, j) };
+    let zero = _mm256_setzero_si256();
+    [
+        _mm256_unpacklo_epi8(first, zero),
+        _mm256_unpackhi_epi8(first, zero),
+        _mm256_unpacklo_epi8(second, zero),
+        _mm256_unpackhi_epi8(second, zero),
+    ]
 }
 
 /// One row's terms of 6-bit weights read stepped, in whole chunks of [`GROUP`] units,
@@ -176,7 +183,7 @@ unsafe fn six_bit_terms<const V: usize>(
         let mut firsts = [[_mm256_setzero_si256(); GROUP / 2]; V];
         let mut seconds = [[_mm256_setzero_si256(); GROUP / 2]; V];
         for (p, unit) in (chunk..chunk + GROUP).step_by(2).enumerate() {
-            // SAFETY: the chunk's units lie inside the row and, arranged, inside each of
+            // SAFETY: the chunk's units lie inside the row and, in eights, inside each of
             // `xs`; a prefetch cannot fault.
             unsafe {
                 if p.is_multiple_of(2) {
@@ -192,8 +199,8 @@ unsafe fn six_bit_terms<const V: usize>(
                     let x = x.cast::<__m256i>();
                     let products =
                         |k: usize| _mm256_madd_epi16(weights[k], _mm256_loadu_si256(x.add(k)));
-                    firsts[v][p] = _mm256_add_epi32(products(0), products(2));
-                    seconds[v][p] = _mm256_add_epi32(products(1), products(3));
+                    firsts[v][p] = _mm256_add_epi32(products(0), products(1));
+                    seconds[v][p] = _mm256_add_epi32(products(2), products(3));
                 }
             }
         }

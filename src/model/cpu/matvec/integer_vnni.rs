@@ -82,6 +82,39 @@ fn nibble_bytes(packed: __m256i) -> [__m256i; 2] {
     ]
 }
 
+/// Units `j` and `j + 1` of 6-bit values (16 bytes of nibbles and 8 of crumbs each, see
+/// `unpack_six_bits`) as bytes, 0 to 63: the units' first halves, then their second halves,
+/// each vector's low half unit `j`'s. With each unit's crumbs in both 64-bit quarters of its
+/// half, the top bits of values `8q + i`, at bits `2q` of crumb byte `i`, are shifted to bits
+/// 4–5 in place.
+///
+/// # Safety
+/// `nibbles` and `crumbs` must hold units `j` and `j + 1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn six_bit_bytes(
+    nibbles: *const u8,
+    crumbs: *const u8,
+    j: usize,
+) -> [__m256i; 2] {
+    // SAFETY: the caller's.
+    let (packed, crumbs) = unsafe {
+        (
+            _mm256_loadu_si256(nibbles.add(j * NIBBLE_BLOCK / 2).cast()),
+            _mm_loadu_si128(crumbs.add(j * 8).cast()),
+        )
+    };
+    let [low, high] = nibble_bytes(packed);
+    let crumbs = _mm256_permute4x64_epi64::<0b01_01_00_00>(_mm256_castsi128_si256(crumbs));
+    let tops = _mm256_set1_epi8(0x30);
+    let first = _mm256_sllv_epi64(crumbs, _mm256_setr_epi64x(4, 2, 4, 2));
+    let second = _mm256_srlv_epi64(crumbs, _mm256_setr_epi64x(0, 2, 0, 2));
+    [
+        _mm256_or_si256(low, _mm256_and_si256(first, tops)),
+        _mm256_or_si256(high, _mm256_and_si256(second, tops)),
+    ]
+}
+
 /// `vpdpbusd` in its AVX-512 encoding.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
@@ -188,11 +221,6 @@ macro_rules! six_bit_terms {
             blocks: usize,
             terms: [*mut f32; V],
         ) {
-            let tops = _mm256_set1_epi8(0x30);
-            // Each unit's crumbs in both 64-bit quarters of its half: the top bits of values
-            // `8q + i` lie at bits `2q` of crumb byte `i`, shifted to bits 4–5 in place.
-            let to_first = _mm256_setr_epi64x(4, 2, 4, 2);
-            let to_second = _mm256_setr_epi64x(0, 2, 0, 2);
             for chunk in (0..blocks).step_by(GROUP) {
                 let mut firsts = [[_mm256_setzero_si256(); GROUP / 2]; V];
                 let mut seconds = [[_mm256_setzero_si256(); GROUP / 2]; V];
@@ -208,15 +236,7 @@ macro_rules! six_bit_terms {
                         if p == 0 {
                             prefetch(row.high.add(unit * 8), PREFETCH_BYTES_Q8 / 2);
                         }
-                        let [low, high] = nibble_bytes(_mm256_loadu_si256(at.cast()));
-                        let crumbs = _mm_loadu_si128(row.high.add(unit * 8).cast());
-                        let crumbs = _mm256_permute4x64_epi64::<0b01_01_00_00>(
-                            _mm256_castsi128_si256(crumbs),
-                        );
-                        let first = _mm256_sllv_epi64(crumbs, to_first);
-                        let first = _mm256_or_si256(low, _mm256_and_si256(first, tops));
-                        let second = _mm256_srlv_epi64(crumbs, to_second);
-                        let second = _mm256_or_si256(high, _mm256_and_si256(second, tops));
+                        let [first, second] = six_bit_bytes(row.values, row.high, unit);
                         for v in 0..V {
                             let x = xs[v].1.bytes.as_ptr().add(unit * BLOCK_BYTES);
                             let x = |k: usize| _mm256_loadu_si256(x.add(32 * k).cast());
