@@ -600,7 +600,8 @@ impl IntegerActivations {
 
 /// Whether integer weights in blocks of `block` with these factors are read as blocks of
 /// twice the size: blocks of 16 without offsets whose pairs of factors share a base (Q6_K's),
-/// multiplied by their steps as they are widened so that a pair takes one scale, the base.
+/// multiplied by their steps (as they are widened, or per half's sum) so that a pair takes one
+/// scale, the base.
 /// One conversion and scaling per 32 values, not per 16, with the activations rounded to
 /// [`STEPPED_LARGEST`] per 32 instead of 16 bits per 16.
 pub fn read_stepped(block: usize, scales: Factors<'_>, offsets: Option<Factors<'_>>) -> bool {

@@ -12,10 +12,10 @@
 //! off each block's integer sum (`zero · Σx`) rather than off every value: a block then
 //! takes three widening instructions where it took seven, two of them on the one port that
 //! moves bytes between lanes. Q6_K's 6-bit units, read stepped, are made bytes as the byte
-//! kernels make them and widened in place ([`six_bit_pair`]); each half unit's products are summed apart
-//! and a chunk's halves take their zero point's share and their steps together
-//! ([`six_bit_chunk_terms`]), not each value. Where the CPU has VNNI, both are multiplied
-//! as bytes instead (`integer_vnni`), with this kernel's sums, scaling and order.
+//! kernels make them and widened in place ([`six_bit_pair`]); each half unit's products
+//! are summed apart, and a chunk's halves take their zero point's share and their steps
+//! together ([`six_bit_chunk_terms`]), not each value. Where the CPU has VNNI, both are
+//! multiplied as bytes instead (`integer_vnni`), with this kernel's sums, scaling and order.
 //!
 //! A K type's factors (a base per super-block times a step per block) are multiplied out
 //! chunk by chunk as they are read ([`RowFactors`]), not widened to f32 in a pass first.
