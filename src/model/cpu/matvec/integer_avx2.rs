@@ -12,7 +12,7 @@
 //! off each block's integer sum (`zero · Σx`) rather than off every value: a block then
 //! takes three widening instructions where it took seven, two of them on the one port that
 //! moves bytes between lanes. Q6_K's 6-bit units, read stepped, are made bytes as the byte
-//! kernels make them and widened in place ([`six_bit_pair`]); each half unit's products
+//! kernels make them and widened in place ([`half_sums_16`]); each half unit's products
 //! are summed apart, and a chunk's halves take their zero point's share and their steps
 //! together ([`six_bit_chunk_terms`]), not each value. Where the CPU has VNNI, both are
 //! multiplied as bytes instead (`integer_vnni`), with this kernel's sums, scaling and order.
@@ -34,7 +34,7 @@ use crate::model::cpu::weights::{Factors, Ints, NIBBLE_BLOCK};
 
 /// The activations as the kernel reads them besides their values in order: for 4-bit
 /// weights, and 6-bit ones read stepped in blocks of 32, each whole chunk of [`GROUP`]
-/// blocks arranged as [`nibble_pair`] ([`arranged`]) and [`six_bit_pair`] ([`in_eights`])
+/// blocks arranged as [`nibble_pair`] ([`arranged`]) and [`half_sums_16`] ([`in_eights`])
 /// widen the weights, and their sums times the weights' zero point (per block for 4 bits,
 /// per half unit for 6).
 pub struct Activations {
@@ -101,7 +101,7 @@ fn arranged(values: &[i16]) -> Vec<i16> {
 }
 
 /// Activations for 6-bit weights read stepped, for each whole chunk of [`GROUP`] units, as
-/// [`six_bit_pair`] widens the weights: per pair of units, four vectors, vector `k` holding
+/// [`half_sums_16`] widens the weights: per pair of units, four vectors, vector `k` holding
 /// each unit's values `8k..8k + 8` in turn.
 fn in_eights(values: &[i16]) -> Vec<i16> {
     let whole = values.len() / (GROUP * NIBBLE_BLOCK) * (GROUP * NIBBLE_BLOCK);
@@ -138,76 +138,92 @@ unsafe fn nibble_pair(w: *const u8, b: usize) -> [__m256i; 4] {
     ]
 }
 
-/// Units `j` and `j + 1` of 6-bit values as stored, 0 to 63, in 16 bits: made bytes two
-/// units to a vector ([`six_bit_bytes`]), then widened in place, so that vector `k` holds
-/// each unit's values `8k..8k + 8` in turn (as [`in_eights`] arranges the activations):
-/// vectors 0 and 1 hold the units' first halves, 2 and 3 their second. Five instructions
-/// fewer a pair than widening the nibbles to 16 bits first and adding each vector's top
-/// bits, four variable shifts.
+/// Units `unit` and `unit + 1`'s products with `x`, each half's summed apart, for
+/// [`six_bit_terms`]: the units' bytes (0 to 63, zero point on) widened in place, so that
+/// vector `k` holds each unit's values `8k..8k + 8` in turn (as [`in_eights`] arranges the
+/// activations), then multiplied as 16-bit values. Widening the nibbles to 16 bits first
+/// and adding each vector's top bits with variable shifts took five instructions more a
+/// pair. With several activation rows the widening is the same for each, and the compiler
+/// does it once.
 ///
 /// # Safety
-/// `nibbles` and `crumbs` must hold units `j` and `j + 1`.
+/// `x` holds the units' activations in eights; the CPU has AVX2.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn six_bit_pair(nibbles: *const u8, crumbs: *const u8, j: usize) -> [__m256i; 4] {
-    // SAFETY: the caller's.
-    let [first, second] = unsafe { six_bit_bytes(nibbles, crumbs, j) };
+unsafe fn half_sums_16(
+    [first, second]: [__m256i; 2],
+    x: &Activations,
+    unit: usize,
+) -> [__m256i; 2] {
     let zero = _mm256_setzero_si256();
-    [
+    let weights = [
         _mm256_unpacklo_epi8(first, zero),
         _mm256_unpackhi_epi8(first, zero),
         _mm256_unpacklo_epi8(second, zero),
         _mm256_unpackhi_epi8(second, zero),
+    ];
+    // SAFETY (here and for each vector below): the caller's.
+    let x = unsafe { x.arranged.as_ptr().add(unit * NIBBLE_BLOCK) }.cast::<__m256i>();
+    let products =
+        |k: usize| unsafe { _mm256_madd_epi16(weights[k], _mm256_loadu_si256(x.add(k))) };
+    [
+        _mm256_add_epi32(products(0), products(1)),
+        _mm256_add_epi32(products(2), products(3)),
     ]
 }
 
-/// One row's terms of 6-bit weights read stepped, in whole chunks of [`GROUP`] units,
-/// against each of `xs`: the units widened as stored ([`six_bit_pair`]), each half's
-/// products summed apart, and each chunk's halves then take their zero point's share and
-/// their steps together ([`six_bit_chunk_terms`]), as the byte kernels form them. Taking the
-/// zero point off every value and multiplying it by its step took 13 of a pair of units'
-/// 34 instructions.
-///
-/// # Safety
-/// As for [`row_terms`] with 6-bit values read stepped, in whole chunks, each of `xs` with
-/// its [`Activations::of`] them; the CPU has AVX2.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn six_bit_terms<const V: usize>(
-    row: &Row,
-    xs: &[(&BlockInts, &Activations); V],
-    blocks: usize,
-    terms: [*mut f32; V],
-) {
-    for chunk in (0..blocks).step_by(GROUP) {
-        let mut firsts = [[_mm256_setzero_si256(); GROUP / 2]; V];
-        let mut seconds = [[_mm256_setzero_si256(); GROUP / 2]; V];
-        for (p, unit) in (chunk..chunk + GROUP).step_by(2).enumerate() {
-            // SAFETY: the chunk's units lie inside the row and, in eights, inside each of
-            // `xs`; a prefetch cannot fault.
-            unsafe {
-                if p.is_multiple_of(2) {
-                    prefetch(row.values.add(unit * NIBBLE_BLOCK / 2), PREFETCH_BYTES_Q8);
+/// One row's terms of 6-bit weights read stepped in units of 32 (two blocks of 16 with a
+/// step each) against each of `xs`, compiled for the CPU features `$features` with each
+/// row's products of a pair of units `$half_sums`: the units made bytes, 0 to 63, zero point
+/// on ([`six_bit_bytes`]), each half's products summed apart, eight units' halves added
+/// across to a lane per unit, the zero point's share taken off each half and the halves
+/// multiplied by their steps (at most 16 · 32 · 16383 · 128 each, see `STEPPED_LARGEST`)
+/// ([`six_bit_chunk_terms`]): the integer that taking the zero point off each value and
+/// multiplying it by its step gives (which took 13 of a pair of units' 34 instructions on
+/// AVX2), the same bits in every kernel.
+macro_rules! six_bit_terms {
+    ($name:ident, $features:literal, $half_sums:ident) => {
+        /// # Safety
+        /// As for `row_terms` with 6-bit values read stepped, in whole chunks of [`GROUP`]
+        /// units, each of `xs` with its `Activations::of` them for this kernel; the CPU has
+        /// the features this compilation enables.
+        #[inline]
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn $name<const V: usize>(
+            row: &Row,
+            xs: &[(&BlockInts, &Activations); V],
+            blocks: usize,
+            terms: [*mut f32; V],
+        ) {
+            for chunk in (0..blocks).step_by(GROUP) {
+                let mut firsts = [[_mm256_setzero_si256(); GROUP / 2]; V];
+                let mut seconds = [[_mm256_setzero_si256(); GROUP / 2]; V];
+                for (p, unit) in (chunk..chunk + GROUP).step_by(2).enumerate() {
+                    // SAFETY: the chunk's units lie inside the row and each of `xs`; a
+                    // prefetch cannot fault.
+                    unsafe {
+                        if p.is_multiple_of(2) {
+                            prefetch(row.values.add(unit * NIBBLE_BLOCK / 2), PREFETCH_BYTES_Q8);
+                        }
+                        // The chunk's crumbs, one line, half the nibbles' bytes ahead.
+                        if p == 0 {
+                            prefetch(row.high.add(unit * 8), PREFETCH_BYTES_Q8 / 2);
+                        }
+                        let bytes = six_bit_bytes(row.values, row.high, unit);
+                        for v in 0..V {
+                            [firsts[v][p], seconds[v][p]] = $half_sums(bytes, xs[v].1, unit);
+                        }
+                    }
                 }
-                // The chunk's crumbs, one line, half the nibbles' bytes ahead.
-                if p == 0 {
-                    prefetch(row.high.add(unit * 8), PREFETCH_BYTES_Q8 / 2);
-                }
-                let weights = six_bit_pair(row.values, row.high, unit);
-                for v in 0..V {
-                    let x = xs[v].1.arranged.as_ptr().add(unit * NIBBLE_BLOCK);
-                    let x = x.cast::<__m256i>();
-                    let products =
-                        |k: usize| _mm256_madd_epi16(weights[k], _mm256_loadu_si256(x.add(k)));
-                    firsts[v][p] = _mm256_add_epi32(products(0), products(1));
-                    seconds[v][p] = _mm256_add_epi32(products(2), products(3));
-                }
+                // SAFETY: the chunk lies inside the row and each of `xs`.
+                unsafe { six_bit_chunk_terms(row, xs, chunk, firsts, seconds, terms) };
             }
         }
-        // SAFETY: the chunk lies inside the row and each of `xs`.
-        unsafe { six_bit_chunk_terms(row, xs, chunk, firsts, seconds, terms) };
-    }
+    };
 }
+pub(super) use six_bit_terms;
+
+six_bit_terms!(six_bit_terms_avx2, "avx2,fma,f16c", half_sums_16);
 
 /// The AVX2 kernel's products of `weight` with each of the `V` activation rows `xs`, offsets
 /// included, into `outs`, [`GROUP`] rows at a time: each row's terms block by block
@@ -328,7 +344,7 @@ pub unsafe fn rows_dot<const V: usize>(
                                     six_bit_terms_wide::<V>(&row, &xs, blocks, terms)
                                 }
                                 (true, None) if blocks.is_multiple_of(GROUP) => {
-                                    six_bit_terms::<V>(&row, &xs, blocks, terms)
+                                    six_bit_terms_avx2::<V>(&row, &xs, blocks, terms)
                                 }
                                 (true, None) => {
                                     row_terms::<16, 6, true, V>(row, &xs, blocks, terms)
@@ -754,8 +770,8 @@ pub(super) unsafe fn chunk_terms<const BITS: u32, const V: usize>(
 
 /// A chunk of [`GROUP`] 6-bit units' terms from the lane sums of their halves' products,
 /// `firsts` and `seconds` (a pair of units to a vector): each unit's halves added across,
-/// their zero point's share taken off and multiplied by their steps, as [`six_bit_terms`]
-/// and the byte kernels (`integer_vnni`) all form them.
+/// their zero point's share taken off and multiplied by their steps, for every
+/// [`six_bit_terms`] kernel.
 ///
 /// # Safety
 /// The chunk's steps lie inside the row's, its half sums inside each of `xs`; the CPU has

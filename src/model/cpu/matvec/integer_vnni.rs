@@ -20,7 +20,9 @@ use std::arch::x86_64::*;
 
 use super::BlockInts;
 use super::avx2::{PREFETCH_BYTES_Q8, prefetch};
-use super::integer_avx2::{Activations, GROUP, Row, block_lanes, chunk_terms, six_bit_chunk_terms};
+use super::integer_avx2::{
+    Activations, GROUP, Row, block_lanes, chunk_terms, six_bit_chunk_terms, six_bit_terms,
+};
 use crate::model::cpu::weights::NIBBLE_BLOCK;
 
 /// Bytes of activations per block: its 32 values' high and low bytes.
@@ -201,56 +203,29 @@ macro_rules! nibble_terms {
     };
 }
 
-/// One row's terms of 6-bit weights read stepped in units of 32 (two blocks of 16 with a
-/// step each) against each of `xs`, as the AVX2 kernel's `row_terms` forms them, compiled
-/// for the CPU features `$features` with the byte products `$dot`. A unit's values are bytes
-/// of 0 to 63, zero point on; each half's products are summed apart, eight units' halves
-/// added across to a lane per unit, the zero point's share taken off each half and the
-/// halves multiplied by their steps (at most 16 · 32 · 16383 · 128 each, see
-/// `STEPPED_LARGEST`): the integer the 16-bit kernels sum, the same bits.
-macro_rules! six_bit_terms {
+/// Units `unit` and `unit + 1`'s products with `x`'s activations split ([`split_bytes`]),
+/// each half's summed apart, for [`six_bit_terms`]: the units' bytes (0 to 63, zero point on)
+/// against the high bytes, shifted, then against the low, compiled for the CPU features
+/// `$features` with the byte products `$dot`.
+macro_rules! byte_half_sums {
     ($name:ident, $features:literal, $dot:ident) => {
         /// # Safety
-        /// As for `row_terms` with 6-bit values read stepped, in whole chunks of [`GROUP`]
-        /// units, each of `xs` with its activations split ([`split_bytes`]) and its
-        /// [`half_zero_sums`]; the CPU has the features this compilation enables.
+        /// `x` holds the units' split activations; the CPU has the features this
+        /// compilation enables.
+        #[inline]
         #[target_feature(enable = $features)]
-        pub(super) unsafe fn $name<const V: usize>(
-            row: &Row,
-            xs: &[(&BlockInts, &Activations); V],
-            blocks: usize,
-            terms: [*mut f32; V],
-        ) {
-            for chunk in (0..blocks).step_by(GROUP) {
-                let mut firsts = [[_mm256_setzero_si256(); GROUP / 2]; V];
-                let mut seconds = [[_mm256_setzero_si256(); GROUP / 2]; V];
-                for (p, unit) in (chunk..chunk + GROUP).step_by(2).enumerate() {
-                    // SAFETY: the chunk's units lie inside the row and each of `xs`; a
-                    // prefetch cannot fault.
-                    unsafe {
-                        let at = row.values.add(unit * NIBBLE_BLOCK / 2);
-                        if p.is_multiple_of(2) {
-                            prefetch(at, PREFETCH_BYTES_Q8);
-                        }
-                        // The chunk's crumbs, one line, as many weights ahead.
-                        if p == 0 {
-                            prefetch(row.high.add(unit * 8), PREFETCH_BYTES_Q8 / 2);
-                        }
-                        let [first, second] = six_bit_bytes(row.values, row.high, unit);
-                        for v in 0..V {
-                            let x = xs[v].1.bytes.as_ptr().add(unit * BLOCK_BYTES);
-                            let x = |k: usize| _mm256_loadu_si256(x.add(32 * k).cast());
-                            let zero = _mm256_setzero_si256();
-                            let high = _mm256_slli_epi32::<8>($dot(zero, first, x(0)));
-                            firsts[v][p] = $dot(high, x(2), first);
-                            let high = _mm256_slli_epi32::<8>($dot(zero, second, x(1)));
-                            seconds[v][p] = $dot(high, x(3), second);
-                        }
-                    }
-                }
-                // SAFETY: the chunk lies inside the row and each of `xs`.
-                unsafe { six_bit_chunk_terms(row, xs, chunk, firsts, seconds, terms) };
-            }
+        unsafe fn $name(
+            [first, second]: [__m256i; 2],
+            x: &Activations,
+            unit: usize,
+        ) -> [__m256i; 2] {
+            // SAFETY (here and for each vector below): the caller's.
+            let x = unsafe { x.bytes.as_ptr().add(unit * BLOCK_BYTES) };
+            let x = |k: usize| unsafe { _mm256_loadu_si256(x.add(32 * k).cast()) };
+            let zero = _mm256_setzero_si256();
+            let high = _mm256_slli_epi32::<8>($dot(zero, first, x(0)));
+            let second_high = _mm256_slli_epi32::<8>($dot(zero, second, x(1)));
+            [$dot(high, x(2), first), $dot(second_high, x(3), second)]
         }
     };
 }
@@ -261,12 +236,22 @@ nibble_terms!(
     dot_bytes_avx512
 );
 nibble_terms!(nibble_terms_avx, "avx2,fma,f16c,avxvnni", dot_bytes_avx);
-six_bit_terms!(
-    six_bit_terms_avx512,
+byte_half_sums!(
+    byte_half_sums_avx512,
     "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
     dot_bytes_avx512
 );
-six_bit_terms!(six_bit_terms_avx, "avx2,fma,f16c,avxvnni", dot_bytes_avx);
+byte_half_sums!(byte_half_sums_avx, "avx2,fma,f16c,avxvnni", dot_bytes_avx);
+six_bit_terms!(
+    six_bit_terms_avx512,
+    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+    byte_half_sums_avx512
+);
+six_bit_terms!(
+    six_bit_terms_avx,
+    "avx2,fma,f16c,avxvnni",
+    byte_half_sums_avx
+);
 
 /// Four blocks' 4-bit values, `packed` as in [`nibble_bytes`], as bytes: the blocks' first
 /// halves, then their second halves, block after block from the lowest bytes.
