@@ -794,8 +794,8 @@ pub(super) unsafe fn six_bit_chunk_terms<const V: usize>(
         let first_steps = _mm256_cvtepi8_epi32(steps);
         let second_steps = _mm256_cvtepi8_epi32(_mm_srli_si128::<8>(steps));
         // A loop, not `array::from_fn`: a closure here is compiled without the caller's
-        // features, and every intrinsic in it was a call, through memory (the AVX2 kernel's
-        // Q6_K loop took 1.5 times as long).
+        // features, and every intrinsic in it was a call, through memory (timed in L2, the
+        // AVX2 kernel's Q6_K loop took 1.4–1.9 times as long as the loop before it).
         let mut totals = [_mm256_setzero_si256(); V];
         for (v, total) in totals.iter_mut().enumerate() {
             let zero_sums = xs[v].1.zero_sums.as_ptr().add(2 * chunk).cast();
