@@ -28,7 +28,7 @@ use super::integer_vnni::{
     half_zero_sums, nibble_terms_avx, nibble_terms_avx512, nibble_terms_wide, six_bit_bytes,
     six_bit_terms_avx, six_bit_terms_avx512, six_bit_terms_wide, split_bytes,
 };
-use super::{BlockInts, Vnni, grow, nibble_lanes, with_pair_bases};
+use super::{BlockInts, Vnni, grow, nibble_block_offset, nibble_lanes, with_pair_bases};
 use crate::model::cpu::math::{unpack_five_bits, unpack_nibbles, unpack_six_bits};
 use crate::model::cpu::weights::{Factors, Ints, NIBBLE_BLOCK};
 
@@ -128,7 +128,7 @@ fn in_eights(values: &[i16]) -> Vec<i16> {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn nibble_pair(w: *const u8, b: usize) -> [__m256i; 4] {
     // SAFETY: the caller's.
-    let packed = unsafe { _mm256_loadu_si256(w.add(b * NIBBLE_BLOCK / 2).cast()) };
+    let packed = unsafe { _mm256_loadu_si256(w.add(nibble_block_offset(b)).cast()) };
     let low = _mm256_set1_epi16(0x000F);
     [
         _mm256_and_si256(packed, low),
@@ -203,7 +203,7 @@ macro_rules! six_bit_terms {
                     // prefetch cannot fault.
                     unsafe {
                         if p.is_multiple_of(2) {
-                            prefetch(row.values.add(unit * NIBBLE_BLOCK / 2), PREFETCH_BYTES_Q8);
+                            prefetch(row.values.add(nibble_block_offset(unit)), PREFETCH_BYTES_Q8);
                         }
                         // The chunk's crumbs, one line, half the nibbles' bytes ahead.
                         if p == 0 {
@@ -555,7 +555,8 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
 ) {
     // 4-bit values keep their zero point, which comes off each block's sum.
     let zero = _mm256_set1_epi16(if BITS == 4 { 0 } else { i16::from(row.zero) });
-    // Values per block read.
+    // Values per block read. Offsets into nibbles halve it (and `BLOCK`) before they
+    // multiply, as [`nibble_block_offset`] does.
     let read = if STEPPED { 2 * BLOCK } else { BLOCK };
     // SAFETY (for the closures and the loop below): every block asked for is one of
     // `blocks`, so it lies inside the row, its factors and each of `xs`.
@@ -571,12 +572,12 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
                 })
             }
             _ => {
-                let packed = _mm_loadu_si128(row.values.add(b * BLOCK / 2).cast::<__m128i>());
+                let packed = _mm_loadu_si128(row.values.add(b * (BLOCK / 2)).cast::<__m128i>());
                 match BITS {
                     4 => unpack_nibbles(packed, zero),
                     5 => unpack_five_bits(packed, row.high.cast::<u32>().add(b).read(), zero),
                     _ => {
-                        let crumbs = row.high.add(b * BLOCK / 4).cast::<u64>().read_unaligned();
+                        let crumbs = row.high.add(b * (BLOCK / 4)).cast::<u64>().read_unaligned();
                         unpack_six_bits(packed, crumbs, zero)
                     }
                 }
@@ -640,7 +641,7 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
         // Blocks `b` and `b + 1` of the row, widened.
         let weights = |b: usize| unsafe {
             if (b - chunk).is_multiple_of(4) {
-                prefetch(row.values.wrapping_add(b * read / 2), PREFETCH_BYTES_Q8);
+                prefetch(row.values.wrapping_add(b * (read / 2)), PREFETCH_BYTES_Q8);
             }
             nibble_pair(row.values, b)
         };
@@ -680,7 +681,7 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
                         let j = chunk + $k;
                         // Two blocks of 32 bytes are one 64-byte line (of 16 bytes or
                         // nibbles, half).
-                        let bytes = if BITS < 8 { j * read / 2 } else { j * read };
+                        let bytes = if BITS < 8 { j * (read / 2) } else { j * read };
                         prefetch(row.values.wrapping_add(bytes), PREFETCH_BYTES_Q8);
                         let both = $k + 1 < in_chunk;
                         let weights = pair(j, both);

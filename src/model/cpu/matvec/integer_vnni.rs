@@ -18,11 +18,11 @@
 
 use std::arch::x86_64::*;
 
-use super::BlockInts;
 use super::avx2::{PREFETCH_BYTES_Q8, prefetch};
 use super::integer_avx2::{
     Activations, GROUP, Row, block_lanes, chunk_terms, six_bit_chunk_terms, six_bit_terms,
 };
+use super::{BlockInts, nibble_block_offset};
 use crate::model::cpu::weights::NIBBLE_BLOCK;
 
 /// Bytes of activations per block: its 32 values' high and low bytes.
@@ -102,7 +102,7 @@ pub(super) unsafe fn six_bit_bytes(
     // SAFETY: the caller's.
     let (packed, crumbs) = unsafe {
         (
-            _mm256_loadu_si256(nibbles.add(j * NIBBLE_BLOCK / 2).cast()),
+            _mm256_loadu_si256(nibbles.add(nibble_block_offset(j)).cast()),
             _mm_loadu_si128(crumbs.add(j * 8).cast()),
         )
     };
@@ -156,7 +156,7 @@ macro_rules! nibble_terms {
                     // SAFETY: the chunk's blocks lie in the row, and each of `xs` holds its
                     // split activations, padded to whole chunks; a prefetch cannot fault.
                     unsafe {
-                        let at = row.values.add((chunk + 2 * p) * NIBBLE_BLOCK / 2);
+                        let at = row.values.add(nibble_block_offset(chunk + 2 * p));
                         if p.is_multiple_of(2) {
                             prefetch(at, PREFETCH_BYTES_Q8);
                         }
@@ -311,7 +311,7 @@ pub(super) unsafe fn nibble_terms_wide<const V: usize>(
             // each of `xs` holds its split activations, padded to whole chunks; a prefetch
             // cannot fault.
             unsafe {
-                let at = row.values.add((chunk + 4 * q) * NIBBLE_BLOCK / 2);
+                let at = row.values.add(nibble_block_offset(chunk + 4 * q));
                 prefetch(at, PREFETCH_BYTES_Q8);
                 let present = in_chunk - 4 * q;
                 let packed = match present >= 4 {
@@ -367,7 +367,7 @@ pub(super) unsafe fn six_bit_terms_wide<const V: usize>(
             // SAFETY: the chunk's units lie inside the row and each of `xs`; a prefetch
             // cannot fault.
             unsafe {
-                let at = row.values.add(unit * NIBBLE_BLOCK / 2);
+                let at = row.values.add(nibble_block_offset(unit));
                 prefetch(at, PREFETCH_BYTES_Q8);
                 let [low, high] = nibble_bytes_wide(_mm512_loadu_si512(at.cast()));
                 // The crumbs, a line per two quads, as many weights ahead: not asked for,
