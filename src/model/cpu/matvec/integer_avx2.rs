@@ -11,7 +11,8 @@
 //! ([`nibble_pair`]), the activations [`arranged`] to match, and their zero point is taken
 //! off each block's integer sum (`zero · Σx`) rather than off every value: a block then
 //! takes three widening instructions where it took seven, two of them on the one port that
-//! moves bytes between lanes. Q6_K's 6-bit units, read stepped, are made bytes as the byte
+//! moves bytes between lanes. 5-bit weights take the same lanes, their fifth bits set as 16
+//! in the nibbles' bytes before they widen ([`five_bit_pair`]). Q6_K's 6-bit units, read stepped, are made bytes as the byte
 //! kernels make them and widened in place ([`half_sums_16`]); each half unit's products
 //! are summed apart, and a chunk's halves take their zero point's share and their steps
 //! together ([`six_bit_chunk_terms`]), not each value. Where the CPU has VNNI, both are
@@ -32,16 +33,16 @@ use super::{BlockInts, Vnni, grow, nibble_block_offset, nibble_lanes, with_pair_
 use crate::model::cpu::math::{unpack_five_bits, unpack_nibbles, unpack_six_bits};
 use crate::model::cpu::weights::{Factors, Ints, NIBBLE_BLOCK};
 
-/// The activations as the kernel reads them besides their values in order: for 4-bit
-/// weights, and 6-bit ones read stepped in blocks of 32, each whole chunk of [`GROUP`]
-/// blocks arranged as [`nibble_pair`] ([`arranged`]) and [`half_sums_16`] ([`in_eights`])
-/// widen the weights, and their sums times the weights' zero point (per block for 4 bits,
-/// per half unit for 6).
+/// The activations as the kernel reads them besides their values in order: for 4- and
+/// 5-bit weights, and 6-bit ones read stepped in blocks of 32, each whole chunk of [`GROUP`]
+/// blocks arranged as [`nibble_pair`] and [`five_bit_pair`] ([`arranged`]) and
+/// [`half_sums_16`] ([`in_eights`]) widen the weights, and their sums times the weights' zero
+/// point (per block for 4 and 5 bits, per half unit for 6).
 pub struct Activations {
-    /// Empty where the weights are neither, or are multiplied as bytes.
+    /// Empty where the weights are none of these, or are multiplied as bytes.
     arranged: Vec<i16>,
-    /// For 4-bit weights, each block's values' sum times their zero point; for stepped 6-bit
-    /// ones, the same per half unit ([`half_zero_sums`]); else empty.
+    /// For 4- and 5-bit weights, each block's values' sum times their zero point; for
+    /// stepped 6-bit ones, the same per half unit ([`half_zero_sums`]); else empty.
     pub(super) zero_sums: Vec<i32>,
     /// For 4-bit and stepped 6-bit weights multiplied as bytes, the values split
     /// ([`split_bytes`]); else empty.
@@ -69,6 +70,12 @@ impl Activations {
                     ..none
                 },
             },
+            // Widened as 4-bit weights are, multiplied as 16-bit values even with VNNI.
+            Ints::FiveBits { zero, .. } if x.block == NIBBLE_BLOCK => Self {
+                arranged: arranged(&x.values),
+                zero_sums: x.zero_sums(zero),
+                ..none
+            },
             // Read stepped: a unit of 32 values per block.
             // Multiplied as bytes in whole chunks only (as a K type's rows are).
             Ints::SixBits { zero, .. } if x.block == NIBBLE_BLOCK => {
@@ -90,7 +97,7 @@ impl Activations {
     }
 }
 
-/// Activations for blocks of 32 4- or 6-bit weights, for each whole chunk of [`GROUP`] blocks, as
+/// Activations for blocks of 32 4- or 5-bit weights, for each whole chunk of [`GROUP`] blocks, as
 /// [`nibble_pair`] widens the weights (see [`nibble_lanes`]); the blocks after the last
 /// whole chunk are read in order.
 fn arranged(values: &[i16]) -> Vec<i16> {
@@ -135,6 +142,70 @@ unsafe fn nibble_pair(w: *const u8, b: usize) -> [__m256i; 4] {
         _mm256_and_si256(_mm256_srli_epi16::<4>(packed), low),
         _mm256_and_si256(_mm256_srli_epi16::<8>(packed), low),
         _mm256_srli_epi16::<12>(packed),
+    ]
+}
+
+/// [`nibble_pair`] for 5-bit values: blocks `b` and `b + 1` of `w` with their words of
+/// fifth bits from `high` (see `IntegerValues::FiveBits`), in the same lanes and order,
+/// zero point not taken off. Each 16-bit lane of the nibbles holds values `2w` and `2w + 1`
+/// in its bytes' low halves and `2w + 16` and `2w + 17` in their high halves, whose fifth
+/// bits are bit `w` of the word's bytes 0 and 2, and 1 and 3 (`fifth_bit`'s order): each
+/// half's bits are set in its bytes as 16 before the bytes are widened. In the general
+/// loop ([`unpack_five_bits`], the zero point off every value) a pair of blocks took about
+/// 32 instructions to widen; here 19.
+///
+/// # Safety
+/// `w` and `high` must hold blocks `b` and `b + 1`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn five_bit_pair(w: *const u8, high: *const u32, b: usize) -> [__m256i; 4] {
+    // SAFETY: the caller's.
+    let (packed, words) = unsafe {
+        (
+            _mm256_loadu_si256(w.add(nibble_block_offset(b)).cast()),
+            high.add(b).cast::<i64>().read_unaligned(),
+        )
+    };
+    let nibbles = _mm256_set1_epi8(0x0F);
+    let lows = _mm256_and_si256(packed, nibbles);
+    let highs = _mm256_and_si256(_mm256_srli_epi16::<4>(packed), nibbles);
+    // Both blocks' words in each half; the first half reads block `b`'s (bytes 0 to 3), the
+    // second block `b + 1`'s (4 to 7).
+    let words = _mm256_set1_epi64x(words);
+    #[rustfmt::skip]
+    let (low_bytes, high_bytes) = (
+        _mm256_setr_epi8(
+            0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2, 0, 2,
+            4, 6, 4, 6, 4, 6, 4, 6, 4, 6, 4, 6, 4, 6, 4, 6,
+        ),
+        _mm256_setr_epi8(
+            1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3, 1, 3,
+            5, 7, 5, 7, 5, 7, 5, 7, 5, 7, 5, 7, 5, 7, 5, 7,
+        ),
+    );
+    // Bit `w` of both bytes of lane `w`.
+    #[rustfmt::skip]
+    let lane_bits = _mm256_setr_epi16(
+        0x0101, 0x0202, 0x0404, 0x0808, 0x1010, 0x2020, 0x4040, 0x8080u16 as i16,
+        0x0101, 0x0202, 0x0404, 0x0808, 0x1010, 0x2020, 0x4040, 0x8080u16 as i16,
+    );
+    let sixteen = _mm256_set1_epi8(16);
+    let low_bits = _mm256_and_si256(_mm256_shuffle_epi8(words, low_bytes), lane_bits);
+    let high_bits = _mm256_and_si256(_mm256_shuffle_epi8(words, high_bytes), lane_bits);
+    let lows = _mm256_or_si256(
+        lows,
+        _mm256_and_si256(_mm256_cmpeq_epi8(low_bits, lane_bits), sixteen),
+    );
+    let highs = _mm256_or_si256(
+        highs,
+        _mm256_and_si256(_mm256_cmpeq_epi8(high_bits, lane_bits), sixteen),
+    );
+    let low_byte = _mm256_set1_epi16(0x00FF);
+    [
+        _mm256_and_si256(lows, low_byte),
+        _mm256_and_si256(highs, low_byte),
+        _mm256_srli_epi16::<8>(lows),
+        _mm256_srli_epi16::<8>(highs),
     ]
 }
 
@@ -553,8 +624,11 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
     blocks: usize,
     terms: [*mut f32; V],
 ) {
-    // 4-bit values keep their zero point, which comes off each block's sum.
-    let zero = _mm256_set1_epi16(if BITS == 4 { 0 } else { i16::from(row.zero) });
+    // 4- and 5-bit values keep their zero point, which comes off each block's sum.
+    let zero = _mm256_set1_epi16(match BITS {
+        4 | 5 => 0,
+        _ => i16::from(row.zero),
+    });
     // Values per block read. Offsets into nibbles halve it (and `BLOCK`) before they
     // multiply, as [`nibble_block_offset`] does.
     let read = if STEPPED { 2 * BLOCK } else { BLOCK };
@@ -627,8 +701,8 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
         }
         sum
     };
-    // A whole chunk of 4-bit blocks from `chunk` read in lanes, two blocks to a vector
-    // ([`nibble_pair`]), against each activation row as [`arranged`]: a
+    // A whole chunk of 4- or 5-bit blocks from `chunk` read in lanes, two blocks to a
+    // vector ([`nibble_pair`], [`five_bit_pair`]), against each activation row as [`arranged`]: a
     // block's four lanes in each pair's vector, added across to a lane per block
     // ([`block_lanes`]). Each row's second pair of a half chunk is added across with the
     // first as it comes ([`pairs_across`]), so a row keeps two vectors, not four: with four
@@ -643,7 +717,10 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
             if (b - chunk).is_multiple_of(4) {
                 prefetch(row.values.wrapping_add(b * (read / 2)), PREFETCH_BYTES_Q8);
             }
-            nibble_pair(row.values, b)
+            match BITS {
+                4 => nibble_pair(row.values, b),
+                _ => five_bit_pair(row.values, row.high.cast(), b),
+            }
         };
         // Blocks `b` and `b + 1` against activation row `v`.
         let sums = |weights: &[__m256i; 4], v: usize, b: usize| unsafe {
@@ -696,7 +773,7 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
                 }};
             }
             // Each activation row's sums of the chunk's blocks, a block to a lane.
-            let totals: [__m256i; V] = match BITS == 4 && in_chunk == GROUP {
+            let totals: [__m256i; V] = match matches!(BITS, 4 | 5) && in_chunk == GROUP {
                 true => in_lanes(chunk),
                 false => {
                     let pairs = [pair_sums!(0), pair_sums!(2), pair_sums!(4), pair_sums!(6)];
@@ -721,7 +798,7 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
 
 /// One chunk's terms, from each activation row's integer sums `totals` of the row's blocks
 /// `chunk..chunk + in_chunk` (a block to a lane), into `terms[v]`: each sum, less the
-/// zero point's share for 4-bit values, converted, times its weight scale times its
+/// zero point's share for 4- and 5-bit values, converted, times its weight scale times its
 /// activation scale, plus its offset times the activations' block sum in one rounding.
 ///
 /// Always inlined, so compiled with its caller's features, which include AVX2, FMA and
@@ -750,7 +827,7 @@ pub(super) unsafe fn chunk_terms<const BITS: u32, const V: usize>(
         let offsets = row.offsets.chunk(chunk, in_chunk);
         for (v, &totals) in totals.iter().enumerate() {
             let totals = match BITS {
-                4 => {
+                4 | 5 => {
                     let zero_sums = xs[v].1.zero_sums.as_ptr().add(chunk);
                     _mm256_sub_epi32(totals, load_ints(zero_sums, in_chunk))
                 }
