@@ -12,11 +12,12 @@
 //! off each block's integer sum (`zero · Σx`) rather than off every value: a block then
 //! takes three widening instructions where it took seven, two of them on the one port that
 //! moves bytes between lanes. 5-bit weights take the same lanes, their fifth bits set as 16
-//! in the nibbles' bytes before they widen ([`five_bit_pair`]). Q6_K's 6-bit units, read stepped, are made bytes as the byte
-//! kernels make them and widened in place ([`half_sums_16`]); each half unit's products
-//! are summed apart, and a chunk's halves take their zero point's share and their steps
-//! together ([`six_bit_chunk_terms`]), not each value. Where the CPU has VNNI, both are
-//! multiplied as bytes instead (`integer_vnni`), with this kernel's sums, scaling and order.
+//! in the nibbles' bytes before they widen ([`five_bit_pair`]). Q6_K's 6-bit units, read
+//! stepped, are made bytes as the byte kernels make them and widened in place
+//! ([`half_sums_16`]); each half unit's products are summed apart, and a chunk's halves
+//! take their zero point's share and their steps together ([`six_bit_chunk_terms`]), not
+//! each value. Where the CPU has VNNI, 4- and 6-bit weights are multiplied as bytes
+//! instead (`integer_vnni`), with this kernel's sums, scaling and order.
 //!
 //! A K type's factors (a base per super-block times a step per block) are multiplied out
 //! chunk by chunk as they are read ([`RowFactors`]), not widened to f32 in a pass first.
@@ -97,9 +98,9 @@ impl Activations {
     }
 }
 
-/// Activations for blocks of 32 4- or 5-bit weights, for each whole chunk of [`GROUP`] blocks, as
-/// [`nibble_pair`] widens the weights (see [`nibble_lanes`]); the blocks after the last
-/// whole chunk are read in order.
+/// Activations for blocks of 32 4- or 5-bit weights, for each whole chunk of [`GROUP`]
+/// blocks, as [`nibble_pair`] and [`five_bit_pair`] widen the weights (see
+/// [`nibble_lanes`]); the blocks after the last whole chunk are read in order.
 fn arranged(values: &[i16]) -> Vec<i16> {
     let whole = values.len() / (GROUP * NIBBLE_BLOCK) * (GROUP * NIBBLE_BLOCK);
     let mut out = Vec::with_capacity(whole);
@@ -702,11 +703,11 @@ unsafe fn row_terms<const BLOCK: usize, const BITS: u32, const STEPPED: bool, co
         sum
     };
     // A whole chunk of 4- or 5-bit blocks from `chunk` read in lanes, two blocks to a
-    // vector ([`nibble_pair`], [`five_bit_pair`]), against each activation row as [`arranged`]: a
-    // block's four lanes in each pair's vector, added across to a lane per block
-    // ([`block_lanes`]). Each row's second pair of a half chunk is added across with the
-    // first as it comes ([`pairs_across`]), so a row keeps two vectors, not four: with four
-    // rows, sixteen vectors of sums did not fit the registers and every product went
+    // vector ([`nibble_pair`], [`five_bit_pair`]), against each activation row as
+    // [`arranged`]: a block's four lanes in each pair's vector, added across to a lane per
+    // block ([`block_lanes`]). Each row's second pair of a half chunk is added across with
+    // the first as it comes ([`pairs_across`]), so a row keeps two vectors, not four: with
+    // four rows, sixteen vectors of sums did not fit the registers and every product went
     // through the stack (on an AVX2 CPU, four clients of a 1.7B Q4_K_M file got 1.31 times
     // one's speed, and 1.56 times after).
     let in_lanes = |chunk: usize| -> [__m256i; V] {
