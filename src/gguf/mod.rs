@@ -30,7 +30,7 @@ pub use file::{GgufFile, TensorInfo, TensorView};
 pub use layout::{qk_gguf_row, unpermute_qk_rows};
 pub use metadata::{Metadata, MetadataArray, MetadataValue};
 pub use quant::{
-    DequantError, GgmlType, IntegerParts, KFactors, dequantize_row, half_factors, k_factors,
-    nibbles_row, split_row,
+    DequantError, GgmlType, IntegerParts, KFactors, dequantize_row, five_bits_row, half_factors,
+    k_factors, nibbles_row, split_row,
 };
 pub use tokenizer::GgufTokenizer;

@@ -238,14 +238,67 @@ pub fn nibbles_row(ty: GgmlType, bytes: &[u8], nibbles: &mut [u8]) -> Result<(),
             }
         }
         GgmlType::Q4_K => {
-            let chunks = blocks.flat_map(|b| b[16..144].chunks_exact(32));
-            for (q, out) in chunks.zip(nibbles.chunks_exact_mut(32)) {
-                let (first, second) = out.split_at_mut(16);
-                for (i, (first, second)) in first.iter_mut().zip(second).enumerate() {
-                    let (low, high) = (q[i], q[i + 16]);
-                    *first = (low & 0x0F) | (high << 4);
-                    *second = (low >> 4) | (high & 0xF0);
+            for (b, out) in blocks.zip(nibbles.chunks_exact_mut(256 / 2)) {
+                k_nibbles(&b[16..144], out);
+            }
+        }
+        _ => return Err(DequantError::Unsupported(ty)),
+    }
+    Ok(())
+}
+
+/// A K type's 128 bytes of nibbles (per 64-value chunk, one block of 32 in the low halves of
+/// 32 bytes and the next in the high ones) as Q4_0 lays out its blocks.
+fn k_nibbles(qs: &[u8], out: &mut [u8]) {
+    for (q, out) in qs.chunks_exact(32).zip(out.chunks_exact_mut(32)) {
+        let (first, second) = out.split_at_mut(16);
+        for (i, (first, second)) in first.iter_mut().zip(second).enumerate() {
+            let (low, high) = (q[i], q[i + 16]);
+            *first = (low & 0x0F) | (high << 4);
+            *second = (low >> 4) | (high & 0xF0);
+        }
+    }
+}
+
+/// A Q5_0, Q5_1 or Q5_K row's 5-bit values as stored, unsigned (Q5_0 means them less 16):
+/// their low four bits as [`nibbles_row`] lays out 4-bit ones, and each block of 32's fifth
+/// bits in one word, bit `j` for value `j` (as Q5_0 and Q5_1 store them; Q5_K holds bit `s`
+/// of byte `l` for value `l` of sub-block `s`). The loader keeps them so without splitting
+/// them into bytes (see `IntegerValues::FiveBits`).
+pub fn five_bits_row(
+    ty: GgmlType,
+    bytes: &[u8],
+    nibbles: &mut [u8],
+    high: &mut [u32],
+) -> Result<(), DequantError> {
+    let values = nibbles.len() * 2;
+    check_lengths(ty, bytes, values)?;
+    if high.len() * 32 != values {
+        return Err(DequantError::PartialBlock { ty, n_out: values });
+    }
+    let blocks = bytes.chunks_exact(ty.type_size());
+    match ty {
+        GgmlType::Q5_0 | GgmlType::Q5_1 => {
+            let at = if ty == GgmlType::Q5_0 { 2 } else { 4 };
+            let outs = nibbles.chunks_exact_mut(16).zip(high.iter_mut());
+            for (b, (out, word)) in blocks.zip(outs) {
+                *word = u32::from_le_bytes(le4(b, at));
+                out.copy_from_slice(&b[at + 4..at + 20]);
+            }
+        }
+        GgmlType::Q5_K => {
+            let outs = nibbles
+                .chunks_exact_mut(256 / 2)
+                .zip(high.chunks_exact_mut(8));
+            for (b, (out, words)) in blocks.zip(outs) {
+                let qh = &b[16..48];
+                for (s, word) in words.iter_mut().enumerate() {
+                    *word = qh
+                        .iter()
+                        .enumerate()
+                        .fold(0, |word, (l, &bits)| word | u32::from((bits >> s) & 1) << l);
                 }
+                k_nibbles(&b[48..176], out);
             }
         }
         _ => return Err(DequantError::Unsupported(ty)),

@@ -145,18 +145,25 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
 #[test]
 fn a_tensor_of_one_type_is_held_in_its_own_bits_and_factors() {
     // Each alone, as a file stores a projection: the query's rows reordered within heads.
-    // The 4-bit types are held in nibbles as stored (Q4_0's signed values shifted by 8),
-    // Q6_K in six bits, Q5 and Q8_0 in bytes (packed later); the K types keep their
+    // The 4- and 5-bit types are held in their bits as stored (Q4_0's and Q5_0's signed
+    // values shifted by 8 and 16), Q6_K in six bits, Q8_0 in bytes; the K types keep their
     // super-block's base and each block's step as the file holds them, the others their f16
     // scales.
-    for (ty, scale_at, zero, per) in [
-        (GgmlType::Q4_0, vec![0], Some(8), None),
-        (GgmlType::Q4_1, vec![0, 2], Some(0), None),
-        (GgmlType::Q5_0, vec![0], None, None),
-        (GgmlType::Q8_0, vec![0], None, None),
-        (GgmlType::Q4_K, vec![0, 2], Some(0), Some(8)),
-        (GgmlType::Q5_K, vec![0, 2], None, Some(8)),
-        (GgmlType::Q6_K, vec![208], None, Some(16)),
+    enum Held {
+        Nibbles(u8),
+        FiveBits(u8),
+        SixBits,
+        Bytes,
+    }
+    for (ty, scale_at, held, per) in [
+        (GgmlType::Q4_0, vec![0], Held::Nibbles(8), None),
+        (GgmlType::Q4_1, vec![0, 2], Held::Nibbles(0), None),
+        (GgmlType::Q5_0, vec![0], Held::FiveBits(16), None),
+        (GgmlType::Q5_1, vec![0, 2], Held::FiveBits(0), None),
+        (GgmlType::Q8_0, vec![0], Held::Bytes, None),
+        (GgmlType::Q4_K, vec![0, 2], Held::Nibbles(0), Some(8)),
+        (GgmlType::Q5_K, vec![0, 2], Held::FiveBits(0), Some(8)),
+        (GgmlType::Q6_K, vec![208], Held::SixBits, Some(16)),
     ] {
         let data = blocks(ty, 8, &scale_at, 7);
         let bytes = Builder::default()
@@ -169,11 +176,13 @@ fn a_tensor_of_one_type_is_held_in_its_own_bits_and_factors() {
             .integer_stacked(&query)
             .expect("readable")
             .expect("an integer type");
-        match (&integers.values, zero) {
-            (IntegerValues::Nibbles { zero: z, .. }, Some(zero)) => assert_eq!(*z, zero),
-            (IntegerValues::SixBits { zero: 32, .. }, None) if ty == GgmlType::Q6_K => {}
-            (IntegerValues::Bytes(_), None)
-                if matches!(ty, GgmlType::Q5_0 | GgmlType::Q5_K | GgmlType::Q8_0) => {}
+        match (&integers.values, held) {
+            (IntegerValues::Nibbles { zero, .. }, Held::Nibbles(held)) => assert_eq!(*zero, held),
+            (IntegerValues::FiveBits { zero, .. }, Held::FiveBits(held)) => {
+                assert_eq!(*zero, held)
+            }
+            (IntegerValues::SixBits { zero: 32, .. }, Held::SixBits) => {}
+            (IntegerValues::Bytes(_), Held::Bytes) => {}
             _ => panic!("{ty:?} is held in another form"),
         }
         // The others' f16 scales (and minimums) stay f16.

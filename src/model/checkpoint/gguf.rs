@@ -11,10 +11,12 @@ use rayon::prelude::*;
 
 use super::{Checkpoint, LayerRole, TensorRole};
 use crate::gguf::{
-    GgmlType, GgufFile, IntegerParts, KFactors, TensorInfo, half_factors, k_factors, nibbles_row,
-    qk_gguf_row, split_row,
+    GgmlType, GgufFile, IntegerParts, KFactors, TensorInfo, five_bits_row, half_factors, k_factors,
+    nibbles_row, qk_gguf_row, split_row,
 };
-use crate::model::cpu::{BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, pack_six_bits};
+use crate::model::cpu::{
+    BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, fifth_bits_in_order, pack_six_bits,
+};
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
 
@@ -206,6 +208,11 @@ enum ValueForm {
     Nibbles {
         shift: u8,
     },
+    /// Q5_0, Q5_1 and Q5_K, as stored (see `five_bits_row`): Q5_0's signed values shifted by
+    /// 16, as `IntegerWeights::packed` shifts them.
+    FiveBits {
+        shift: u8,
+    },
     /// Q6_K.
     SixBits,
 }
@@ -339,6 +346,10 @@ struct RowOut<'a> {
 enum RowValues<'a> {
     Bytes(&'a mut [i8]),
     Nibbles(&'a mut [u8]),
+    FiveBits {
+        nibbles: &'a mut [u8],
+        high: &'a mut [u32],
+    },
     SixBits {
         nibbles: &'a mut [u8],
         crumbs: &'a mut [u8],
@@ -459,6 +470,8 @@ impl Checkpoint for GgufCheckpoint {
             Some(GgmlType::Q6_K) => ValueForm::SixBits,
             Some(GgmlType::Q4_0) => ValueForm::Nibbles { shift: 8 },
             Some(GgmlType::Q4_1 | GgmlType::Q4_K) => ValueForm::Nibbles { shift: 0 },
+            Some(GgmlType::Q5_0) => ValueForm::FiveBits { shift: 16 },
+            Some(GgmlType::Q5_1 | GgmlType::Q5_K) => ValueForm::FiveBits { shift: 0 },
             _ => ValueForm::Bytes,
         };
         let factor_form = match one_type {
@@ -470,15 +483,17 @@ impl Checkpoint for GgufCheckpoint {
             ) => FactorForm::Halves,
             _ => FactorForm::Floats,
         };
-        let (value_bytes, nibbles, crumbs) = match value_form {
-            ValueForm::Bytes => (rows * cols, 0, 0),
-            ValueForm::Nibbles { .. } => (0, rows * cols / 2, 0),
-            ValueForm::SixBits => (0, rows * cols / 2, rows * cols / 4),
+        let (value_bytes, nibbles, crumbs, words) = match value_form {
+            ValueForm::Bytes => (rows * cols, 0, 0, 0),
+            ValueForm::Nibbles { .. } => (0, rows * cols / 2, 0, 0),
+            ValueForm::FiveBits { .. } => (0, rows * cols / 2, 0, rows * cols / 32),
+            ValueForm::SixBits => (0, rows * cols / 2, rows * cols / 4, 0),
         };
-        let (mut values, mut nibbles, mut crumbs) = (
+        let (mut values, mut nibbles, mut crumbs, mut high) = (
             vec![0i8; value_bytes],
             vec![0u8; nibbles],
             vec![0u8; crumbs],
+            vec![0u32; words],
         );
         let mut factors = FactorsOut::new(factor_form, rows * per_row, has_offsets);
         let value_rows: Vec<RowValues<'_>> = match value_form {
@@ -489,6 +504,11 @@ impl Checkpoint for GgufCheckpoint {
             ValueForm::Nibbles { .. } => nibbles
                 .chunks_exact_mut((cols / 2).max(1))
                 .map(RowValues::Nibbles)
+                .collect(),
+            ValueForm::FiveBits { .. } => nibbles
+                .chunks_exact_mut((cols / 2).max(1))
+                .zip(high.chunks_exact_mut((cols / 32).max(1)))
+                .map(|(nibbles, high)| RowValues::FiveBits { nibbles, high })
                 .collect(),
             ValueForm::SixBits => nibbles
                 .chunks_exact_mut((cols / 2).max(1))
@@ -539,6 +559,12 @@ impl Checkpoint for GgufCheckpoint {
                     RowValues::Nibbles(nibbles) => {
                         nibbles_row(ty, bytes, nibbles).map_err(corrupt_row)?
                     }
+                    RowValues::FiveBits { nibbles, high } => {
+                        five_bits_row(ty, bytes, nibbles, high).map_err(corrupt_row)?;
+                        for word in high.iter_mut() {
+                            *word = fifth_bits_in_order(*word);
+                        }
+                    }
                     RowValues::SixBits { nibbles, crumbs } => {
                         split_into(row_values).map_err(corrupt_row)?;
                         pack_six_bits(row_values, nibbles, crumbs);
@@ -568,7 +594,7 @@ impl Checkpoint for GgufCheckpoint {
             // Only six bits are split into bytes before they are packed.
             let split_values = match value_form {
                 ValueForm::SixBits => cols,
-                ValueForm::Bytes | ValueForm::Nibbles { .. } => 0,
+                ValueForm::Bytes | ValueForm::Nibbles { .. } | ValueForm::FiveBits { .. } => 0,
             };
             let buffers = || RowScratch {
                 scales: vec![0.0; cols / own_block],
@@ -586,6 +612,11 @@ impl Checkpoint for GgufCheckpoint {
             ValueForm::Bytes => IntegerValues::Bytes(values),
             ValueForm::Nibbles { shift } => IntegerValues::Nibbles {
                 values: nibbles,
+                zero: shift,
+            },
+            ValueForm::FiveBits { shift } => IntegerValues::FiveBits {
+                nibbles,
+                high,
                 zero: shift,
             },
             ValueForm::SixBits => IntegerValues::SixBits {

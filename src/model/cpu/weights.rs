@@ -738,6 +738,21 @@ pub const fn fifth_bit(j: usize) -> usize {
     8 * half + lane / 2 + 16 * (lane % 2)
 }
 
+/// A block's fifth bits as ggml stores them (bit `j` for element `j`) in [`fifth_bit`]'s
+/// order: the even bits to the low half, the odd to the high, each in turn, which is that
+/// order. Four exchanges of bit groups, where moving the 32 bits one by one took a loop.
+pub const fn fifth_bits_in_order(word: u32) -> u32 {
+    let mut x = word;
+    let mut t = (x ^ (x >> 1)) & 0x2222_2222;
+    x ^= t ^ (t << 1);
+    t = (x ^ (x >> 2)) & 0x0C0C_0C0C;
+    x ^= t ^ (t << 2);
+    t = (x ^ (x >> 4)) & 0x00F0_00F0;
+    x ^= t ^ (t << 4);
+    t = (x ^ (x >> 8)) & 0x0000_FF00;
+    x ^ t ^ (t << 8)
+}
+
 /// The values of integer weights, borrowed.
 #[derive(Clone, Copy)]
 pub enum Ints<'a> {
@@ -890,6 +905,15 @@ impl IntegerWeights {
             IntegerValues::Bytes(values) => IntegerValues::Bytes(rows_from(values, source)),
             &IntegerValues::Nibbles { ref values, zero } => IntegerValues::Nibbles {
                 values: rows_from(values, source),
+                zero,
+            },
+            &IntegerValues::FiveBits {
+                ref nibbles,
+                ref high,
+                zero,
+            } => IntegerValues::FiveBits {
+                nibbles: rows_from(nibbles, source),
+                high: rows_from(high, source),
                 zero,
             },
             // Rows of whole units, as the loader splits them.
@@ -1495,7 +1519,7 @@ pub fn row_block(scheme: &QuantScheme, cols: usize) -> Option<usize> {
 mod tests {
     use half::f16;
 
-    use super::{BlockFactors, IntegerValues, IntegerWeights};
+    use super::{BlockFactors, IntegerValues, IntegerWeights, fifth_bit, fifth_bits_in_order};
 
     fn widened(weights: &IntegerWeights) -> Vec<f32> {
         let mut out = vec![f32::NAN; weights.dims[0] * weights.dims[1]];
@@ -1512,6 +1536,20 @@ mod tests {
             offsets: offsets.map(BlockFactors::F32),
             values: IntegerValues::Bytes(values),
         }
+    }
+
+    #[test]
+    fn fifth_bits_in_order_moves_each_bit_where_fifth_bit_says() {
+        for j in 0..32 {
+            assert_eq!(
+                fifth_bits_in_order(1 << j),
+                1 << fifth_bit(j),
+                "element {j}"
+            );
+        }
+        let word = 0x9E37_79B9;
+        let one_by_one = (0..32).fold(0, |out, j| out | ((word >> j) & 1) << fifth_bit(j));
+        assert_eq!(fifth_bits_in_order(word), one_by_one);
     }
 
     /// Q4_0's values (-8 to 7, no offsets) and Q4_1's (0 to 15, offsets) pack into nibbles,
@@ -1560,6 +1598,11 @@ mod tests {
                 }
                 assert_eq!(packed.offsets.is_some(), with_offsets);
                 assert_eq!(widened(&packed), widened(&bytes));
+                // Reordered rows (a partial rotation's query and key rows) stay packed.
+                let reordered = packed.with_rows_from(&[1, 0]).expect("packed rows reorder");
+                let want = bytes.with_rows_from(&[1, 0]).expect("bytes reorder");
+                assert!(!matches!(reordered.values, IntegerValues::Bytes(_)));
+                assert_eq!(widened(&reordered), widened(&want));
             }
         }
         let six_bit: Vec<i8> = (0..128).map(|i| (i % 64) as i8 - 32).collect();
