@@ -39,6 +39,14 @@ impl Features {
     pub fn vnni(self) -> bool {
         self.avx512_vnni || self.avx_vnni
     }
+
+    /// Whether the decode kernels read weights of `bits` (4, or 6 read stepped) interleaved,
+    /// rows in lanes (`matvec::Interleaving`): with VNNI, and 4-bit ones with AVX2 and no
+    /// AVX-512 too, where 16-bit products cost what the row kernel's cost and nothing is
+    /// added across lanes.
+    pub fn interleaves(self, bits: u32) -> bool {
+        self.vnni() || bits == 4 && self.avx2 && !self.avx512
+    }
 }
 
 /// The features of this CPU, less what `SMOLCHAT_MAX_CPU` turns off.

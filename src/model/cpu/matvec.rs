@@ -439,6 +439,9 @@ enum Interleaving {
     /// Half a line at a time, eight rows, with AVX-VNNI (see
     /// [`integer_interleaved_avx_vnni`]).
     AvxVnni,
+    /// Half a line at a time, eight rows, as 16-bit values, where there is no VNNI (see
+    /// [`integer_interleaved_avx2`]).
+    Avx2,
 }
 
 impl Interleaving {
@@ -449,6 +452,11 @@ impl Interleaving {
                 avx512_vnni: true, ..
             } => Some(Self::Avx512Vnni),
             Features { avx_vnni: true, .. } => Some(Self::AvxVnni),
+            Features {
+                avx2: true,
+                avx512: false,
+                ..
+            } => Some(Self::Avx2),
             _ => None,
         }
     }
@@ -480,7 +488,12 @@ impl Vnni {
 fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
     let cpu = features::cpu();
     if let Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } = values {
+        let bits = match values {
+            Ints::SixBitsInterleaved { .. } => 6,
+            _ => 4,
+        };
         let interleaving = Interleaving::of(cpu).filter(|_| values.read_in(block));
+        let interleaving = interleaving.filter(|_| cpu.interleaves(bits));
         return interleaving.map(IntegerKernel::Interleaved);
     }
     let fits = match values {
@@ -582,12 +595,19 @@ impl IntegerActivations {
             },
             #[cfg(target_arch = "x86_64")]
             interleaved: match (kernel, values) {
-                (IntegerKernel::Interleaved(_), Ints::Interleaved { zero, .. }) => Some(
-                    integer_interleaved::Activations::of(&ints, zero, NIBBLE_BLOCK),
-                ),
-                (IntegerKernel::Interleaved(_), Ints::SixBitsInterleaved { zero, .. }) => Some(
-                    integer_interleaved::Activations::of(&ints, zero, SIX_BIT_BLOCK),
-                ),
+                (
+                    IntegerKernel::Interleaved(interleaving),
+                    Ints::Interleaved { zero, .. } | Ints::SixBitsInterleaved { zero, .. },
+                ) => {
+                    let zeroed = match values {
+                        Ints::Interleaved { .. } => NIBBLE_BLOCK,
+                        _ => SIX_BIT_BLOCK,
+                    };
+                    let as_bytes = interleaving != Interleaving::Avx2;
+                    let prepared =
+                        integer_interleaved::Activations::of(&ints, zero, zeroed, as_bytes);
+                    Some(prepared)
+                }
                 _ => None,
             },
             #[cfg(target_arch = "x86_64")]
@@ -692,6 +712,7 @@ unsafe fn rows_dot_together<const V: usize>(
             let rows_dot = match interleaving {
                 Interleaving::Avx512Vnni => integer_interleaved::rows_dot::<V>,
                 Interleaving::AvxVnni => integer_interleaved_avx_vnni::rows_dot::<V>,
+                Interleaving::Avx2 => integer_interleaved_avx2::rows_dot::<V>,
             };
             // SAFETY: the caller's guarantees are the kernel's.
             return unsafe {
@@ -861,6 +882,8 @@ mod integer_avx2;
 mod integer_avx512;
 #[cfg(target_arch = "x86_64")]
 mod integer_interleaved;
+#[cfg(target_arch = "x86_64")]
+mod integer_interleaved_avx2;
 #[cfg(target_arch = "x86_64")]
 mod integer_interleaved_avx_vnni;
 #[cfg(target_arch = "x86_64")]
@@ -1401,7 +1424,7 @@ mod tests {
             .interleaved();
             let interleaves = (bits == 4 || bits == 6 && stepped && cols.is_multiple_of(64))
                 && rows.is_multiple_of(INTERLEAVED_ROWS)
-                && features::cpu().vnni();
+                && features::cpu().interleaves(bits);
             assert_eq!(
                 matches!(
                     interleaved.values,

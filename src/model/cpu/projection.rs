@@ -235,7 +235,7 @@ mod tests {
             .interleaved();
             let interleaves = (bits == 4 || bits == 6 && stepped)
                 && rows.is_multiple_of(INTERLEAVED_ROWS)
-                && features::cpu().vnni();
+                && features::cpu().interleaves(bits);
             assert_eq!(
                 interleaves,
                 matches!(

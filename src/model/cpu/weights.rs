@@ -609,10 +609,11 @@ pub enum IntegerValues {
         zero: u8,
     },
     /// 4-bit values as [`IntegerValues::Nibbles`] holds them, each [`INTERLEAVED_ROWS`] rows
-    /// interleaved as the decode kernel of CPUs with AVX-512 VNNI reads them: per group of
-    /// rows, per block, four 64-byte lines, line `k` holding bytes `4k..4k + 4` of each row's
-    /// block in turn (see [`interleaved_at`]). One line times four activations broadcast then
-    /// gives sixteen rows' sums in their own lanes, with nothing to add across lanes.
+    /// interleaved as the decode kernels that read rows in lanes read them
+    /// (`Features::interleaves`): per group of rows, per block, four 64-byte lines, line `k`
+    /// holding bytes `4k..4k + 4` of each row's block in turn (see [`interleaved_at`]). One
+    /// line times four activations broadcast then gives sixteen rows' sums in their own
+    /// lanes, with nothing to add across lanes.
     Interleaved {
         values: Vec<u8>,
         zero: u8,
@@ -665,14 +666,12 @@ pub const fn interleaved_crumb_at(cols: usize, row: usize, b: usize, j: usize) -
     interleaved_in(CRUMB_BYTES, cols, row, b, j)
 }
 
-/// Whether weights of `rows` rows of `cols` values are held interleaved, for a kernel that
-/// reads rows in blocks of `unit` values: where that kernel runs (AVX-512 VNNI or AVX-VNNI,
-/// which `SMOLCHAT_MAX_CPU` may turn off), for rows in whole groups. With AVX2 alone, a
-/// kernel that read them half a line at a time with `vpmaddubsw` decoded a 1.7B Q4_K_M
-/// file no faster than the row kernel, and the prompts that gather the rows back ran
-/// 0.7–0.9× as fast (AMD EPYC, family 26).
-fn interleaves(rows: usize, cols: usize, unit: usize) -> bool {
-    super::features::cpu().vnni()
+/// Whether weights of `rows` rows of `cols` values of `bits` are held interleaved, for a
+/// kernel that reads rows in blocks of `unit` values: where that kernel runs
+/// (`Features::interleaves`, which `SMOLCHAT_MAX_CPU` may turn off), for rows in whole
+/// groups.
+fn interleaves(rows: usize, cols: usize, bits: u32, unit: usize) -> bool {
+    super::features::cpu().interleaves(bits)
         && rows > 0
         && rows.is_multiple_of(INTERLEAVED_ROWS)
         && cols.is_multiple_of(unit)
@@ -966,7 +965,7 @@ impl IntegerWeights {
             && (self.offsets.as_ref()).is_none_or(|offsets| offsets.can_lay_out_by_block(blocks));
         let values = match self.values {
             IntegerValues::Nibbles { mut values, zero }
-                if by_block && interleaves(rows, cols, NIBBLE_BLOCK) =>
+                if by_block && interleaves(rows, cols, 4, NIBBLE_BLOCK) =>
             {
                 interleave::<{ NIBBLE_BLOCK / 2 }>(&mut values, cols);
                 return Self {
@@ -980,7 +979,7 @@ impl IntegerWeights {
                 mut nibbles,
                 mut crumbs,
                 zero,
-            } if stepped() && interleaves(rows, cols, 2 * NIBBLE_BLOCK) => {
+            } if stepped() && interleaves(rows, cols, 6, 2 * NIBBLE_BLOCK) => {
                 interleave::<{ NIBBLE_BLOCK / 2 }>(&mut nibbles, cols);
                 interleave::<CRUMB_BYTES>(&mut crumbs, cols);
                 IntegerValues::SixBitsInterleaved {

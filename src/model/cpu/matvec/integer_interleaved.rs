@@ -45,6 +45,9 @@ pub(super) const HALF: usize = ROWS / 2;
 pub struct Activations {
     /// Per block of 32, its values' high bytes (signed), then their low bytes (unsigned).
     pub(super) bytes: Vec<u8>,
+    /// For the kernel without VNNI, the values in the pairs it multiplies them in
+    /// (`integer_interleaved_avx2::pairs`).
+    pub(super) pairs: Vec<i32>,
     /// Per block of the weights' zero points (a block of 32, or for 6-bit weights each half
     /// of one), the zero point times the sum of its values, which comes off the block's sum
     /// of products with the weights as stored.
@@ -53,8 +56,20 @@ pub struct Activations {
 
 impl Activations {
     /// For weights whose values are stored plus `zero`, in blocks of `zeroed` that a zero
-    /// sum each takes off: 32 for 4-bit weights, 16 for 6-bit ones.
-    pub fn of(x: &BlockInts, zero: u8, zeroed: usize) -> Self {
+    /// sum each takes off: 32 for 4-bit weights, 16 for 6-bit ones. The values split into
+    /// bytes for the VNNI kernels (`as_bytes`), else in pairs for the AVX2 one.
+    pub fn of(x: &BlockInts, zero: u8, zeroed: usize, as_bytes: bool) -> Self {
+        let zero_sum = |values: &[i16]| values.iter().map(|&v| i32::from(v)).sum::<i32>();
+        let zero_sums = (x.values.chunks_exact(zeroed))
+            .map(|values| i32::from(zero) * zero_sum(values))
+            .collect();
+        if !as_bytes {
+            return Self {
+                bytes: Vec::new(),
+                pairs: super::integer_interleaved_avx2::pairs(&x.values),
+                zero_sums,
+            };
+        }
         let mut bytes = vec![0; 2 * x.values.len()];
         let blocks = x.values.chunks_exact(NIBBLE_BLOCK);
         for (block, out) in blocks.zip(bytes.chunks_exact_mut(2 * NIBBLE_BLOCK)) {
@@ -63,12 +78,10 @@ impl Activations {
                 (*high, *low) = ((v >> 8) as u8, v as u8);
             }
         }
-        let zero_sum = |values: &[i16]| values.iter().map(|&v| i32::from(v)).sum::<i32>();
         Self {
             bytes,
-            zero_sums: (x.values.chunks_exact(zeroed))
-                .map(|values| i32::from(zero) * zero_sum(values))
-                .collect(),
+            pairs: Vec::new(),
+            zero_sums,
         }
     }
 }
