@@ -21,6 +21,7 @@ use super::avx2::prefetch;
 use super::integer_interleaved::{
     Activations, Ahead, FactorsAhead, HALF, Lines, OfGroup, PREFETCH_BYTES,
 };
+use super::integer_interleaved_avx_vnni::add_terms;
 use super::{BlockInts, grow};
 use crate::model::cpu::weights::{
     Factors, INTERLEAVED_BLOCK_BYTES, INTERLEAVED_LINE_BYTES, INTERLEAVED_ROWS, NIBBLE_BLOCK,
@@ -139,30 +140,6 @@ unsafe fn nibble_group<const V: usize>(
                 add_terms(sums, totals[h], scales.eight(b, h), offsets, b, xs);
             }
         }
-    }
-}
-
-/// Block `b`'s terms from each activation row's integer sums `totals` (a half's eight
-/// rows'), added to `sums`: converted, times the rows' `scales` times the row's activation
-/// scale, plus the rows' `offsets` times the block's activation sum.
-#[target_feature(enable = "avx2,fma,f16c")]
-#[inline]
-fn add_terms<const V: usize>(
-    sums: &mut [__m256; V],
-    totals: [__m256i; V],
-    scales: __m256,
-    offsets: Option<__m256>,
-    b: usize,
-    xs: &[(&BlockInts, &Activations); V],
-) {
-    for v in 0..V {
-        let scale = _mm256_mul_ps(scales, _mm256_set1_ps(xs[v].0.scales[b]));
-        let mut term = _mm256_mul_ps(_mm256_cvtepi32_ps(totals[v]), scale);
-        if let Some(offsets) = offsets {
-            let x_sum = _mm256_set1_ps(xs[v].0.sums[b]);
-            term = _mm256_fmadd_ps(x_sum, offsets, term);
-        }
-        sums[v] = _mm256_add_ps(sums[v], term);
     }
 }
 

@@ -211,11 +211,11 @@ unsafe fn six_bit_group<const V: usize>(
 /// row's activation scale, plus the rows' `offsets` times the block's activation
 /// sum.
 ///
-/// # Safety
-/// The CPU must have AVX2, FMA and AVX-VNNI.
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+/// Only AVX2's, FMA's and F16C's features, so that the AVX2 kernel's half lines take it too
+/// (`integer_interleaved_avx2`).
+#[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn add_terms<const V: usize>(
+pub(super) fn add_terms<const V: usize>(
     sums: &mut [__m256; V],
     totals: [__m256i; V],
     scales: __m256,
