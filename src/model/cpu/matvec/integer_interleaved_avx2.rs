@@ -189,6 +189,15 @@ unsafe fn nibble_totals<const V: usize>(
                 let [ones, sixteens, two_fifty_sixes] = &mut sums[h][v];
                 let outer =
                     _mm256_add_epi32(_mm256_madd_epi16(first, p0), _mm256_madd_epi16(fourth, p3));
+                if V > 1 {
+                    // One sum per row, each lane's products shifted down as they come.
+                    let inner = _mm256_add_epi32(
+                        _mm256_srai_epi32::<4>(_mm256_madd_epi16(second, p1)),
+                        _mm256_srai_epi32::<8>(_mm256_madd_epi16(third, p2)),
+                    );
+                    *ones = _mm256_add_epi32(*ones, _mm256_add_epi32(outer, inner));
+                    continue;
+                }
                 *ones = _mm256_add_epi32(*ones, outer);
                 *sixteens = _mm256_add_epi32(*sixteens, _mm256_madd_epi16(second, p1));
                 *two_fifty_sixes = _mm256_add_epi32(*two_fifty_sixes, _mm256_madd_epi16(third, p2));
