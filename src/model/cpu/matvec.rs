@@ -488,12 +488,7 @@ impl Vnni {
 fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
     let cpu = features::cpu();
     if let Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } = values {
-        let bits = match values {
-            Ints::SixBitsInterleaved { .. } => 6,
-            _ => 4,
-        };
         let interleaving = Interleaving::of(cpu).filter(|_| values.read_in(block));
-        let interleaving = interleaving.filter(|_| cpu.interleaves(bits));
         return interleaving.map(IntegerKernel::Interleaved);
     }
     let fits = match values {

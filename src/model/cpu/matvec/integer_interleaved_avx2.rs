@@ -1,8 +1,9 @@
 //! The decode kernel of interleaved 4-bit weights (see `integer_interleaved`) on CPUs with
 //! AVX2 but neither VNNI nor AVX-512: each 64-byte line read as two 256-bit halves, eight
-//! rows to a half, as `integer_interleaved_avx_vnni` reads them, but multiplied as 16-bit values (`vpmaddwd`), as the row kernel (`integer_avx2`)
-//! multiplies them. The row kernel spends as much again on adding each block's lanes across,
-//! scaling each block and adding a group's terms in turn; here each lane is a row's.
+//! rows to a half, as `integer_interleaved_avx_vnni` reads them, but multiplied as 16-bit
+//! values (`vpmaddwd`), as the row kernel (`integer_avx2`) multiplies them. The row kernel
+//! spends as much again on adding each block's lanes across, scaling each block and adding
+//! a group's terms in turn; here each lane is a row's.
 //!
 //! Each 32-bit lane holds four bytes of one row's block: two 16-bit words of four nibbles.
 //! A nibble is multiplied where it lies rather than shifted down first: masked in place, the
@@ -163,7 +164,9 @@ unsafe fn nibble_totals<const V: usize>(
         _mm256_set1_epi16(0x0F00),
     );
     // Per half and activation row: the sums of the first and fourth nibbles' products, of
-    // the second's (16 times theirs) and of the third's (256 times).
+    // the second's (16 times theirs) and of the third's (256 times). With several activation
+    // rows, whose three sums each would not fit the registers, the second's and third's are
+    // shifted down into the first's as they come, and their own stay zero.
     let mut sums = [[[_mm256_setzero_si256(); 3]; V]; 2];
     for k in 0..4 {
         let mut nibbles = [[_mm256_setzero_si256(); 4]; 2];
@@ -190,7 +193,6 @@ unsafe fn nibble_totals<const V: usize>(
                 let outer =
                     _mm256_add_epi32(_mm256_madd_epi16(first, p0), _mm256_madd_epi16(fourth, p3));
                 if V > 1 {
-                    // One sum per row, each lane's products shifted down as they come.
                     let inner = _mm256_add_epi32(
                         _mm256_srai_epi32::<4>(_mm256_madd_epi16(second, p1)),
                         _mm256_srai_epi32::<8>(_mm256_madd_epi16(third, p2)),
