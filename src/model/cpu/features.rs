@@ -41,11 +41,11 @@ impl Features {
     }
 
     /// Whether the decode kernels read weights of `bits` (4, or 6 read stepped) interleaved,
-    /// rows in lanes (`matvec::Interleaving`): with VNNI, and 4-bit ones with AVX2 and no
-    /// AVX-512 too, where 16-bit products cost what the row kernel's cost and nothing is
-    /// added across lanes.
+    /// rows in lanes (`matvec::Interleaving`): with VNNI, and with AVX2 and no AVX-512 too,
+    /// where 16-bit products cost what the row kernel's cost and nothing is added across
+    /// lanes.
     pub fn interleaves(self, bits: u32) -> bool {
-        self.vnni() || bits == 4 && self.avx2 && !self.avx512
+        self.vnni() || matches!(bits, 4 | 6) && self.avx2 && !self.avx512
     }
 }
 

@@ -1404,8 +1404,8 @@ mod tests {
                     .map(|(c, &q)| f32::from(q) * ints.scales[c / block])
                     .collect::<Vec<f32>>()
             };
-            // 4-bit values and stepped 6-bit ones in whole groups of rows (6-bit ones in
-            // pairs of units), interleaved where the CPU has the kernel that reads them so.
+            // 4-bit values and stepped 6-bit ones in whole groups of rows (6-bit ones of
+            // whole super-blocks), interleaved where the CPU has the kernel that reads them so.
             let interleaved = IntegerWeights {
                 dims: [rows, cols],
                 block,
@@ -1417,7 +1417,7 @@ mod tests {
                 offsets: offsets.as_deref().map(factors),
             }
             .interleaved();
-            let interleaves = (bits == 4 || bits == 6 && stepped && cols.is_multiple_of(64))
+            let interleaves = (bits == 4 || bits == 6 && stepped && cols.is_multiple_of(256))
                 && rows.is_multiple_of(INTERLEAVED_ROWS)
                 && features::cpu().interleaves(bits);
             assert_eq!(
@@ -1474,9 +1474,11 @@ mod tests {
                 // Every kernel sums each output in one order, so all give the same bits.
                 let mut first: Option<(IntegerKernel, Vec<f32>)> = None;
                 // Each interleaved kernel this CPU runs, with the factors laid out as the
-                // loader lays them out, and with them in rows.
+                // loader lays them out, and with them in rows: the AVX2 one too where the
+                // loader would pick another, so that every CI machine checks it.
                 let cpu = features::cpu();
                 let interleavings = [
+                    (Interleaving::Avx2, cpu.avx2),
                     (Interleaving::AvxVnni, cpu.avx_vnni),
                     (Interleaving::Avx512Vnni, cpu.avx512_vnni),
                 ];

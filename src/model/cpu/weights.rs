@@ -952,8 +952,9 @@ impl IntegerWeights {
     /// The same weights with 4-bit values [`IntegerValues::Interleaved`], their factors laid
     /// out by block, and stepped 6-bit ones [`IntegerValues::SixBitsInterleaved`] where the
     /// decode kernel reads them so ([`interleaves`]; 4-bit rows whose factors can be laid out
-    /// so, 6-bit rows in pairs of units, whose steps it reads together), in place, a group of
-    /// rows at a time on every core; as they are otherwise.
+    /// so, 6-bit rows of whole super-blocks, whose steps and bases the AVX2 kernel reads a
+    /// super-block at a time), in place, a group of rows at a time on every core; as they
+    /// are otherwise.
     pub fn interleaved(self) -> Self {
         let [rows, cols] = self.dims;
         let stepped = || {
@@ -979,7 +980,7 @@ impl IntegerWeights {
                 mut nibbles,
                 mut crumbs,
                 zero,
-            } if stepped() && interleaves(rows, cols, 6, 2 * NIBBLE_BLOCK) => {
+            } if stepped() && interleaves(rows, cols, 6, SUPER_BLOCK) => {
                 interleave::<{ NIBBLE_BLOCK / 2 }>(&mut nibbles, cols);
                 interleave::<CRUMB_BYTES>(&mut crumbs, cols);
                 IntegerValues::SixBitsInterleaved {
