@@ -1,10 +1,10 @@
 //! The decode kernel of interleaved 4-bit and stepped 6-bit weights (see
-//! `integer_interleaved`) on CPUs with
-//! AVX2 but neither VNNI nor AVX-512: each 64-byte line read as two 256-bit halves, eight
-//! rows to a half, as `integer_interleaved_avx_vnni` reads them, but multiplied as 16-bit
-//! values (`vpmaddwd`), as the row kernel (`integer_avx2`) multiplies them. The row kernel
-//! spends as much again on adding each block's lanes across, scaling each block and adding
-//! a group's terms in turn; here each lane is a row's.
+//! `integer_interleaved`) on CPUs with AVX2 but neither VNNI nor AVX-512: each 64-byte
+//! line read as two 256-bit halves, eight rows to a half, as `integer_interleaved_avx_vnni`
+//! reads them, but multiplied as 16-bit values (`vpmaddwd`), as the row kernel
+//! (`integer_avx2`) multiplies them. The row kernel spends as much again on adding each
+//! block's lanes across, scaling each block and adding a group's terms in turn; here each
+//! lane is a row's.
 //!
 //! Each 32-bit lane holds four bytes of one row's block: two 16-bit words of four nibbles.
 //! A nibble is multiplied where it lies rather than shifted down first: masked in place, the
@@ -24,7 +24,7 @@ use super::avx2::prefetch;
 use super::integer_interleaved::{
     Activations, Ahead, FactorsAhead, HALF, Lines, OfGroup, PREFETCH_BYTES,
 };
-use super::integer_interleaved_avx_vnni::add_terms;
+use super::integer_interleaved_avx_vnni::{add_terms, six_bit_bytes};
 use super::{BlockInts, grow};
 use crate::model::cpu::weights::{
     Factors, INTERLEAVED_BLOCK_BYTES, INTERLEAVED_CRUMB_BYTES, INTERLEAVED_LINE_BYTES,
@@ -371,8 +371,8 @@ unsafe fn super_block_steps(steps: *const i8, blocks: usize) -> [__m256i; UNITS_
 /// nibbles lie at `at` and two of crumbs at `crumbs`, with each activation row: each half
 /// unit's sum less the zero point's share, times its step (each row's two in `steps`'
 /// lanes, as [`super_block_steps`] gives them, sign-extended), added. The values are made
-/// bytes as the VNNI kernels make them, and each 16-bit word's two are multiplied in the
-/// pairs of [`pairs`].
+/// bytes as the AVX-VNNI kernel makes them ([`six_bit_bytes`]), and each 16-bit word's two
+/// are multiplied in the pairs of [`pairs`].
 ///
 /// # Safety
 /// As for [`rows_dot`], for the unit.
@@ -385,41 +385,16 @@ unsafe fn six_bit_totals<const V: usize>(
     b: usize,
     xs: &[(&BlockInts, &Activations); V],
 ) -> [__m256i; V] {
-    let (low_bits, top_bits, low_byte) = (
-        _mm256_set1_epi8(0x0F),
-        _mm256_set1_epi8(0x30),
-        _mm256_set1_epi16(0x00FF),
-    );
+    let low_byte = _mm256_set1_epi16(0x00FF);
     // SAFETY: the caller's.
-    let [c0, c1] = [0, 1]
+    let crumbs = [0, 1]
         .map(|d| unsafe { _mm256_loadu_si256(crumbs.add(d * INTERLEAVED_LINE_BYTES).cast()) });
-    // As the VNNI kernels find them: line `k`'s values `4k + i` at bit `2(k / 2)` of each
-    // row's crumb byte `4(k % 2) + i`, values `16 + 4k + i` at bit `4 + 2(k / 2)`, shifted
-    // to bits 4 and 5 (the line's first tops, then its second).
-    let tops = |k: usize| {
-        let crumbs = [c0, c1][k % 2];
-        match k / 2 {
-            0 => (_mm256_slli_epi16::<4>(crumbs), crumbs),
-            _ => (
-                _mm256_slli_epi16::<2>(crumbs),
-                _mm256_srli_epi16::<2>(crumbs),
-            ),
-        }
-    };
     // Per activation row, each half unit's sum.
     let mut sums = [[_mm256_setzero_si256(); 2]; V];
     for k in 0..4 {
         // SAFETY: the caller's.
         let line = unsafe { _mm256_loadu_si256(at.add(k * INTERLEAVED_LINE_BYTES).cast()) };
-        let value = |nibbles: __m256i, tops: __m256i| {
-            _mm256_or_si256(
-                _mm256_and_si256(nibbles, low_bits),
-                _mm256_and_si256(tops, top_bits),
-            )
-        };
-        let (first_tops, second_tops) = tops(k);
-        let first = value(line, first_tops);
-        let second = value(_mm256_srli_epi16::<4>(line), second_tops);
+        let [first, second] = six_bit_bytes(line, crumbs, k);
         // Each word's first byte, values `4k` and `4k + 2` of the line's (or `16 + ..`),
         // and its second, `4k + 1` and `4k + 3`.
         let words = [

@@ -305,29 +305,14 @@ unsafe fn six_bit_totals<const V: usize>(
 ) -> [__m256i; V] {
     // SAFETY: the caller's.
     unsafe {
-        let (low_bits, top_bits) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+        let crumbs =
+            [0, 1].map(|d| _mm256_loadu_si256(crumbs.add(d * INTERLEAVED_LINE_BYTES).cast()));
         let [l0, l1, l2, l3] =
             [0, 1, 2, 3].map(|k| _mm256_loadu_si256(at.add(k * INTERLEAVED_LINE_BYTES).cast()));
-        let [c0, c1] =
-            [0, 1].map(|d| _mm256_loadu_si256(crumbs.add(d * INTERLEAVED_LINE_BYTES).cast()));
-        // As the 512-bit kernel finds them: line `k`'s values `4k + i` at bit
-        // `2(k / 2)` of each row's crumb byte `4(k % 2) + i`, values `16 + 4k + i`
-        // at bit `4 + 2(k / 2)`, shifted to bits 4 and 5.
-        let value = |nibbles: __m256i, tops: __m256i| {
-            _mm256_or_si256(
-                _mm256_and_si256(nibbles, low_bits),
-                _mm256_and_si256(tops, top_bits),
-            )
-        };
-        let f0 = value(l0, _mm256_slli_epi16::<4>(c0));
-        let f1 = value(l1, _mm256_slli_epi16::<4>(c1));
-        let f2 = value(l2, _mm256_slli_epi16::<2>(c0));
-        let f3 = value(l3, _mm256_slli_epi16::<2>(c1));
-        let second = |l: __m256i, tops| value(_mm256_srli_epi16::<4>(l), tops);
-        let s0 = second(l0, c0);
-        let s1 = second(l1, c1);
-        let s2 = second(l2, _mm256_srli_epi16::<2>(c0));
-        let s3 = second(l3, _mm256_srli_epi16::<2>(c1));
+        let [f0, s0] = six_bit_bytes(l0, crumbs, 0);
+        let [f1, s1] = six_bit_bytes(l1, crumbs, 1);
+        let [f2, s2] = six_bit_bytes(l2, crumbs, 2);
+        let [f3, s3] = six_bit_bytes(l3, crumbs, 3);
         let first_steps = _mm256_srai_epi32::<24>(_mm256_slli_epi32::<24>(steps));
         let second_steps = _mm256_srai_epi32::<24>(_mm256_slli_epi32::<16>(steps));
         let mut totals = [_mm256_setzero_si256(); V];
@@ -366,6 +351,34 @@ unsafe fn six_bit_totals<const V: usize>(
         }
         totals
     }
+}
+
+/// Half line `k` of a unit's 6-bit values as bytes, its first values (`4k + i`) and its
+/// second (`16 + 4k + i`), from its nibbles and the unit's two half lines of crumbs. As the
+/// 512-bit kernel finds them: values `4k + i` at bit `2(k / 2)` of each row's crumb byte
+/// `4(k % 2) + i`, values `16 + 4k + i` at bit `4 + 2(k / 2)`, shifted to bits 4 and 5.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn six_bit_bytes(line: __m256i, crumbs: [__m256i; 2], k: usize) -> [__m256i; 2] {
+    let (low_bits, top_bits) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    let value = |nibbles: __m256i, tops: __m256i| {
+        _mm256_or_si256(
+            _mm256_and_si256(nibbles, low_bits),
+            _mm256_and_si256(tops, top_bits),
+        )
+    };
+    let crumbs = crumbs[k % 2];
+    let (first_tops, second_tops) = match k / 2 {
+        0 => (_mm256_slli_epi16::<4>(crumbs), crumbs),
+        _ => (
+            _mm256_slli_epi16::<2>(crumbs),
+            _mm256_srli_epi16::<2>(crumbs),
+        ),
+    };
+    [
+        value(line, first_tops),
+        value(_mm256_srli_epi16::<4>(line), second_tops),
+    ]
 }
 
 /// A half unit's sum from its sums with the high and the low bytes, less the zero
