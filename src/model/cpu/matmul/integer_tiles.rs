@@ -83,8 +83,6 @@ struct Weights<'a> {
 
 /// A thread's buffers for [`token_lanes`], which only grow.
 struct Scratch {
-    /// The packed values of one row of a chunk of columns, unpacked to bytes.
-    bytes: Vec<i8>,
     /// [`token_lanes`]' tile of rows of a chunk, widened to 16 bits.
     words: Vec<i16>,
     /// The tile's scales and offsets in f32, where they are stored otherwise.
@@ -97,7 +95,6 @@ struct Scratch {
 thread_local! {
     static SCRATCH: RefCell<Scratch> = const {
         RefCell::new(Scratch {
-            bytes: Vec::new(),
             words: Vec::new(),
             scales: Vec::new(),
             offsets: Vec::new(),
