@@ -1264,16 +1264,16 @@ impl Ints<'_> {
                 &nibbles[range.start / 2..range.end / 2],
                 &crumbs[range.start / 4..range.end / 4],
             ],
-            // The lines of the range's blocks hold every row of the group's, which the
-            // group's first row asks for, and the others none.
+            // The lines of the range's blocks hold every row of the group's: each row asks
+            // for a sixteenth of them, so that a group's rows, read in turn, ask for a later
+            // group's a piece at a time. With the group's first row asking for all of them,
+            // the prompt tile waited on those requests: a piece at a time, a 1.7B Q6_K file's
+            // prompts ran 1.04–1.05× as fast.
             Self::Interleaved { values, cols, .. } => {
                 let (row, b) = (range.start / cols, range.start % cols / NIBBLE_BLOCK);
-                if !row.is_multiple_of(INTERLEAVED_ROWS) {
-                    return [&[], &[]];
-                }
-                let first = interleaved_at(cols, row, b, 0);
                 let len = range.len() / NIBBLE_BLOCK * INTERLEAVED_BLOCK_BYTES;
-                [&values[first..(first + len).min(values.len())], &[]]
+                let first = interleaved_at(cols, row / INTERLEAVED_ROWS * INTERLEAVED_ROWS, b, 0);
+                [row_share(values, first, len, row), &[]]
             }
             Self::SixBitsInterleaved {
                 nibbles,
@@ -1282,17 +1282,13 @@ impl Ints<'_> {
                 ..
             } => {
                 let (row, b) = (range.start / cols, range.start % cols / NIBBLE_BLOCK);
-                if !row.is_multiple_of(INTERLEAVED_ROWS) {
-                    return [&[], &[]];
-                }
+                let first_row = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
                 let units = range.len() / NIBBLE_BLOCK;
-                let first = interleaved_at(cols, row, b, 0);
-                let len = units * INTERLEAVED_BLOCK_BYTES;
-                let first_crumb = interleaved_crumb_at(cols, row, b, 0);
-                let crumbs_len = units * INTERLEAVED_CRUMB_BYTES;
+                let first = interleaved_at(cols, first_row, b, 0);
+                let first_crumb = interleaved_crumb_at(cols, first_row, b, 0);
                 [
-                    &nibbles[first..(first + len).min(nibbles.len())],
-                    &crumbs[first_crumb..(first_crumb + crumbs_len).min(crumbs.len())],
+                    row_share(nibbles, first, units * INTERLEAVED_BLOCK_BYTES, row),
+                    row_share(crumbs, first_crumb, units * INTERLEAVED_CRUMB_BYTES, row),
                 ]
             }
         }
@@ -1590,6 +1586,13 @@ unsafe fn put_words(
         // SAFETY: the caller's.
         unsafe { _mm256_storeu_si256(words.add(NIBBLE_BLOCK * b + 16 * h).cast(), half) };
     }
+}
+
+/// Row `row`'s sixteenth of the `len` bytes of its group of interleaved rows from `first`.
+fn row_share(values: &[u8], first: usize, len: usize, row: usize) -> &[u8] {
+    let share = len / INTERLEAVED_ROWS;
+    let start = (first + row % INTERLEAVED_ROWS * share).min(values.len());
+    &values[start..(start + share).min(values.len())]
 }
 
 /// The values [`Ints::unpack`] gathers from interleaved rows at a time, on the stack.
@@ -1992,6 +1995,68 @@ mod tests {
                         "{layout}, {start}..+{count}, stepped {stepped}"
                     );
                 }
+            }
+        }
+    }
+
+    /// The rows of a group of interleaved rows each name a share of the group's lines for a
+    /// range of columns, and together all of them, once each: what the prompt tile asks the
+    /// cache for ahead of widening them.
+    #[test]
+    fn a_group_of_interleaved_rows_asks_for_its_lines_in_shares() {
+        use super::{
+            INTERLEAVED_BLOCK_BYTES, INTERLEAVED_CRUMB_BYTES, INTERLEAVED_ROWS, interleaved_at,
+            interleaved_crumb_at,
+        };
+        let (rows, cols) = (32, 512);
+        let sixes: Vec<i8> = (0..rows * cols).map(|i| (i % 64) as i8 - 32).collect();
+        let IntegerValues::SixBits {
+            nibbles, crumbs, ..
+        } = IntegerValues::packing(&sixes, 16)
+        else {
+            panic!("six bits");
+        };
+        let values = IntegerValues::SixBitsInterleaved {
+            nibbles,
+            crumbs,
+            zero: 32,
+            cols,
+        };
+        let ints = values.borrowed();
+        let (first_col, len) = (256, 192);
+        for group in 0..rows / INTERLEAVED_ROWS {
+            let first_row = group * INTERLEAVED_ROWS;
+            let wants = [
+                (
+                    interleaved_at(cols, first_row, first_col / 32, 0),
+                    INTERLEAVED_BLOCK_BYTES,
+                ),
+                (
+                    interleaved_crumb_at(cols, first_row, first_col / 32, 0),
+                    INTERLEAVED_CRUMB_BYTES,
+                ),
+            ];
+            let IntegerValues::SixBitsInterleaved {
+                nibbles, crumbs, ..
+            } = &values
+            else {
+                unreachable!()
+            };
+            for (k, (array, (first, per_block))) in [nibbles, crumbs].iter().zip(wants).enumerate()
+            {
+                let mut next = first;
+                for row in first_row..first_row + INTERLEAVED_ROWS {
+                    let start = row * cols + first_col;
+                    let share = ints.stored(start..start + len)[k];
+                    let at = share.as_ptr() as usize - array.as_ptr() as usize;
+                    assert_eq!(
+                        (at, share.len()),
+                        (next, len / 32 * per_block / 16),
+                        "row {row}"
+                    );
+                    next += share.len();
+                }
+                assert_eq!(next, first + len / 32 * per_block, "group {group}");
             }
         }
     }

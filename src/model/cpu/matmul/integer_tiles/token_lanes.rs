@@ -42,7 +42,7 @@ use std::ops::Range;
 use super::{BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, SCRATCH, Scratch, Shape, TokenBlocks, Weights};
 use crate::model::cpu::matvec::{BlockInts, STEPPED_LARGEST, read_stepped};
 use crate::model::cpu::threads::{SharedOutput, split_ranges, split_rows};
-use crate::model::cpu::weights::{Factors, Ints};
+use crate::model::cpu::weights::{Factors, INTERLEAVED_ROWS, Ints};
 use crate::model::cpu::{features, grow};
 
 /// Tokens in the lanes of one vector (of two, on 256 bits).
@@ -150,6 +150,15 @@ pub unsafe fn multiply(
         Lanes::Avx2 { vnni: true } => compiled!(tile_at_avx_vnni),
     };
     let groups = pairs.groups();
+    // How many rows ahead of the row it widens the product asks the L2 cache for its
+    // weights: the next tile's, or for interleaved rows the next group's, whose rows each
+    // ask for a share of their group's lines (`Ints::stored`), so that a group's lines are
+    // asked for over the group before it. Sixteen rows ahead made a 1.7B Q5_K_M file's
+    // prompts (not interleaved) 0.96–1.00× as fast.
+    let rows_ahead = match weight.values {
+        Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } => INTERLEAVED_ROWS,
+        _ => ROWS,
+    };
     split_ranges(
         rows.div_ceil(ROWS),
         MIN_ROWS_PER_RANGE / ROWS,
@@ -195,8 +204,8 @@ pub unsafe fn multiply(
                                 tile_rows.clone().zip(words.chunks_exact_mut(chunk_cols))
                             {
                                 let start = row * cols + first_col;
-                                if row + ROWS < rows {
-                                    let next = start + ROWS * cols;
+                                if row + rows_ahead < rows {
+                                    let next = start + rows_ahead * cols;
                                     prefetch(weight.values.stored(next..next + chunk_cols));
                                 }
                                 let steps = stepped.map(|stepped| {
