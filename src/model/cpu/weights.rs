@@ -965,30 +965,20 @@ impl IntegerWeights {
         let by_block = self.scales.can_lay_out_by_block(blocks)
             && (self.offsets.as_ref()).is_none_or(|offsets| offsets.can_lay_out_by_block(blocks));
         let values = match self.values {
-            IntegerValues::Nibbles { mut values, zero }
+            values @ IntegerValues::Nibbles { .. }
                 if by_block && interleaves(rows, cols, 4, NIBBLE_BLOCK) =>
             {
-                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut values, cols);
                 return Self {
-                    values: IntegerValues::Interleaved { values, zero, cols },
+                    values: values.interleaving(cols),
                     scales: self.scales.by_block(blocks),
                     offsets: self.offsets.map(|offsets| offsets.by_block(blocks)),
                     ..self
                 };
             }
-            IntegerValues::SixBits {
-                mut nibbles,
-                mut crumbs,
-                zero,
-            } if stepped() && interleaves(rows, cols, 6, SUPER_BLOCK) => {
-                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut nibbles, cols);
-                interleave::<CRUMB_BYTES>(&mut crumbs, cols);
-                IntegerValues::SixBitsInterleaved {
-                    nibbles,
-                    crumbs,
-                    zero,
-                    cols,
-                }
+            values @ IntegerValues::SixBits { .. }
+                if stepped() && interleaves(rows, cols, 6, SUPER_BLOCK) =>
+            {
+                values.interleaving(cols)
             }
             values => values,
         };
@@ -1194,6 +1184,34 @@ impl IntegerValues {
                 zero,
                 cols,
             },
+        }
+    }
+
+    /// 4-bit values as [`IntegerValues::Interleaved`] lays them out and 6-bit ones as
+    /// [`IntegerValues::SixBitsInterleaved`] does, in whole groups of rows of `cols` values;
+    /// others as they are. Where the kernels read them so is [`IntegerWeights::interleaved`]'s
+    /// to say.
+    fn interleaving(self, cols: usize) -> Self {
+        match self {
+            Self::Nibbles { mut values, zero } => {
+                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut values, cols);
+                Self::Interleaved { values, zero, cols }
+            }
+            Self::SixBits {
+                mut nibbles,
+                mut crumbs,
+                zero,
+            } => {
+                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut nibbles, cols);
+                interleave::<CRUMB_BYTES>(&mut crumbs, cols);
+                Self::SixBitsInterleaved {
+                    nibbles,
+                    crumbs,
+                    zero,
+                    cols,
+                }
+            }
+            values => values,
         }
     }
 
@@ -1928,7 +1946,6 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn rows_widen_to_the_values_stored_from_every_layout() {
-        use super::{CRUMB_BYTES, NIBBLE_BLOCK, interleave};
         assert!(
             super::super::features::cpu().avx2,
             "the prompt tiles need AVX2"
@@ -1943,36 +1960,20 @@ mod tests {
         };
         let (bytes, fours, fives, sixes) = (of(8, 1), of(4, 2), of(5, 3), of(6, 4));
         let nibbles = IntegerValues::packing(&fours, 32);
-        let interleaved = match IntegerValues::packing(&fours, 32) {
-            IntegerValues::Nibbles { mut values, zero } => {
-                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut values, cols);
-                IntegerValues::Interleaved { values, zero, cols }
-            }
-            other => panic!("4-bit values packed as {other:?}"),
-        };
-        let six_bits = IntegerValues::packing(&sixes, 16);
-        let six_bits_interleaved = match IntegerValues::packing(&sixes, 16) {
-            IntegerValues::SixBits {
-                mut nibbles,
-                mut crumbs,
-                zero,
-            } => {
-                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut nibbles, cols);
-                interleave::<CRUMB_BYTES>(&mut crumbs, cols);
-                IntegerValues::SixBitsInterleaved {
-                    nibbles,
-                    crumbs,
-                    zero,
-                    cols,
-                }
-            }
-            other => panic!("6-bit values packed as {other:?}"),
-        };
+        let interleaved = IntegerValues::packing(&fours, 32).interleaving(cols);
+        let six_bits_interleaved = IntegerValues::packing(&sixes, 16).interleaving(cols);
+        assert!(matches!(
+            (&interleaved, &six_bits_interleaved),
+            (
+                IntegerValues::Interleaved { .. },
+                IntegerValues::SixBitsInterleaved { .. }
+            )
+        ));
         let layouts = [
             ("bytes", IntegerValues::Bytes(bytes.clone()), &bytes),
             ("4 bits", nibbles, &fours),
             ("5 bits", IntegerValues::packing(&fives, 32), &fives),
-            ("6 bits", six_bits, &sixes),
+            ("6 bits", IntegerValues::packing(&sixes, 16), &sixes),
             ("4 bits interleaved", interleaved, &fours),
             ("6 bits interleaved", six_bits_interleaved, &sixes),
         ];
@@ -2010,18 +2011,7 @@ mod tests {
         };
         let (rows, cols) = (32, 512);
         let sixes: Vec<i8> = (0..rows * cols).map(|i| (i % 64) as i8 - 32).collect();
-        let IntegerValues::SixBits {
-            nibbles, crumbs, ..
-        } = IntegerValues::packing(&sixes, 16)
-        else {
-            panic!("six bits");
-        };
-        let values = IntegerValues::SixBitsInterleaved {
-            nibbles,
-            crumbs,
-            zero: 32,
-            cols,
-        };
+        let values = IntegerValues::packing(&sixes, 16).interleaving(cols);
         let ints = values.borrowed();
         let (first_col, len) = (256, 192);
         for group in 0..rows / INTERLEAVED_ROWS {
