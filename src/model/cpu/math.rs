@@ -77,9 +77,9 @@ pub fn unpack_five_bits(
 }
 
 /// Blocks of 5-bit values (`nibbles` and `high` as `IntegerValues::FiveBits` holds them) as
-/// one byte per value, `zero` taken off: [`unpack_five_bits`], narrowed back to bytes. The
-/// prompt kernels unpack each tile of rows so; one value at a time, the fifth bits' shifts
-/// cost more than the tile's products.
+/// one byte per value, `zero` taken off: [`unpack_five_bits`], narrowed back to bytes, for
+/// `Ints::unpack` (embedding rows, f32 copies of weights). The prompt tile widens its rows
+/// with `Ints::widen` instead.
 ///
 /// # Safety
 /// `bytes` must hold 32 values per word of `high` and `nibbles` 16 bytes per word.
@@ -128,8 +128,9 @@ pub fn nibbles_in_order(packed: std::arch::x86_64::__m128i) -> std::arch::x86_64
 }
 
 /// Blocks of 4-bit values (see [`unpack_nibbles`]) as one byte per value, `zero` taken off,
-/// two blocks at a time, for the prompt kernels, which unpack each tile of rows so: the
-/// compiled loop took a tenth of a Q4_K_M prompt's time.
+/// two blocks at a time, for `Ints::unpack` (embedding rows, f32 copies of weights). Written
+/// when the prompt tile unpacked its rows so, where the compiled loop had taken a tenth of a
+/// Q4_K_M prompt's time; the tile now widens them with `Ints::widen`.
 ///
 /// # Safety
 /// `bytes` must hold two values per byte of `nibbles`, in whole blocks of 32.
@@ -198,7 +199,7 @@ pub fn unpack_six_bits(
 }
 
 /// Units of 6-bit values (see [`unpack_six_bits`]) as one byte per value, `zero` taken off,
-/// for the prompt kernels, which unpack each tile of rows so.
+/// for `Ints::unpack` (embedding rows, f32 copies of weights).
 ///
 /// # Safety
 /// `bytes` must hold 32 values per 8 bytes of `crumbs` and `nibbles` 16 bytes per 8.

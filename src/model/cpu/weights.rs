@@ -687,8 +687,8 @@ fn interleave<const WIDTH: usize>(values: &mut [u8], cols: usize) {
 }
 
 /// Row `row`'s bytes of blocks `first..` of interleaved values (see [`interleaved_in`]) into
-/// `out`, in order, four at a time: a byte at a time, the prompts of a 1.7B Q4_0 file ran at
-/// half the speed.
+/// `out`, in order, four at a time (a byte at a time, when the prompt tile read its rows
+/// through it, a 1.7B Q4_0 file's prompts ran at half the speed).
 fn gather_interleaved<const WIDTH: usize>(
     values: &[u8],
     cols: usize,

@@ -305,19 +305,12 @@ impl<'a> Band<'a> {
     /// The CPU must have AVX2; no other thread may touch `out`'s elements of `rows`, which
     /// lie inside it (`shape`).
     unsafe fn load(&mut self, out: &SharedOutput<f32>, shape: Shape, rows: Range<usize>) {
-        let band = &mut self.sums[(rows.start - self.first_row) * self.per_row..];
-        assert!(band.len() >= (rows.len() - 1) * self.per_row + shape.tokens);
+        let band = self.rows(&rows, shape.tokens);
         // SAFETY: (token, row) lies inside `out` for every token and row of the band, whose
-        // elements are this thread's alone; the band's sums hold every token of its rows,
-        // checked above.
+        // elements are this thread's alone; the band holds every token of its rows.
         unsafe {
             let from = Strided::new(out.at(rows.start), shape.rows);
-            transpose::<false>(
-                from,
-                Strided::new(band.as_mut_ptr(), self.per_row),
-                shape.tokens,
-                rows.len(),
-            )
+            transpose::<false>(from, band, shape.tokens, rows.len())
         }
     }
 
@@ -326,18 +319,23 @@ impl<'a> Band<'a> {
     /// # Safety
     /// As for [`Self::load`].
     unsafe fn store(&mut self, out: &SharedOutput<f32>, shape: Shape, rows: Range<usize>) {
-        let band = &mut self.sums[(rows.start - self.first_row) * self.per_row..];
-        assert!(band.len() >= (rows.len() - 1) * self.per_row + shape.tokens);
+        let band = self.rows(&rows, shape.tokens);
         // SAFETY: as in `load`.
         unsafe {
             let to = Strided::new(out.at(rows.start), shape.rows);
-            transpose::<true>(
-                Strided::new(band.as_mut_ptr(), self.per_row),
-                to,
-                rows.len(),
-                shape.tokens,
-            )
+            transpose::<true>(band, to, rows.len(), shape.tokens)
         }
+    }
+
+    /// The sums of `rows` (the band's) for `tokens` tokens, a row's tokens side by side,
+    /// checked to lie inside the band.
+    fn rows(&mut self, rows: &Range<usize>, tokens: usize) -> Strided {
+        let band = &mut self.sums[(rows.start - self.first_row) * self.per_row..];
+        assert!(
+            band.len() >= (rows.len() - 1) * self.per_row + tokens,
+            "the band's rows"
+        );
+        Strided::new(band.as_mut_ptr(), self.per_row)
     }
 }
 
