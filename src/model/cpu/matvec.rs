@@ -13,6 +13,8 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
+use half::bf16;
+
 use super::features::Features;
 use super::host::HostFloat;
 use super::math::dot;
@@ -47,7 +49,7 @@ pub fn matvecs(weight: WeightRows<'_>, xs: &[f32], vectors: usize, out: &mut [f3
     match weight {
         WeightRows::F32(weight) => dense(weight, &xs, out),
         WeightRows::F16(weight) => dense(weight, &xs, out),
-        WeightRows::Bf16(weight) => dense(weight, &xs, out),
+        WeightRows::Bf16(weight) => dense_bf16(weight, &xs, out),
         WeightRows::Integers {
             values,
             scales,
@@ -102,6 +104,56 @@ fn dense<W: HostFloat>(weight: &[W], xs: &[&[f32]], out: &mut [f32]) {
             rows_dot(weight, x, out);
         }
     });
+}
+
+/// [`dense`] for bf16 weights, whose AVX2 kernel takes the columns in pairs
+/// ([`paired_columns`]).
+fn dense_bf16(weight: &[bf16], xs: &[&[f32]], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if features::cpu().avx2 {
+        let cols = xs.first().map_or(0, |x| x.len());
+        let paired: Vec<Vec<f32>> = xs.iter().map(|x| paired_columns(x, cols)).collect();
+        for_each_chunk(xs.len(), 1, out, &|first, outs| {
+            for (x, out) in paired.iter().zip(outs.iter_mut()) {
+                let weight = &weight[first * cols..(first + out.len()) * cols];
+                // SAFETY: the CPU has AVX2, checked above; `x` is paired from `cols` columns.
+                unsafe { avx2::rows_dot_bf16(weight, x, out) };
+            }
+        });
+        return;
+    }
+    dense(weight, xs, out)
+}
+
+/// Columns a bf16 product takes as pairs: [`paired_columns`].
+pub const PAIRED_COLUMNS: usize = 32;
+
+/// `x` (rows of `cols`) with each whole block of [`PAIRED_COLUMNS`] columns laid out as its
+/// even columns, then its odd ones; the columns past the last whole block as they are.
+///
+/// The order a bf16 weight's product takes on x86-64, the decode kernel's and the prompt
+/// tiles' alike: lane `l` of sixteen adds columns `2l`, then `2l + 1`, of each block. A
+/// bf16 value is the top half of its f32, so a vector of 32 of them read as sixteen 32-bit
+/// words is the odd columns' f32 values once the low halves are masked off, and the even
+/// ones' once shifted up: two instructions for 32 weights, where widening sixteen to f32
+/// takes two (a 1.7B BF16 file's prompts spent a third of their tile's instructions on it).
+/// The activations, read once per product, are put in the weights' order instead.
+pub fn paired_columns(x: &[f32], cols: usize) -> Vec<f32> {
+    let mut paired = x.to_vec();
+    for (row, out) in x
+        .chunks_exact(cols.max(1))
+        .zip(paired.chunks_exact_mut(cols.max(1)))
+    {
+        let (blocks, _) = row.as_chunks::<PAIRED_COLUMNS>();
+        let (outs, _) = out.as_chunks_mut::<PAIRED_COLUMNS>();
+        for (block, out) in blocks.iter().zip(outs) {
+            let (even, odd) = out.split_at_mut(PAIRED_COLUMNS / 2);
+            for ((pair, even), odd) in block.as_chunks::<2>().0.iter().zip(even).zip(odd) {
+                (*even, *odd) = (pair[0], pair[1]);
+            }
+        }
+    }
+    paired
 }
 
 /// Rows of 8-bit integers with one f32 scale, and maybe an offset, per `block` consecutive
@@ -888,6 +940,8 @@ mod integer_vnni;
 mod avx2 {
     use std::arch::x86_64::*;
 
+    use half::bf16;
+
     use super::HostFloat;
     use crate::model::cpu::math::sum_of_sixteen;
 
@@ -912,35 +966,136 @@ mod avx2 {
     /// multiply-adds, which one row's sixteen lanes, each added in column order, would wait on.
     const FLOAT_ROWS: usize = 4;
 
-    /// Each row's product with `x`, added to its `out`, in the order every float weight's
-    /// product takes (the prompt tiles' too): sixteen lanes, lane `l` adding the products of
-    /// the columns `c ≡ l (mod 16)` in column order, each fused onto its sum; a last partial
-    /// step reads zeros past the columns; then [`sum_of_sixteen`]. A token's outputs then do
-    /// not depend on whether it was decoded or read in a prompt.
+    /// Each row's product with `x`, added to its `out`, in the order every f32 and f16
+    /// weight's product takes (the prompt tiles' too): sixteen lanes, lane `l` adding the
+    /// products of the columns `c ≡ l (mod 16)` in column order, each fused onto its sum; a
+    /// last partial step reads zeros past the columns; then [`sum_of_sixteen`]. A token's
+    /// outputs then do not depend on whether it was decoded or read in a prompt.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub fn rows_dot<W: HostFloat>(weight: &[W], x: &[f32], out: &mut [f32]) {
         let cols = x.len();
+        let zeros = [_mm256_setzero_ps(); 2];
+        for_row_groups(
+            weight,
+            cols,
+            out,
+            // SAFETY: `for_row_groups` hands out rows of `cols` values, as many as asked.
+            |first| unsafe { row_sums(first, cols, x, 0, [zeros; FLOAT_ROWS]) },
+            |first| unsafe { row_sums(first, cols, x, 0, [zeros]) },
+        );
+    }
+
+    /// [`rows_dot`] for bf16 weights and `x` in pairs ([`super::paired_columns`]): in each
+    /// whole block of 32 columns lane `l` adds its columns `2l`, then `2l + 1`; the columns
+    /// past the last block are added as `rows_dot` adds them.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn rows_dot_bf16(weight: &[bf16], x: &[f32], out: &mut [f32]) {
+        let cols = x.len();
+        for_row_groups(
+            weight,
+            cols,
+            out,
+            // SAFETY: `for_row_groups` hands out rows of `cols` values, as many as asked.
+            |first| unsafe {
+                let (paired, sums) = paired_row_sums::<FLOAT_ROWS>(first, cols, x);
+                row_sums(first, cols, x, paired, sums)
+            },
+            |first| unsafe {
+                let (paired, sums) = paired_row_sums::<1>(first, cols, x);
+                row_sums(first, cols, x, paired, sums)
+            },
+        );
+    }
+
+    /// Adds to `out` the sums of the rows of `weight` (of `cols` values each) from `group`,
+    /// [`FLOAT_ROWS`] rows at a time, and from `one` for the rows left over.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn for_row_groups<W>(
+        weight: &[W],
+        cols: usize,
+        out: &mut [f32],
+        group: impl Fn(*const W) -> [f32; FLOAT_ROWS],
+        one: impl Fn(*const W) -> [f32; 1],
+    ) {
         let groups = weight.chunks_exact(cols.max(1) * FLOAT_ROWS);
-        for (group, out) in groups.zip(out.chunks_exact_mut(FLOAT_ROWS)) {
-            // SAFETY: the group holds `FLOAT_ROWS` rows of `cols` values.
-            let sums = unsafe { row_sums::<W, FLOAT_ROWS>(group.as_ptr(), cols, x) };
-            for (y, sum) in out.iter_mut().zip(sums) {
+        for (group_rows, out) in groups.zip(out.chunks_exact_mut(FLOAT_ROWS)) {
+            for (y, sum) in out.iter_mut().zip(group(group_rows.as_ptr())) {
                 *y += sum;
             }
         }
         let done = out.len() / FLOAT_ROWS * FLOAT_ROWS;
-        for (row, y) in weight
-            .chunks_exact(cols.max(1))
-            .skip(done)
-            .zip(&mut out[done..])
-        {
-            // SAFETY: `row` holds `cols` values.
-            let [sum] = unsafe { row_sums::<W, 1>(row.as_ptr(), cols, x) };
+        let rows = weight.chunks_exact(cols.max(1)).skip(done);
+        for (row, y) in rows.zip(&mut out[done..]) {
+            let [sum] = one(row.as_ptr());
             *y += sum;
         }
     }
 
-    /// The sums of the `R` rows of `cols` values from `first` with `x`, in `rows_dot`'s order.
+    /// Asks for a line ahead in each of the `R` rows of `cols` values from `first`, when
+    /// column `c` starts a 64-byte line of its row.
+    #[inline(always)]
+    fn prefetch_rows<W, const R: usize>(first: *const W, cols: usize, c: usize) {
+        let row_bytes = cols * size_of::<W>();
+        // One 64-byte line per 32 bf16 or f16 weights, per 16 f32 ones.
+        if (c * size_of::<W>()).is_multiple_of(64) {
+            // Past its row's end a row's stream goes on in the row `R` on: the next
+            // row is another stream's, already read. Asked there, bf16 decode ran
+            // 1.16× as fast at 135M (rows of 1152 bytes) and 1.13× at 1.7B.
+            let ahead = match c * size_of::<W>() + PREFETCH_BYTES < row_bytes {
+                true => PREFETCH_BYTES,
+                false => PREFETCH_BYTES + (R - 1) * row_bytes,
+            };
+            for r in 0..R {
+                prefetch(first.wrapping_add(r * cols + c), ahead);
+            }
+        }
+    }
+
+    /// The running sums (each row's low and high eight lanes) of the `R` bf16 rows of `cols`
+    /// values from `first` with the paired `x`, over the whole blocks of 32 columns, and the
+    /// columns they cover.
+    ///
+    /// # Safety
+    /// `first` must start `R` consecutive rows of `cols` values, and `x` hold `cols`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn paired_row_sums<const R: usize>(
+        first: *const bf16,
+        cols: usize,
+        x: &[f32],
+    ) -> (usize, [[__m256; 2]; R]) {
+        let mut sums = [[_mm256_setzero_ps(); 2]; R];
+        let paired = cols / super::PAIRED_COLUMNS * super::PAIRED_COLUMNS;
+        let high_halves = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);
+        let mut c = 0;
+        while c < paired {
+            prefetch_rows::<bf16, R>(first, cols, c);
+            // Lanes 0–7 take the pairs of the block's first sixteen columns, 8–15 the rest's.
+            for (half, at) in [c, c + 16].into_iter().enumerate() {
+                // SAFETY: `c + 32 <= paired <= cols`, in each row and in `x`.
+                unsafe {
+                    let x_even = _mm256_loadu_ps(x.as_ptr().add(c + 8 * half));
+                    let x_odd = _mm256_loadu_ps(x.as_ptr().add(c + 16 + 8 * half));
+                    for (r, sums) in sums.iter_mut().enumerate() {
+                        let pairs = _mm256_loadu_si256(first.add(r * cols + at).cast());
+                        let even = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(pairs));
+                        let odd = _mm256_castsi256_ps(_mm256_and_si256(pairs, high_halves));
+                        sums[half] = _mm256_fmadd_ps(even, x_even, sums[half]);
+                        sums[half] = _mm256_fmadd_ps(odd, x_odd, sums[half]);
+                    }
+                }
+            }
+            c += super::PAIRED_COLUMNS;
+        }
+        (paired, sums)
+    }
+
+    /// The sums of the `R` rows of `cols` values from `first` with `x`, in `rows_dot`'s order,
+    /// going on from `sums` at column `from` (a multiple of 16).
     ///
     /// # Safety
     /// `first` must start `R` consecutive rows of `cols` values, and `x` hold `cols`.
@@ -950,29 +1105,18 @@ mod avx2 {
         first: *const W,
         cols: usize,
         x: &[f32],
+        from: usize,
+        sums: [[__m256; 2]; R],
     ) -> [f32; R] {
-        let mut low = [_mm256_setzero_ps(); R];
-        let mut high = [_mm256_setzero_ps(); R];
+        let mut low = sums.map(|[low, _]| low);
+        let mut high = sums.map(|[_, high]| high);
         let main = cols / 16 * 16;
         // SAFETY (for the block): reads stay below `c + 16 <= main <= cols` in each row and in
         // `x`; the padded tail is read from local copies.
         unsafe {
-            let row_bytes = cols * size_of::<W>();
-            let mut c = 0;
+            let mut c = from;
             while c < main {
-                // One 64-byte line per 32 bf16 or f16 weights, per 16 f32 ones.
-                if (c * size_of::<W>()).is_multiple_of(64) {
-                    // Past its row's end a row's stream goes on in the row `R` on: the next
-                    // row is another stream's, already read. Asked there, bf16 decode ran
-                    // 1.16× as fast at 135M (rows of 1152 bytes) and 1.13× at 1.7B.
-                    let ahead = match c * size_of::<W>() + PREFETCH_BYTES < row_bytes {
-                        true => PREFETCH_BYTES,
-                        false => PREFETCH_BYTES + (R - 1) * row_bytes,
-                    };
-                    for r in 0..R {
-                        prefetch(first.add(r * cols + c), ahead);
-                    }
-                }
+                prefetch_rows::<W, R>(first, cols, c);
                 let x_low = _mm256_loadu_ps(x.as_ptr().add(c));
                 let x_high = _mm256_loadu_ps(x.as_ptr().add(c + 8));
                 for r in 0..R {
@@ -999,11 +1143,7 @@ mod avx2 {
                 }
             }
         }
-        let mut sums = [0.0; R];
-        for (r, sum) in sums.iter_mut().enumerate() {
-            *sum = sum_of_sixteen(low[r], high[r]);
-        }
-        sums
+        std::array::from_fn(|r| sum_of_sixteen(low[r], high[r]))
     }
 }
 
@@ -1098,11 +1238,11 @@ mod tests {
         }
     }
 
-    /// Shapes with tails on both axes: columns not a multiple of the vector width, rows not a
-    /// multiple of the task size.
+    /// Shapes with tails on both axes: columns not a multiple of the vector width (nor, for
+    /// bf16, of its pairs' blocks), rows not a multiple of the task size.
     #[test]
     fn every_kernel_equals_a_float64_reference_for_every_element_type() {
-        for (rows, cols) in [(1, 1), (7, 5), (67, 100), (1000, 576), (49, 1536)] {
+        for (rows, cols) in [(1, 1), (7, 5), (67, 100), (9, 628), (1000, 576), (49, 1536)] {
             let weight = values(rows * cols, 1);
             let x = values(cols, 2);
             let halves: Vec<f16> = weight.iter().map(|&w| f16::from_f32(w)).collect();
@@ -1127,6 +1267,20 @@ mod tests {
                 &format!("bf16 {shape}"),
             );
         }
+    }
+
+    /// Each whole block of 32 columns of each row becomes its even columns, then its odd
+    /// ones; the columns after the last block stay in place.
+    #[test]
+    fn columns_pair_within_whole_blocks_of_each_row() {
+        let cols = 70;
+        let x: Vec<f32> = (0..2 * cols).map(|i| (i % cols) as f32).collect();
+        let block = |first: usize| (0..16).map(move |i| (first + 2 * i) as f32);
+        let row: Vec<f32> = (block(0).chain(block(1)))
+            .chain(block(32).chain(block(33)))
+            .chain((64..70).map(|c| c as f32))
+            .collect();
+        assert_eq!(paired_columns(&x, cols), [row.clone(), row].concat());
     }
 
     /// Every integer kernel this CPU runs for `values`: the AVX2 one with each VNNI

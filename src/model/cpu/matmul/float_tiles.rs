@@ -5,11 +5,12 @@
 //!
 //! - f32 activations against f32, f16 or bf16 weights ([`product`]): each weight is widened
 //!   to f32 in the register it is loaded into, and every product is f32. Each output is
-//!   summed in the order of the decode kernel (`matvec`): sixteen lanes in column order,
-//!   then `sum_of_sixteen`. So a token gets the same bits decoded, in a short prompt or in a
-//!   long one, and a prompt read as cache plus remainder gets the logits it gets whole
-//!   (issue 37). For that, every prompt takes the tiles, however long; prompts are read in
-//!   blocks of tokens that stay in the second-level cache while the weights pass.
+//!   summed in the order of the decode kernel (`matvec`): sixteen lanes in column order (for
+//!   bf16, in pairs of columns: `matvec::paired_columns`), then `sum_of_sixteen`. So a token
+//!   gets the same bits decoded, in a short prompt or in a long one, and a prompt read as
+//!   cache plus remainder gets the logits it gets whole (issue 37). For that, every prompt
+//!   takes the tiles, however long; prompts are read in blocks of tokens that stay in the
+//!   second-level cache while the weights pass.
 //! - bf16 activations against bf16 weights ([`bf16_product`], `--precision bf16`), on CPUs
 //!   with AVX512-BF16: one instruction multiplies 32 pairs and adds them, two by two, into 16
 //!   f32 sums. A product of two bf16 values is exact in f32, so the sums differ from f32's
@@ -22,6 +23,7 @@ use super::{Shape, for_each_row_tile};
 use crate::model::cpu::host::HostFloat;
 #[cfg(target_arch = "x86_64")]
 use crate::model::cpu::math::sum_of_sixteen;
+use crate::model::cpu::matvec::{PAIRED_COLUMNS, paired_columns};
 use crate::model::cpu::threads::SharedOutput;
 use crate::model::cpu::weights::WeightRows;
 
@@ -55,8 +57,13 @@ pub fn product(
     match weight {
         WeightRows::F32(weight) => widened(weight, x, tokens, out, accumulate),
         WeightRows::F16(weight) => widened(weight, x, tokens, out, accumulate),
-        WeightRows::Bf16(weight) => widened(weight, x, tokens, out, accumulate),
-        WeightRows::Integers { .. } => false,
+        // Both tiles need AVX2 (AVX-512 comes with it): without, the activations are not paired.
+        WeightRows::Bf16(weight) if PairedBf16Avx2::supported() => {
+            let x = paired_columns(x, x.len() / tokens.max(1));
+            tiles::<PairedBf16>(weight, &x, tokens, out, accumulate)
+                || tiles::<PairedBf16Avx2>(weight, &x, tokens, out, accumulate)
+        }
+        WeightRows::Bf16(_) | WeightRows::Integers { .. } => false,
     }
 }
 
@@ -172,6 +179,14 @@ struct Widened<E>(std::marker::PhantomData<E>);
 /// registers, as the decode kernel holds them, so the sums have the same bits.
 struct WidenedAvx2<E>(std::marker::PhantomData<E>);
 
+/// f32 activations in pairs of columns (`paired_columns`) against bf16 weights, 32 of them
+/// widened by two instructions: the odd columns' by masking off each 32-bit word's low half,
+/// the even ones' by shifting it up.
+struct PairedBf16;
+
+/// [`PairedBf16`] on CPUs with AVX2 but not AVX-512, with the same sums.
+struct PairedBf16Avx2;
+
 /// bf16 activations against bf16 weights, 32 pairs per instruction.
 struct Bf16Pairs;
 
@@ -207,16 +222,25 @@ macro_rules! tile_loop {
             }
             c += $lanes;
         }
-        let mut totals = [[0.0; TILE_ROWS]; TILE_TOKENS];
-        for (totals, sums) in totals.iter_mut().zip(&sums) {
-            for (total, &sum) in totals.iter_mut().zip(sums) {
-                let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(sum)));
-                *total = sum_of_sixteen(_mm512_castps512_ps256(sum), high);
-            }
-        }
         // SAFETY: as the tile's caller guarantees.
-        unsafe { store(totals, $shape, $at, $out, $accumulate) };
+        unsafe { store(totals(sums), $shape, $at, $out, $accumulate) };
     }};
+}
+
+/// Each of a tile's sixteen-lane sums, ended with [`sum_of_sixteen`].
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512vl")]
+fn totals<const T: usize, const R: usize>(
+    sums: [[std::arch::x86_64::__m512; R]; T],
+) -> [[f32; R]; T] {
+    use std::arch::x86_64::*;
+    sums.map(|sums| {
+        sums.map(|sum| {
+            let high = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(sum)));
+            sum_of_sixteen(_mm512_castps512_ps256(sum), high)
+        })
+    })
 }
 
 /// Pointers to the `N` rows of `cols` values from row `first` of `values`, which holds
@@ -356,6 +380,156 @@ impl<E: HostFloat> Operands for WidenedAvx2<E> {
     }
 }
 
+impl Operands for PairedBf16 {
+    type Weight = bf16;
+    type Activation = f32;
+    const LANES: usize = 16;
+
+    fn supported() -> bool {
+        Widened::<bf16>::supported()
+    }
+
+    /// With AVX-512 VL, as [`Widened`]'s tile. Each whole block of 32 columns takes its even
+    /// columns, then its odd ones; a last 16 columns are widened as [`Widened`] widens them.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+    unsafe fn tile(
+        weight: &[bf16],
+        x: &[f32],
+        shape: Shape,
+        at: (usize, usize),
+        out: &SharedOutput<f32>,
+        accumulate: bool,
+    ) {
+        use std::arch::x86_64::*;
+        let Shape { tokens, rows, cols } = shape;
+        let (first_token, first_row) = at;
+        let tokens_in: [_; TILE_TOKENS] = rows_from(x, first_token, tokens, cols);
+        let rows_in: [_; TILE_ROWS] = rows_from(weight, first_row, rows, cols);
+        let mut sums = [[_mm512_setzero_ps(); TILE_ROWS]; TILE_TOKENS];
+        let high_halves = _mm512_set1_epi32(0xFFFF_0000_u32 as i32);
+        let paired = cols / PAIRED_COLUMNS * PAIRED_COLUMNS;
+        let mut c = 0;
+        while c < paired {
+            // The even columns' products, then the odd ones': each weight row is read twice
+            // (from the first-level cache), so that four tokens' values, the tile's sums
+            // and one weight vector fit in the registers.
+            for odd in [false, true] {
+                // SAFETY: c + 32 <= cols, and each pointer starts a row of `cols` values.
+                unsafe {
+                    let at = c + if odd { PAIRED_COLUMNS / 2 } else { 0 };
+                    let values = tokens_in.map(|token| _mm512_loadu_ps(token.add(at)));
+                    for (j, row) in rows_in.iter().enumerate() {
+                        let pairs = _mm512_loadu_si512(row.add(c).cast());
+                        let w = _mm512_castsi512_ps(match odd {
+                            true => _mm512_and_si512(pairs, high_halves),
+                            false => _mm512_slli_epi32::<16>(pairs),
+                        });
+                        for (sums, &v) in sums.iter_mut().zip(&values) {
+                            sums[j] = _mm512_fmadd_ps(v, w, sums[j]);
+                        }
+                    }
+                }
+            }
+            c += PAIRED_COLUMNS;
+        }
+        if c < cols {
+            // SAFETY: c + 16 == cols, a multiple of 16.
+            unsafe {
+                let values = tokens_in.map(|token| _mm512_loadu_ps(token.add(c)));
+                for (j, row) in rows_in.iter().enumerate() {
+                    let w = half::bf16::load16(row.add(c));
+                    for (sums, &v) in sums.iter_mut().zip(&values) {
+                        sums[j] = _mm512_fmadd_ps(v, w, sums[j]);
+                    }
+                }
+            }
+        }
+        // SAFETY: as the tile's caller guarantees.
+        unsafe { store(totals(sums), shape, at, out, accumulate) };
+    }
+}
+
+impl Operands for PairedBf16Avx2 {
+    type Weight = bf16;
+    type Activation = f32;
+    const LANES: usize = 16;
+    const TILE_TOKENS: usize = WidenedAvx2::<bf16>::TILE_TOKENS;
+    const TILE_ROWS: usize = WidenedAvx2::<bf16>::TILE_ROWS;
+
+    fn supported() -> bool {
+        WidenedAvx2::<bf16>::supported()
+    }
+
+    /// [`WidenedAvx2`]'s tile in [`PairedBf16`]'s order: lanes 0–7 of an output take the
+    /// pairs of each block's first sixteen columns, lanes 8–15 the rest's.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn tile(
+        weight: &[bf16],
+        x: &[f32],
+        shape: Shape,
+        at: (usize, usize),
+        out: &SharedOutput<f32>,
+        accumulate: bool,
+    ) {
+        use std::arch::x86_64::*;
+        const T: usize = PairedBf16Avx2::TILE_TOKENS;
+        const R: usize = PairedBf16Avx2::TILE_ROWS;
+        let Shape { tokens, rows, cols } = shape;
+        let (first_token, first_row) = at;
+        let tokens_in: [_; T] = rows_from(x, first_token, tokens, cols);
+        let rows_in: [_; R] = rows_from(weight, first_row, rows, cols);
+        let paired = cols / PAIRED_COLUMNS * PAIRED_COLUMNS;
+        let high_halves = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);
+        // An output's low and high eight lanes are summed in turn, each over every column:
+        // both halves' sums, the step's tokens, a weight vector and the mask took more than
+        // the sixteen registers, and the compiler kept two of the sums on the stack.
+        let [low, high] = [0, 1].map(|side| {
+            let mut sums = [[_mm256_setzero_ps(); R]; T];
+            let mut c = 0;
+            while c < paired {
+                let at = c + 8 * side;
+                // SAFETY: c + 32 <= cols, and each pointer starts a row of `cols` values.
+                unsafe {
+                    let even = tokens_in.map(|token| _mm256_loadu_ps(token.add(at)));
+                    let odd = tokens_in.map(|token| _mm256_loadu_ps(token.add(at + 16)));
+                    for (j, row) in rows_in.iter().enumerate() {
+                        let pairs = _mm256_loadu_si256(row.add(c + 16 * side).cast());
+                        let w = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(pairs));
+                        for (sums, &v) in sums.iter_mut().zip(&even) {
+                            sums[j] = _mm256_fmadd_ps(v, w, sums[j]);
+                        }
+                        let w = _mm256_castsi256_ps(_mm256_and_si256(pairs, high_halves));
+                        for (sums, &v) in sums.iter_mut().zip(&odd) {
+                            sums[j] = _mm256_fmadd_ps(v, w, sums[j]);
+                        }
+                    }
+                }
+                c += PAIRED_COLUMNS;
+            }
+            if c < cols {
+                let at = c + 8 * side;
+                // SAFETY: c + 16 == cols, a multiple of 16.
+                unsafe {
+                    let values = tokens_in.map(|token| _mm256_loadu_ps(token.add(at)));
+                    for (j, row) in rows_in.iter().enumerate() {
+                        let w = half::bf16::load8(row.add(at));
+                        for (sums, &v) in sums.iter_mut().zip(&values) {
+                            sums[j] = _mm256_fmadd_ps(v, w, sums[j]);
+                        }
+                    }
+                }
+            }
+            sums
+        });
+        let totals: [[f32; R]; T] =
+            std::array::from_fn(|t| std::array::from_fn(|j| sum_of_sixteen(low[t][j], high[t][j])));
+        // SAFETY: as the tile's caller guarantees.
+        unsafe { store(totals, shape, at, out, accumulate) };
+    }
+}
+
 impl Operands for Bf16Pairs {
     type Weight = bf16;
     type Activation = bf16;
@@ -419,9 +593,12 @@ unsafe fn bf16_pairs(at: *const bf16) -> std::arch::x86_64::__m512bh {
 mod tests {
     use half::{bf16, f16};
 
-    use super::{Bf16Pairs, Operands, Widened, WidenedAvx2, bf16_product, product, tiles};
+    use super::{
+        Bf16Pairs, Operands, PairedBf16, PairedBf16Avx2, Widened, WidenedAvx2, bf16_product,
+        product, tiles,
+    };
     use crate::model::cpu::host::HostFloat;
-    use crate::model::cpu::matvec::matvecs;
+    use crate::model::cpu::matvec::{matvecs, paired_columns};
     use crate::model::cpu::test_values as values;
     use crate::model::cpu::weights::WeightRows;
 
@@ -504,10 +681,15 @@ mod tests {
 
     /// The AVX2 tiles give the AVX-512 tiles' bits, and every token the bits the decode
     /// kernel gives it alone: neither the CPU's instruction set nor the tokens read with it
-    /// change a token's outputs.
+    /// change a token's outputs. bf16 weights take the activations in pairs of columns, in
+    /// whole blocks of 32 and then a last 16 (592 columns).
     #[test]
     fn both_tiles_sum_each_output_as_the_decode_kernel_does() {
-        fn check<E: HostFloat>(weight: &[E], rows: WeightRows<'_>) {
+        fn check<E: HostFloat, Narrow, Wide>(weight: &[E], rows: WeightRows<'_>, in_order: Order)
+        where
+            Narrow: Operands<Weight = E, Activation = f32>,
+            Wide: Operands<Weight = E, Activation = f32>,
+        {
             let (tokens, cols) = (7, 592);
             let rows_count = weight.len() / cols;
             let x = values(tokens * cols, 2);
@@ -515,28 +697,31 @@ mod tests {
             for (x, out) in x.chunks(cols).zip(decoded.chunks_mut(rows_count)) {
                 matvecs(rows, x, 1, out);
             }
+            let x = in_order(&x, cols);
             let mut narrow = vec![f32::NAN; tokens * rows_count];
             assert_eq!(
-                tiles::<WidenedAvx2<E>>(weight, &x, tokens, &mut narrow, false),
-                WidenedAvx2::<E>::supported()
+                tiles::<Narrow>(weight, &x, tokens, &mut narrow, false),
+                Narrow::supported()
             );
             let mut wide = vec![f32::NAN; tokens * rows_count];
             assert_eq!(
-                tiles::<Widened<E>>(weight, &x, tokens, &mut wide, false),
-                Widened::<E>::supported()
+                tiles::<Wide>(weight, &x, tokens, &mut wide, false),
+                Wide::supported()
             );
             let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            if WidenedAvx2::<E>::supported() {
+            if Narrow::supported() {
                 assert_eq!(bits(&narrow), bits(&decoded), "AVX2 tiles against decode");
             }
-            if Widened::<E>::supported() {
+            if Wide::supported() {
                 assert_eq!(bits(&wide), bits(&decoded), "AVX-512 tiles against decode");
             }
         }
+        type Order = fn(&[f32], usize) -> Vec<f32>;
         let weight = values(13 * 592, 1);
         let brains: Vec<bf16> = weight.iter().map(|&w| bf16::from_f32(w)).collect();
-        check(&weight, WeightRows::F32(&weight));
-        check(&brains, WeightRows::Bf16(&brains));
+        let as_they_are: Order = |x, _| x.to_vec();
+        check::<_, WidenedAvx2<f32>, Widened<f32>>(&weight, WeightRows::F32(&weight), as_they_are);
+        check::<_, PairedBf16Avx2, PairedBf16>(&brains, WeightRows::Bf16(&brains), paired_columns);
     }
 
     #[test]
