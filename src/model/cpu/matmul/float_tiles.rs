@@ -454,8 +454,9 @@ impl Operands for PairedBf16Avx2 {
     type Weight = bf16;
     type Activation = f32;
     const LANES: usize = 16;
-    const TILE_TOKENS: usize = WidenedAvx2::<bf16>::TILE_TOKENS;
-    const TILE_ROWS: usize = WidenedAvx2::<bf16>::TILE_ROWS;
+    /// Three tokens by three rows: see the tile's loop.
+    const TILE_TOKENS: usize = 3;
+    const TILE_ROWS: usize = 3;
 
     fn supported() -> bool {
         WidenedAvx2::<bf16>::supported()
@@ -482,9 +483,12 @@ impl Operands for PairedBf16Avx2 {
         let rows_in: [_; R] = rows_from(weight, first_row, rows, cols);
         let paired = cols / PAIRED_COLUMNS * PAIRED_COLUMNS;
         let high_halves = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);
-        // An output's low and high eight lanes are summed in turn, each over every column:
-        // both halves' sums, the step's tokens, a weight vector and the mask took more than
-        // the sixteen registers, and the compiler kept two of the sums on the stack.
+        // An output's low and high eight lanes are summed in turn, each over every column, so
+        // that nine outputs' sums of one half, three tokens' values, a weight vector and the
+        // mask fit in the sixteen registers, and no sum waits on the one before it. In one
+        // pass, the 3 × 2 tile of `WidenedAvx2` kept two of its sums on the stack and ran
+        // 0.97× as fast as that tile on natural columns; 3 × 3 tokens by rows ran 1.08–1.09×,
+        // 2 × 5 spilled.
         let [low, high] = [0, 1].map(|side| {
             let mut sums = [[_mm256_setzero_ps(); R]; T];
             let mut c = 0;
@@ -492,17 +496,18 @@ impl Operands for PairedBf16Avx2 {
                 let at = c + 8 * side;
                 // SAFETY: c + 32 <= cols, and each pointer starts a row of `cols` values.
                 unsafe {
-                    let even = tokens_in.map(|token| _mm256_loadu_ps(token.add(at)));
-                    let odd = tokens_in.map(|token| _mm256_loadu_ps(token.add(at + 16)));
-                    for (j, row) in rows_in.iter().enumerate() {
-                        let pairs = _mm256_loadu_si256(row.add(c + 16 * side).cast());
-                        let w = _mm256_castsi256_ps(_mm256_slli_epi32::<16>(pairs));
-                        for (sums, &v) in sums.iter_mut().zip(&even) {
-                            sums[j] = _mm256_fmadd_ps(v, w, sums[j]);
-                        }
-                        let w = _mm256_castsi256_ps(_mm256_and_si256(pairs, high_halves));
-                        for (sums, &v) in sums.iter_mut().zip(&odd) {
-                            sums[j] = _mm256_fmadd_ps(v, w, sums[j]);
+                    for odd in [false, true] {
+                        let at = at + if odd { PAIRED_COLUMNS / 2 } else { 0 };
+                        let values = tokens_in.map(|token| _mm256_loadu_ps(token.add(at)));
+                        for (j, row) in rows_in.iter().enumerate() {
+                            let pairs = _mm256_loadu_si256(row.add(c + 16 * side).cast());
+                            let w = _mm256_castsi256_ps(match odd {
+                                true => _mm256_and_si256(pairs, high_halves),
+                                false => _mm256_slli_epi32::<16>(pairs),
+                            });
+                            for (sums, &v) in sums.iter_mut().zip(&values) {
+                                sums[j] = _mm256_fmadd_ps(v, w, sums[j]);
+                            }
                         }
                     }
                 }
