@@ -1,5 +1,5 @@
 //! `X Wᵀ` for a prompt against float weights on CPUs with AVX-512 (register tiles of 6 weight
-//! rows × 4 tokens) or AVX2 (3 rows × 2 tokens): the tile's sums stay in registers while the
+//! rows × 4 tokens) or AVX2 (3 rows × 3 tokens): the tile's sums stay in registers while the
 //! columns pass, and nothing is widened or packed in memory. Two kinds of operands share the
 //! AVX-512 tile:
 //!
@@ -176,7 +176,8 @@ trait Operands {
 struct Widened<E>(std::marker::PhantomData<E>);
 
 /// [`Widened`] on CPUs with AVX2 but not AVX-512: each output's sixteen lanes in two
-/// registers, as the decode kernel holds them, so the sums have the same bits.
+/// registers, as the decode kernel holds them, so the sums have the same bits
+/// ([`AVX2_TOKENS`] by [`AVX2_ROWS`]).
 struct WidenedAvx2<E>(std::marker::PhantomData<E>);
 
 /// f32 activations in pairs of columns (`paired_columns`) against bf16 weights, 32 of them
@@ -319,10 +320,8 @@ impl<E: HostFloat> Operands for WidenedAvx2<E> {
     type Weight = E;
     type Activation = f32;
     const LANES: usize = 16;
-    /// Six outputs of two registers each, the two tokens' half vectors and one weight half
-    /// vector take 15 of the 16 registers.
-    const TILE_TOKENS: usize = 2;
-    const TILE_ROWS: usize = 3;
+    const TILE_TOKENS: usize = AVX2_TOKENS;
+    const TILE_ROWS: usize = AVX2_ROWS;
 
     fn supported() -> bool {
         #[cfg(target_arch = "x86_64")]
@@ -341,43 +340,73 @@ impl<E: HostFloat> Operands for WidenedAvx2<E> {
         out: &SharedOutput<f32>,
         accumulate: bool,
     ) {
-        use std::arch::x86_64::*;
-        const T: usize = 2;
-        const R: usize = 3;
         let Shape { tokens, rows, cols } = shape;
         let (first_token, first_row) = at;
-        let tokens_in: [_; T] = rows_from(x, first_token, tokens, cols);
-        let rows_in: [_; R] = rows_from(weight, first_row, rows, cols);
-        let mut sums = [[[_mm256_setzero_ps(); 2]; R]; T];
-        let mut c = 0;
-        while c < cols {
-            for half in 0..2 {
-                let at = c + 8 * half;
-                // SAFETY: at + 8 <= cols, and each pointer starts a row of `cols` values.
-                unsafe {
-                    let values = [
-                        _mm256_loadu_ps(tokens_in[0].add(at)),
-                        _mm256_loadu_ps(tokens_in[1].add(at)),
-                    ];
-                    for (j, row) in rows_in.iter().enumerate() {
-                        let w = E::load8(row.add(at));
-                        for (sums, &v) in sums.iter_mut().zip(&values) {
-                            sums[j][half] = _mm256_fmadd_ps(v, w, sums[j][half]);
-                        }
-                    }
+        let tokens_in = rows_from(x, first_token, tokens, cols);
+        let rows_in = rows_from(weight, first_row, rows, cols);
+        let [low, high] = [0, 1].map(|side| {
+            let zeros = [[std::arch::x86_64::_mm256_setzero_ps(); AVX2_ROWS]; AVX2_TOKENS];
+            // SAFETY: the pointers start rows of `cols` values, a multiple of 16.
+            unsafe { avx2_half(&tokens_in, &rows_in, 0..cols, side, zeros) }
+        });
+        // SAFETY: as the tile's caller guarantees.
+        unsafe { store(avx2_totals(low, high), shape, at, out, accumulate) };
+    }
+}
+
+/// Tokens and weight rows of an AVX2 tile. Its sums are those of an output's low eight lanes
+/// over every column, then its high eight's (as `matvec`'s decode kernel holds them, in two
+/// registers), so that nine outputs' sums of one half, three tokens' values, a weight vector
+/// and (for bf16 pairs) a mask fit in the sixteen registers, and no sum waits on its last
+/// multiply-add within a step. Summed both halves at once, 3 × 2 kept all their sums in
+/// registers on natural columns, but bf16 pairs' mask put two of them on the stack, and that
+/// ran 0.97× as fast as the natural order; 3 × 3 by halves ran 1.08–1.09× (1.7B BF16
+/// prompts), and 2 × 5 spilled.
+const AVX2_TOKENS: usize = 3;
+const AVX2_ROWS: usize = 3;
+
+/// The sums of an AVX2 tile's half `side` of the lanes (0: lanes 0–7, 1: lanes 8–15), going
+/// on from `sums` over `columns` in column order, sixteen at a time.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; every pointer must start a row holding `columns`,
+/// whose length is a multiple of 16.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn avx2_half<E: HostFloat>(
+    tokens_in: &[*const f32; AVX2_TOKENS],
+    rows_in: &[*const E; AVX2_ROWS],
+    columns: std::ops::Range<usize>,
+    side: usize,
+    mut sums: [[std::arch::x86_64::__m256; AVX2_ROWS]; AVX2_TOKENS],
+) -> [[std::arch::x86_64::__m256; AVX2_ROWS]; AVX2_TOKENS] {
+    use std::arch::x86_64::*;
+    for c in columns.step_by(16) {
+        let at = c + 8 * side;
+        // SAFETY: at + 8 <= the columns' end, in every row (the caller's).
+        unsafe {
+            let values = tokens_in.map(|token| _mm256_loadu_ps(token.add(at)));
+            for (j, row) in rows_in.iter().enumerate() {
+                let w = E::load8(row.add(at));
+                for (sums, &v) in sums.iter_mut().zip(&values) {
+                    sums[j] = _mm256_fmadd_ps(v, w, sums[j]);
                 }
             }
-            c += Self::LANES;
         }
-        let mut totals = [[0.0; R]; T];
-        for (totals, sums) in totals.iter_mut().zip(&sums) {
-            for (total, &[low, high]) in totals.iter_mut().zip(sums) {
-                *total = sum_of_sixteen(low, high);
-            }
-        }
-        // SAFETY: as the tile's caller guarantees.
-        unsafe { store(totals, shape, at, out, accumulate) };
     }
+    sums
+}
+
+/// Each output of an AVX2 tile from its two halves' sums, ended with [`sum_of_sixteen`].
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+fn avx2_totals(
+    low: [[std::arch::x86_64::__m256; AVX2_ROWS]; AVX2_TOKENS],
+    high: [[std::arch::x86_64::__m256; AVX2_ROWS]; AVX2_TOKENS],
+) -> [[f32; AVX2_ROWS]; AVX2_TOKENS] {
+    std::array::from_fn(|t| std::array::from_fn(|j| sum_of_sixteen(low[t][j], high[t][j])))
 }
 
 impl Operands for PairedBf16 {
@@ -454,9 +483,8 @@ impl Operands for PairedBf16Avx2 {
     type Weight = bf16;
     type Activation = f32;
     const LANES: usize = 16;
-    /// Three tokens by three rows: see the tile's loop.
-    const TILE_TOKENS: usize = 3;
-    const TILE_ROWS: usize = 3;
+    const TILE_TOKENS: usize = AVX2_TOKENS;
+    const TILE_ROWS: usize = AVX2_ROWS;
 
     fn supported() -> bool {
         WidenedAvx2::<bf16>::supported()
@@ -475,29 +503,19 @@ impl Operands for PairedBf16Avx2 {
         accumulate: bool,
     ) {
         use std::arch::x86_64::*;
-        const T: usize = PairedBf16Avx2::TILE_TOKENS;
-        const R: usize = PairedBf16Avx2::TILE_ROWS;
         let Shape { tokens, rows, cols } = shape;
         let (first_token, first_row) = at;
-        let tokens_in: [_; T] = rows_from(x, first_token, tokens, cols);
-        let rows_in: [_; R] = rows_from(weight, first_row, rows, cols);
+        let tokens_in = rows_from(x, first_token, tokens, cols);
+        let rows_in = rows_from(weight, first_row, rows, cols);
         let paired = cols / PAIRED_COLUMNS * PAIRED_COLUMNS;
         let high_halves = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);
-        // An output's low and high eight lanes are summed in turn, each over every column, so
-        // that nine outputs' sums of one half, three tokens' values, a weight vector and the
-        // mask fit in the sixteen registers, and no sum waits on the one before it. In one
-        // pass, the 3 × 2 tile of `WidenedAvx2` kept two of its sums on the stack and ran
-        // 0.97× as fast as that tile on natural columns; 3 × 3 tokens by rows ran 1.08–1.09×,
-        // 2 × 5 spilled.
         let [low, high] = [0, 1].map(|side| {
-            let mut sums = [[_mm256_setzero_ps(); R]; T];
-            let mut c = 0;
-            while c < paired {
-                let at = c + 8 * side;
-                // SAFETY: c + 32 <= cols, and each pointer starts a row of `cols` values.
-                unsafe {
-                    for odd in [false, true] {
-                        let at = at + if odd { PAIRED_COLUMNS / 2 } else { 0 };
+            let mut sums = [[_mm256_setzero_ps(); AVX2_ROWS]; AVX2_TOKENS];
+            for c in (0..paired).step_by(PAIRED_COLUMNS) {
+                for odd in [false, true] {
+                    let at = c + 8 * side + if odd { PAIRED_COLUMNS / 2 } else { 0 };
+                    // SAFETY: c + 32 <= cols, and each pointer starts a row of `cols` values.
+                    unsafe {
                         let values = tokens_in.map(|token| _mm256_loadu_ps(token.add(at)));
                         for (j, row) in rows_in.iter().enumerate() {
                             let pairs = _mm256_loadu_si256(row.add(c + 16 * side).cast());
@@ -511,27 +529,12 @@ impl Operands for PairedBf16Avx2 {
                         }
                     }
                 }
-                c += PAIRED_COLUMNS;
             }
-            if c < cols {
-                let at = c + 8 * side;
-                // SAFETY: c + 16 == cols, a multiple of 16.
-                unsafe {
-                    let values = tokens_in.map(|token| _mm256_loadu_ps(token.add(at)));
-                    for (j, row) in rows_in.iter().enumerate() {
-                        let w = half::bf16::load8(row.add(at));
-                        for (sums, &v) in sums.iter_mut().zip(&values) {
-                            sums[j] = _mm256_fmadd_ps(v, w, sums[j]);
-                        }
-                    }
-                }
-            }
-            sums
+            // SAFETY: the columns after the blocks are 16 or none.
+            unsafe { avx2_half(&tokens_in, &rows_in, paired..cols, side, sums) }
         });
-        let totals: [[f32; R]; T] =
-            std::array::from_fn(|t| std::array::from_fn(|j| sum_of_sixteen(low[t][j], high[t][j])));
         // SAFETY: as the tile's caller guarantees.
-        unsafe { store(totals, shape, at, out, accumulate) };
+        unsafe { store(avx2_totals(low, high), shape, at, out, accumulate) };
     }
 }
 
