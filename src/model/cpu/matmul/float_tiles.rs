@@ -360,8 +360,9 @@ impl<E: HostFloat> Operands for WidenedAvx2<E> {
 /// and (for bf16 pairs) a mask fit in the sixteen registers, and no sum waits on its last
 /// multiply-add within a step. Summed both halves at once, 3 × 2 kept all their sums in
 /// registers on natural columns, but bf16 pairs' mask put two of them on the stack, and that
-/// ran 0.97× as fast as the natural order; 3 × 3 by halves ran 1.08–1.09× (1.7B BF16
-/// prompts), and 2 × 5 spilled.
+/// ran 0.97× as fast as the natural order; 3 × 3 by halves ran 0.97–1.18× (1.7B BF16
+/// prompts, the spread being the process's environment: docs/performance.md, Method), and
+/// 2 × 5 spilled.
 const AVX2_TOKENS: usize = 3;
 const AVX2_ROWS: usize = 3;
 
