@@ -96,14 +96,7 @@ fn for_each_chunk(
 }
 
 fn dense<W: HostFloat>(weight: &[W], xs: &[&[f32]], out: &mut [f32]) {
-    let cols = xs.first().map_or(0, |x| x.len());
-    let rows_dot = rows_dot_for_this_cpu::<W>();
-    for_each_chunk(xs.len(), 1, out, &|first, outs| {
-        for (x, out) in xs.iter().zip(outs.iter_mut()) {
-            let weight = &weight[first * cols..(first + out.len()) * cols];
-            rows_dot(weight, x, out);
-        }
-    });
+    dense_by(weight, xs, out, rows_dot_for_this_cpu::<W>())
 }
 
 /// [`dense`] for bf16 weights, whose AVX2 kernel takes the columns in pairs
@@ -113,16 +106,30 @@ fn dense_bf16(weight: &[bf16], xs: &[&[f32]], out: &mut [f32]) {
     if features::cpu().avx2 {
         let cols = xs.first().map_or(0, |x| x.len());
         let paired: Vec<Vec<f32>> = xs.iter().map(|x| paired_columns(x, cols)).collect();
-        for_each_chunk(xs.len(), 1, out, &|first, outs| {
-            for (x, out) in paired.iter().zip(outs.iter_mut()) {
-                let weight = &weight[first * cols..(first + out.len()) * cols];
-                // SAFETY: the CPU has AVX2, checked above; `x` is paired from `cols` columns.
-                unsafe { avx2::rows_dot_bf16(weight, x, out) };
-            }
-        });
-        return;
+        let paired: Vec<&[f32]> = paired.iter().map(Vec::as_slice).collect();
+        // SAFETY: the CPU has AVX2, checked above; each `x` is paired from `cols` columns.
+        let rows_dot = |weight: &[bf16], x: &[f32], out: &mut [f32]| unsafe {
+            avx2::rows_dot_bf16(weight, x, out)
+        };
+        return dense_by(weight, &paired, out, rows_dot);
     }
     dense(weight, xs, out)
+}
+
+/// `W xᵥ` added to `outᵥ` for each of `xs`, by `rows_dot` on the rows of each thread's part.
+fn dense_by<W: Sync>(
+    weight: &[W],
+    xs: &[&[f32]],
+    out: &mut [f32],
+    rows_dot: impl Fn(&[W], &[f32], &mut [f32]) + Sync,
+) {
+    let cols = xs.first().map_or(0, |x| x.len());
+    for_each_chunk(xs.len(), 1, out, &|first, outs| {
+        for (x, out) in xs.iter().zip(outs.iter_mut()) {
+            let weight = &weight[first * cols..(first + out.len()) * cols];
+            rows_dot(weight, x, out);
+        }
+    });
 }
 
 /// Columns a bf16 product takes as pairs: [`paired_columns`].
