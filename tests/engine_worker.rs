@@ -551,8 +551,8 @@ fn a_dropped_client_stops_its_generation_within_one_token() {
             break;
         }
     }
-    let before = engine.generated_tokens();
     drop(client);
+    let before = engine.generated_tokens();
     let next = engine.generate(
         vec![ChatMessage::user("next")],
         greedy(),
@@ -566,7 +566,7 @@ fn a_dropped_client_stops_its_generation_within_one_token() {
         "{:?}",
         started.elapsed()
     );
-    // The token being computed when the client went may still finish; no other.
+    // The token being computed when the client went may still be counted; no other.
     assert!(
         engine.generated_tokens() <= before + 1 + 2,
         "{} tokens after the drop",

@@ -741,6 +741,13 @@ fn a_queued_stream_says_how_many_requests_are_ahead() {
     assert!(usage["prompt_tokens"].as_u64() > Some(0), "{usage}");
 }
 
+/// Tokens the engine may make after a client hangs up, before the server's thread is scheduled
+/// and sees the closed socket. The fixture makes one in about a millisecond; on a loaded
+/// two-core machine a thread can wait several for its turn (CI once saw one token more than
+/// the ones in flight). A server that noticed only at the relay's 50 ms poll would let about 50
+/// through; one that never noticed, the 2000 asked.
+const SCHEDULING_SLACK: u64 = 16;
+
 /// Tokens the engine has generated since it started, as `/health` reports them.
 fn generated_tokens(address: SocketAddr) -> u64 {
     get(address, "/health").json()["generated_tokens"]
@@ -758,7 +765,7 @@ fn short_completion(address: SocketAddr) -> HttpResponse {
 }
 
 #[test]
-fn a_client_that_hangs_up_mid_stream_frees_the_engine_within_a_token() {
+fn a_client_that_hangs_up_mid_stream_stops_its_generation_at_once() {
     let fixture = Fixture::start(4, None);
     let address = fixture.address();
     let generated = || generated_tokens(address);
@@ -787,13 +794,13 @@ fn a_client_that_hangs_up_mid_stream_frees_the_engine_within_a_token() {
     // and the one being computed), plus the next request's two.
     let spent = generated() - before;
     assert!(
-        spent <= received + 2 + 2 + 2,
+        spent <= received + 2 + 2 + 2 + SCHEDULING_SLACK,
         "{spent} tokens for {received} received"
     );
 }
 
 #[test]
-fn a_client_that_hangs_up_before_a_whole_reply_frees_the_engine_within_a_token() {
+fn a_client_that_hangs_up_before_a_whole_reply_stops_its_generation_at_once() {
     use std::io::Write;
     let fixture = Fixture::start(4, None);
     let address = fixture.address();
@@ -822,7 +829,7 @@ fn a_client_that_hangs_up_before_a_whole_reply_frees_the_engine_within_a_token()
     // relay fails to send, and the next request's two.
     let spent = generated() - before;
     assert!(
-        spent <= at_hang_up + 2 + 2,
+        spent <= at_hang_up + 2 + 2 + SCHEDULING_SLACK,
         "{spent} tokens; {at_hang_up} when the client hung up"
     );
 }
