@@ -37,8 +37,9 @@ const TILE_ROWS: usize = 6;
 /// Fewest tiles of weight rows a thread takes at once.
 const MIN_TILES_PER_RANGE: usize = 4;
 
-/// The bytes of activations a block of tokens holds, at most: the block stays in the
-/// second-level cache (1–2 MB a core) while a thread's weight rows pass it once.
+/// The bytes of activations a block of tokens holds, about (a whole tile more at most): the
+/// block stays in the second-level cache (1–2 MB a core) while a thread's weight rows pass
+/// it once.
 const BLOCK_BYTES: usize = 512 * 1024;
 
 /// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for f32 `x`: `[tokens, cols]`, a float
@@ -94,6 +95,25 @@ pub fn bf16_product(
     tiles::<Bf16Pairs>(weight, x, tokens, out, accumulate)
 }
 
+/// The prompt's tokens in blocks of whole tiles (so that no tile reaches into the next
+/// block), as few as hold about [`BLOCK_BYTES`] of activations each, and as even as tiles
+/// allow: each block costs a pass over the weights, and a short last block (the 2 tokens
+/// left of 128 by blocks of 63) would pay a whole pass for one tile.
+fn token_blocks(
+    tokens: usize,
+    row_bytes: usize,
+    tile_tokens: usize,
+) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let tiles = tokens.div_ceil(tile_tokens);
+    let count = (tokens * row_bytes)
+        .div_ceil(BLOCK_BYTES)
+        .clamp(1, tiles.max(1));
+    (0..count).map(move |i| {
+        let first = tiles * i / count * tile_tokens;
+        first..(tiles * (i + 1) / count * tile_tokens).min(tokens)
+    })
+}
+
 /// The tiles of `O` over the whole product, when the CPU has `O`'s features.
 fn tiles<O: Operands>(
     weight: &[O::Weight],
@@ -112,10 +132,7 @@ fn tiles<O: Operands>(
     {
         let out = SharedOutput::new(out);
         let row_bytes = shape.cols * size_of::<O::Activation>();
-        // Whole tiles of tokens, so that no tile reaches into the next block.
-        let block = (BLOCK_BYTES / row_bytes / O::TILE_TOKENS).max(1) * O::TILE_TOKENS;
-        for first_of_block in (0..tokens).step_by(block) {
-            let block = first_of_block..(first_of_block + block).min(tokens);
+        for block in token_blocks(tokens, row_bytes, O::TILE_TOKENS) {
             for_each_row_tile(
                 shape.rows,
                 O::TILE_ROWS,
@@ -604,7 +621,7 @@ mod tests {
 
     use super::{
         Bf16Pairs, Operands, PairedBf16, PairedBf16Avx2, Widened, WidenedAvx2, bf16_product,
-        product, tiles,
+        product, tiles, token_blocks,
     };
     use crate::model::cpu::host::HostFloat;
     use crate::model::cpu::matvec::{matvecs, paired_columns};
@@ -731,6 +748,24 @@ mod tests {
         let as_they_are: Order = |x, _| x.to_vec();
         check::<_, WidenedAvx2<f32>, Widened<f32>>(&weight, WeightRows::F32(&weight), as_they_are);
         check::<_, PairedBf16Avx2, PairedBf16>(&brains, WeightRows::Bf16(&brains), paired_columns);
+    }
+
+    #[test]
+    fn token_blocks_are_whole_tiles_as_even_as_they_allow() {
+        let blocks = |tokens, row_bytes| token_blocks(tokens, row_bytes, 3).collect::<Vec<_>>();
+        // 128 tokens of 8 KiB: two blocks, not 63 + 63 + 2.
+        assert_eq!(blocks(128, 8192), [0..63, 63..128]);
+        // 128 tokens of 32 KiB: eight blocks of five or six tiles, not a ninth of 8 tokens.
+        let long = blocks(128, 32768);
+        assert_eq!(long.len(), 8);
+        assert!(
+            long.iter()
+                .all(|b| b.start % 3 == 0 && (14..=18).contains(&b.len()))
+        );
+        assert_eq!((long[0].start, long[7].end), (0, 128));
+        assert!(long.windows(2).all(|pair| pair[0].end == pair[1].start));
+        assert_eq!(blocks(2, 8192), [0..2]);
+        assert_eq!(blocks(1, 1 << 30), [0..1]);
     }
 
     #[test]
