@@ -15,6 +15,7 @@ use std::ops::Range;
 
 use half::bf16;
 
+use super::cache_lines::CacheLines;
 use super::features::Features;
 use super::host::HostFloat;
 use super::math::dot;
@@ -105,8 +106,8 @@ fn dense_bf16(weight: &[bf16], xs: &[&[f32]], out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if features::cpu().avx2 {
         let cols = xs.first().map_or(0, |x| x.len());
-        let paired: Vec<Vec<f32>> = xs.iter().map(|x| paired_columns(x, cols)).collect();
-        let paired: Vec<&[f32]> = paired.iter().map(Vec::as_slice).collect();
+        let paired: Vec<CacheLines<f32>> = xs.iter().map(|x| paired_columns(x, cols)).collect();
+        let paired: Vec<&[f32]> = paired.iter().map(|x| &**x).collect();
         // SAFETY: the CPU has AVX2, checked above; each `x` is paired from `cols` columns.
         let rows_dot = |weight: &[bf16], x: &[f32], out: &mut [f32]| unsafe {
             avx2::rows_dot_bf16(weight, x, out)
@@ -145,8 +146,8 @@ pub const PAIRED_COLUMNS: usize = 32;
 /// ones' once shifted up: two instructions for 32 weights, where widening sixteen to f32
 /// takes two (a 1.7B BF16 file's prompts spent a third of their tile's instructions on it).
 /// The activations, read once per product, are put in the weights' order instead.
-pub fn paired_columns(x: &[f32], cols: usize) -> Vec<f32> {
-    let mut paired = x.to_vec();
+pub fn paired_columns(x: &[f32], cols: usize) -> CacheLines<f32> {
+    let mut paired = CacheLines::copy_of(x);
     for (row, out) in x
         .chunks_exact(cols.max(1))
         .zip(paired.chunks_exact_mut(cols.max(1)))
@@ -1287,7 +1288,7 @@ mod tests {
             .chain(block(32).chain(block(33)))
             .chain((64..70).map(|c| c as f32))
             .collect();
-        assert_eq!(paired_columns(&x, cols), [row.clone(), row].concat());
+        assert_eq!(*paired_columns(&x, cols), [row.clone(), row].concat());
     }
 
     /// Every integer kernel this CPU runs for `values`: the AVX2 one with each VNNI

@@ -10,6 +10,7 @@
 use burn::tensor::Tensor;
 use half::bf16;
 
+use super::cache_lines::CacheLines;
 use super::host::{HostFloat, HostTensor, with_host_float};
 use super::matmul::{bf16_matmul, float_matmul, integer_matmul, matmul};
 use super::matvec::matvecs;
@@ -51,9 +52,9 @@ pub fn project(weight: &Weight, x: &Tensor<2>, residual: Option<&Tensor<2>>) -> 
         };
         let accumulate = residual.is_some();
         if tokens <= MATVEC_ROWS {
-            matvecs(weight, &widened::<E>(&x)?, tokens, &mut y);
+            matvecs(weight, &activations::<E>(&x)?, tokens, &mut y);
         } else if !bf16_product(weight, &x, tokens, &mut y, accumulate) {
-            let x = widened::<E>(&x)?;
+            let x = activations::<E>(&x)?;
             // Each tile kernel declines the other's weights.
             if !integer_matmul(weight, &x, tokens, &mut y, accumulate)
                 && !float_matmul(weight, &x, tokens, &mut y, accumulate)
@@ -83,6 +84,17 @@ fn bf16_product(
 /// A tensor's elements in f32, the kernels' input type.
 fn widened<E: HostFloat>(x: &HostTensor) -> Option<Vec<f32>> {
     Some(x.slice::<E>()?.iter().map(|&v| v.to_f32()).collect())
+}
+
+/// [`widened`] from the start of a cache line, for the activations the kernels read a
+/// vector at a time.
+fn activations<E: HostFloat>(x: &HostTensor) -> Option<CacheLines<f32>> {
+    let x = x.slice::<E>()?;
+    let mut wide = CacheLines::zeroed(x.len());
+    for (wide, &v) in wide.iter_mut().zip(x) {
+        *wide = v.to_f32();
+    }
+    Some(wide)
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ mod token_lanes;
 use token_lanes::Lanes;
 
 use super::Shape;
+use crate::model::cpu::cache_lines::CacheLines;
 use crate::model::cpu::features;
 use crate::model::cpu::matvec::BlockInts;
 use crate::model::cpu::weights::{Factors, Ints, WeightRows};
@@ -89,7 +90,7 @@ struct Scratch {
     scales: Vec<f32>,
     offsets: Vec<f32>,
     /// [`token_lanes`]' running sums of a band of tiles.
-    sums: Vec<f32>,
+    sums: CacheLines<f32>,
 }
 
 thread_local! {
@@ -98,7 +99,7 @@ thread_local! {
             words: Vec::new(),
             scales: Vec::new(),
             offsets: Vec::new(),
-            sums: Vec::new(),
+            sums: CacheLines::new(),
         })
     };
 }
@@ -137,20 +138,20 @@ const SCALE_PADDING: usize = 16;
 
 /// The tokens' scales (and block sums, for offsets) block by block, so that a tile finds its
 /// tokens' side by side; each block is padded with [`SCALE_PADDING`] zeros past the last
-/// token.
+/// token, and begins on a cache line.
 struct TokenBlocks {
-    scales: Vec<f32>,
+    scales: CacheLines<f32>,
     /// Empty without offsets.
-    sums: Vec<f32>,
+    sums: CacheLines<f32>,
     stride: usize,
 }
 
 impl TokenBlocks {
     fn of(x: &BlockInts, tokens: usize, with_sums: bool) -> Self {
         let blocks = x.scales.len() / tokens;
-        let stride = tokens + SCALE_PADDING;
+        let stride = (tokens + SCALE_PADDING).next_multiple_of(SCALE_PADDING);
         let by_block = |per_token: &[f32]| {
-            let mut by_block = vec![0.0; blocks * stride];
+            let mut by_block = CacheLines::zeroed(blocks * stride);
             for (t, token) in per_token.chunks_exact(blocks).enumerate() {
                 for (b, &value) in token.iter().enumerate() {
                     by_block[b * stride + t] = value;
@@ -163,7 +164,7 @@ impl TokenBlocks {
             sums: if with_sums {
                 by_block(&x.sums)
             } else {
-                Vec::new()
+                CacheLines::new()
             },
             stride,
         }

@@ -40,6 +40,7 @@ use std::arch::x86_64::*;
 use std::ops::Range;
 
 use super::{BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, SCRATCH, Scratch, Shape, TokenBlocks, Weights};
+use crate::model::cpu::cache_lines::CacheLines;
 use crate::model::cpu::matvec::{BlockInts, STEPPED_LARGEST, read_stepped};
 use crate::model::cpu::threads::{SharedOutput, split_ranges, split_rows};
 use crate::model::cpu::weights::{Factors, INTERLEAVED_ROWS, Ints};
@@ -274,11 +275,10 @@ struct Band<'a> {
 
 impl<'a> Band<'a> {
     /// The band from `first_row`, in `buffer`, for a prompt of `groups` groups of [`LANES`].
-    fn new(buffer: &'a mut Vec<f32>, first_row: usize, groups: usize) -> Self {
+    fn new(buffer: &'a mut CacheLines<f32>, first_row: usize, groups: usize) -> Self {
         let per_row = groups.next_multiple_of(GROUPS) * LANES;
-        grow(buffer, BAND_TILES * ROWS * per_row);
         Self {
-            sums: &mut buffer[..BAND_TILES * ROWS * per_row],
+            sums: buffer.first(BAND_TILES * ROWS * per_row),
             first_row,
             per_row,
         }
@@ -527,7 +527,7 @@ struct TileRows<'a> {
 /// [`LANES`] tokens and each pair of columns, one 32-bit pair per token, zero past the last
 /// token.
 struct TokenPairs {
-    pairs: Vec<u32>,
+    pairs: CacheLines<u32>,
     /// Pairs of columns in a token.
     per_token: usize,
 }
@@ -538,7 +538,7 @@ impl TokenPairs {
     fn of(values: &[i16], cols: usize) -> Self {
         let per_token = cols / 2;
         let tokens = values.len() / cols;
-        let mut pairs = vec![0; tokens.div_ceil(LANES) * per_token * LANES];
+        let mut pairs = CacheLines::zeroed(tokens.div_ceil(LANES) * per_token * LANES);
         split_rows(
             &mut pairs,
             per_token * LANES,
