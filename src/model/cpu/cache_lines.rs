@@ -1,7 +1,7 @@
 //! Buffers that begin on a cache line, for the activations and sums the tiles read a vector
 //! at a time. A `Vec` of floats begins 16 bytes into a line (glibc's allocations), so every
 //! 64-byte load of it, and every other 32-byte one, spans two lines and costs two reads: a
-//! 1.7B BF16 file's prompts ran 1.11–1.14× as fast capped at AVX2, and 1.08–1.14× natively,
+//! 1.7B BF16 file's prompts ran 1.10–1.15× as fast natively, and 1.08–1.13× capped at AVX2,
 //! once the tile's activations began on a line.
 
 use std::marker::PhantomData;

@@ -9,7 +9,7 @@
 //! against that composition or an f64 reference.
 
 mod attention_kernel;
-pub(crate) mod cache_lines;
+mod cache_lines;
 mod features;
 mod gated;
 mod host;
