@@ -27,8 +27,8 @@
 //! cache and remainder gives the logits it gives whole.
 //!
 //! A band of [`BAND_TILES`] tiles keeps its outputs' running sums in the tile's own layout,
-//! a vector of tokens per row ([`Band`]), and moves them to the output's, a token's rows
-//! side by side, once per product. The tile wrote the output element by element, sixteen
+//! a vector of tokens per row ([`Band`]), where the tile adds each block's terms to them,
+//! and moves them to the output's, a token's rows side by side, once per product. The tile wrote the output element by element, sixteen
 //! tokens a row apart: at 2048 rows every one of them fell in the same set of the L1 cache,
 //! and those writes took a fifth of a Q6_K prompt's tile time.
 //!
@@ -49,10 +49,13 @@ use crate::model::cpu::{features, grow};
 /// Tokens in the lanes of one vector (of two, on 256 bits).
 pub const LANES: usize = 16;
 
-/// Weight rows of a tile.
-const ROWS: usize = 6;
+/// Weight rows of a tile: each vector of tokens read from the L2 cache serves twelve rows'
+/// products. With six (whose float sums fitted in registers beside the integer ones), a
+/// 1.7B Q4_K_M file's prompts ran at 0.94× this speed and Q6_K's at 0.98–0.99× (medians of
+/// alternated runs, Intel Xeon with AVX-512).
+const ROWS: usize = 12;
 
-/// Weight rows the 256-bit tile takes at once, a third of a tile: with a group's two
+/// Weight rows the 256-bit tile takes at once, a quarter of a tile: with a group's two
 /// vectors of tokens, both their integer and float sums stay in AVX2's sixteen registers.
 const ROWS_256: usize = 3;
 
@@ -91,9 +94,9 @@ impl Lanes {
     }
 }
 
-/// Groups of [`LANES`] tokens of a tile: 6 × 2 keeps both the integer and the float sums
-/// of all twelve in registers with room for the step's vectors, and 128 tokens split into
-/// tiles with no group left over.
+/// Groups of [`LANES`] tokens of a tile: the 12 × 2 integer sums, the two vectors of tokens
+/// and a row's broadcast pair take 27 of AVX-512's 32 registers, and 128 tokens split into
+/// tiles with no group left over. The float sums stay in the [`Band`], in the L1 cache.
 const GROUPS: usize = 2;
 
 /// Columns of a chunk: 128 tokens' pairs of them are 512 KiB, a quarter of the L2 cache. In
@@ -102,8 +105,15 @@ const GROUPS: usize = 2;
 const CHUNK_COLS: usize = 2048;
 
 /// Tiles of rows whose sums a [`Band`] holds: the band's weights are unpacked once per
-/// chunk, as before, and the prompt's chunk is read once per band from the L2 cache.
-const BAND_TILES: usize = 8;
+/// chunk, as before, and the prompt's chunk is read once per band from the L2 cache. Four
+/// tiles of twelve rows are the 48 that eight of six were.
+const BAND_TILES: usize = 4;
+
+/// Words from one of a tile's widened rows to the next, whatever the chunk's width: at a
+/// stride known when compiling, every row's pair is addressed from one register (twelve row
+/// pointers did not fit beside the loop's others, and were read from the stack each pair).
+/// The 32 words past a whole chunk put the rows' lines in different sets of the L1 cache.
+const WORD_STRIDE: usize = CHUNK_COLS + 32;
 
 /// How far ahead of the pair of columns it multiplies the tile asks for the prompt's, which
 /// come from the L2 cache: without it the tile waited on them, and a Qwen3-1.7B Q4_K_M
@@ -195,14 +205,13 @@ pub unsafe fn multiply(
                         let chunk_cols = CHUNK_COLS.min(cols - first_col);
                         let chunk = Chunk {
                             blocks: first_col / block..(first_col + chunk_cols) / block,
-                            cols: chunk_cols,
                             go_on: accumulate || first_col > 0,
                         };
                         for first_row in band_rows.clone().step_by(ROWS) {
                             let tile_rows = first_row..(first_row + ROWS).min(rows);
-                            grow(words, tile_rows.len() * chunk_cols);
+                            grow(words, ROWS * WORD_STRIDE);
                             for (row, words) in
-                                tile_rows.clone().zip(words.chunks_exact_mut(chunk_cols))
+                                tile_rows.clone().zip(words.chunks_exact_mut(WORD_STRIDE))
                             {
                                 let start = row * cols + first_col;
                                 if row + rows_ahead < rows {
@@ -212,6 +221,7 @@ pub unsafe fn multiply(
                                 let steps = stepped.map(|stepped| {
                                     &stepped.steps[start / HALF_BLOCK..][..chunk_cols / HALF_BLOCK]
                                 });
+                                let words = &mut words[..chunk_cols];
                                 // SAFETY: the CPU has the features of `lanes` (the caller's
                                 // promise), AVX2 among them; a chunk is whole blocks of one
                                 // row, as `cols` is.
@@ -506,7 +516,6 @@ fn rows_of_band<'f>(factors: &'f [f32], band: &Range<usize>, rows: &Range<usize>
 struct Chunk {
     /// The weights' blocks of the chunk, counted in a row.
     blocks: Range<usize>,
-    cols: usize,
     /// Whether each output's sum starts from its running sum in the band (a previous chunk's
     /// sum, or the residual it adds to), not from zero.
     go_on: bool,
@@ -514,7 +523,8 @@ struct Chunk {
 
 /// A tile's weight rows.
 struct TileRows<'a> {
-    /// The rows of the chunk widened to 16 bits, a chunk's columns each.
+    /// [`ROWS`] rows of the chunk widened to 16 bits, [`WORD_STRIDE`] apart; those past the
+    /// weight's last hold what an earlier tile left there, or zeros.
     words: &'a [i16],
     /// One per block of each of the tile's rows, whole rows.
     scales: &'a [f32],
@@ -582,12 +592,13 @@ unsafe fn widen(bytes: &[i8], words: &mut [i16]) {
 }
 
 /// `GROUPS · LANES` tokens from `first_token` (a multiple of [`LANES`]) by the rows of
-/// `tile`, over the columns of `chunk`, onto their `running` sums. Rows past the last repeat
-/// it and groups past the last repeat that; their sums are dropped.
+/// `tile`, over the columns of `chunk`, onto their `running` sums, which it adds each
+/// block's terms to. Rows past the weight's last multiply whatever their words hold, and
+/// groups past the last repeat that; their sums are dropped.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, BW and VNNI; `tile` must hold `ROWS` rows (or the rows left)
-/// of `chunk`, in blocks of 32 (of 16 when `HALVES`), with offsets when `OFFSETS`; `tokens`
+/// The CPU must have AVX-512 F, BW and VNNI; `tile` must hold `ROWS` rows of words (those
+/// left of the weight's) of `chunk`, in blocks of 32 (of 16 when `HALVES`), with offsets when `OFFSETS`; `tokens`
 /// and `by_block` be the prompt of `shape`, and `running` hold the tile's rows for every
 /// group of the prompt, whole.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
@@ -608,8 +619,8 @@ unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
     let tile_rows = ROWS.min(rows - tile.first);
     let row_of = |j: usize| j.min(tile_rows - 1);
     let first_pair = chunk.blocks.start * block / 2;
-    // SAFETY: every group and row is clamped inside the prompt and the tile; `first_pair`
-    // is the chunk's first pair of columns.
+    // SAFETY: every group is clamped inside the prompt, every row lies inside the tile's
+    // words; `first_pair` is the chunk's first pair of columns.
     let (x, w) = unsafe {
         (
             std::array::from_fn::<_, GROUPS, _>(|g| {
@@ -618,7 +629,7 @@ unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
                     .as_ptr()
                     .add((group_of(g) * tokens.per_token + first_pair) * LANES)
             }),
-            std::array::from_fn::<_, ROWS, _>(|j| tile.words.as_ptr().add(row_of(j) * chunk.cols)),
+            std::array::from_fn::<_, ROWS, _>(|j| tile.words.as_ptr().add(j * WORD_STRIDE)),
         )
     };
     let row_scales: [&[f32]; ROWS] =
@@ -630,12 +641,11 @@ unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
     let lanes = |j: usize, g: usize| unsafe {
         (running.first).add(j * running.per_row + (first_group + g) * LANES)
     };
-    let mut sums = [[_mm512_setzero_ps(); GROUPS]; ROWS];
-    if chunk.go_on {
-        for (j, sums) in sums.iter_mut().enumerate() {
-            for (g, sum) in sums.iter_mut().enumerate() {
+    if !chunk.go_on {
+        for j in 0..ROWS {
+            for g in 0..GROUPS {
                 // SAFETY: as above.
-                *sum = unsafe { _mm512_loadu_ps(lanes(j, g)) };
+                unsafe { _mm512_storeu_ps(lanes(j, g), _mm512_setzero_ps()) };
             }
         }
     }
@@ -668,23 +678,30 @@ unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
             true => unsafe { _mm512_loadu_ps(by_block.sums(b, group_of(g) * LANES)) },
             false => _mm512_setzero_ps(),
         });
-        for (j, (sums, ints)) in sums.iter_mut().zip(&ints).enumerate() {
-            let row_scale = _mm512_set1_ps(row_scales[j][b]);
-            let offset = _mm512_set1_ps(row_offsets[j][b]);
-            for (g, (sum, &int)) in sums.iter_mut().zip(ints).enumerate() {
+        // The integer sums leave their registers for the scaling, once per block. Where the
+        // compiler did not unroll the scaling of twelve rows (with offsets), it kept the sums
+        // in memory instead, stored at every pair, and Q4_K_M prompts ran at 0.65× the speed.
+        let ints = std::hint::black_box(ints);
+        for (j, ints) in ints.iter().enumerate() {
+            // SAFETY: `b` is a block of the chunk, so of every row's factors.
+            let (row_scale, offset) = unsafe {
+                (
+                    _mm512_set1_ps(*row_scales[j].get_unchecked(b)),
+                    _mm512_set1_ps(*row_offsets[j].get_unchecked(b)),
+                )
+            };
+            for (g, &int) in ints.iter().enumerate() {
                 let scale = _mm512_mul_ps(token_scales[g], row_scale);
                 let mut term = _mm512_mul_ps(_mm512_cvtepi32_ps(int), scale);
                 if OFFSETS {
                     term = _mm512_fmadd_ps(token_sums[g], offset, term);
                 }
-                *sum = _mm512_add_ps(*sum, term);
+                // SAFETY: as above.
+                unsafe {
+                    let sum = lanes(j, g);
+                    _mm512_storeu_ps(sum, _mm512_add_ps(_mm512_loadu_ps(sum), term));
+                }
             }
-        }
-    }
-    for (j, sums) in sums.iter().enumerate() {
-        for (g, &sum) in sums.iter().enumerate() {
-            // SAFETY: as above.
-            unsafe { _mm512_storeu_ps(lanes(j, g), sum) };
         }
     }
 }
@@ -754,7 +771,7 @@ macro_rules! tile_at_256 {
                     };
                     // SAFETY: every row is clamped inside the tile.
                     let w: [*const i16; ROWS_256] = std::array::from_fn(|j| unsafe {
-                        tile.words.as_ptr().add(row_of(j) * chunk.cols)
+                        tile.words.as_ptr().add(row_of(j) * WORD_STRIDE)
                     });
                     let row_scales: [&[f32]; ROWS_256] =
                         std::array::from_fn(|j| &tile.scales[row_of(j) * blocks..][..blocks]);
