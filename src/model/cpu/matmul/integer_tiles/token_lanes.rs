@@ -28,9 +28,10 @@
 //!
 //! A band of [`BAND_TILES`] tiles keeps its outputs' running sums in the tile's own layout,
 //! a vector of tokens per row ([`Band`]), where the tile adds each block's terms to them,
-//! and moves them to the output's, a token's rows side by side, once per product. The tile wrote the output element by element, sixteen
-//! tokens a row apart: at 2048 rows every one of them fell in the same set of the L1 cache,
-//! and those writes took a fifth of a Q6_K prompt's tile time.
+//! and moves them to the output's, a token's rows side by side, once per product. The tile
+//! wrote the output element by element, sixteen tokens a row apart: at 2048 rows every one
+//! of them fell in the same set of the L1 cache, and those writes took a fifth of a Q6_K
+//! prompt's tile time.
 //!
 //! The weights' offsets (Q4_1, Q4_K, Q5_K) are summed in the tile, `offset · Σ x` per block
 //! beside the block's product, where a pass after the tile read and wrote every output
@@ -50,9 +51,9 @@ use crate::model::cpu::{features, grow};
 pub const LANES: usize = 16;
 
 /// Weight rows of a tile: each vector of tokens read from the L2 cache serves twelve rows'
-/// products. With six (whose float sums fitted in registers beside the integer ones), a
-/// 1.7B Q4_K_M file's prompts ran at 0.94× this speed and Q6_K's at 0.98–0.99× (medians of
-/// alternated runs, Intel Xeon with AVX-512).
+/// products. With six (whose float sums fitted in registers beside the integer ones),
+/// 1.7B-shaped Q4_K_M, Q6_K and Q8_0 files' prompts ran at 0.98–0.99× this speed (medians
+/// of four alternated rounds, Intel Xeon with AVX-512).
 const ROWS: usize = 12;
 
 /// Weight rows the 256-bit tile takes at once, half a tile: their twelve integer sums, a
@@ -606,10 +607,10 @@ unsafe fn widen(bytes: &[i8], words: &mut [i16]) {
 /// groups past the last repeat that; their sums are dropped.
 ///
 /// # Safety
-/// The CPU must have AVX-512 F, BW and VNNI; `tile` must hold `ROWS` rows of words (those
-/// left of the weight's) of `chunk`, in blocks of 32 (of 16 when `HALVES`), with offsets when `OFFSETS`; `tokens`
-/// and `by_block` be the prompt of `shape`, and `running` hold the tile's rows for every
-/// group of the prompt, whole.
+/// The CPU must have AVX-512 F, BW and VNNI; `tile` must hold `ROWS` rows of words for
+/// `chunk` (the weight's rows left, and any words past them), in blocks of 32 (of 16 when
+/// `HALVES`), with offsets when `OFFSETS`; `tokens` and `by_block` be the prompt of `shape`,
+/// and `running` hold the tile's rows for every group of the prompt, whole.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
     tile: &TileRows<'_>,
