@@ -195,9 +195,10 @@ pub unsafe fn multiply(
                     let band_tiles = first_tile..(first_tile + BAND_TILES).min(tiles.end);
                     let band_rows = band_tiles.start * ROWS..(band_tiles.end * ROWS).min(rows);
                     let mut band = Band::new(sums, band_rows.start, groups);
-                    if accumulate {
+                    match accumulate {
                         // SAFETY: the band's rows are this range's, which no other touches.
-                        unsafe { band.load(&out, shape, band_rows.clone()) };
+                        true => unsafe { band.load(&out, shape, band_rows.clone()) },
+                        false => band.zero(),
                     }
                     // The band's factors in f32, once for all its chunks and tiles: widened
                     // for each tile of each chunk, factors laid out by block (a group of
@@ -215,7 +216,6 @@ pub unsafe fn multiply(
                         let chunk_cols = CHUNK_COLS.min(cols - first_col);
                         let chunk = Chunk {
                             blocks: first_col / block..(first_col + chunk_cols) / block,
-                            go_on: accumulate || first_col > 0,
                         };
                         for first_row in band_rows.clone().step_by(ROWS) {
                             let tile_rows = first_row..(first_row + ROWS).min(rows);
@@ -317,6 +317,11 @@ impl<'a> Band<'a> {
             first: unsafe { self.sums.as_mut_ptr().add(at) },
             per_row: self.per_row,
         }
+    }
+
+    /// The sums start from zero, for a product not added to the output.
+    fn zero(&mut self) {
+        self.sums.fill(0.0);
     }
 
     /// The sums start from `out`'s values of `rows` (the band's), for a product added to it.
@@ -526,9 +531,6 @@ fn rows_of_band<'f>(factors: &'f [f32], band: &Range<usize>, rows: &Range<usize>
 struct Chunk {
     /// The weights' blocks of the chunk, counted in a row.
     blocks: Range<usize>,
-    /// Whether each output's sum starts from its running sum in the band (a previous chunk's
-    /// sum, or the residual it adds to), not from zero.
-    go_on: bool,
 }
 
 /// A tile's weight rows.
@@ -651,14 +653,6 @@ unsafe fn tile_at<const HALVES: bool, const OFFSETS: bool>(
     let lanes = |j: usize, g: usize| unsafe {
         (running.first).add(j * running.per_row + (first_group + g) * LANES)
     };
-    if !chunk.go_on {
-        for j in 0..ROWS {
-            for g in 0..GROUPS {
-                // SAFETY: as above.
-                unsafe { _mm512_storeu_ps(lanes(j, g), _mm512_setzero_ps()) };
-            }
-        }
-    }
     for (local, b) in chunk.blocks.clone().enumerate() {
         let mut ints = [[_mm512_setzero_si512(); GROUPS]; ROWS];
         for pair in local * block / 2..(local + 1) * block / 2 {
@@ -787,14 +781,6 @@ macro_rules! tile_at_256 {
                         std::array::from_fn(|j| &tile.scales[row_of(j) * blocks..][..blocks]);
                     let row_offsets: [&[f32]; ROWS_256] =
                         std::array::from_fn(|j| &offsets[row_of(j) * blocks..][..blocks]);
-                    if !chunk.go_on {
-                        for j in 0..ROWS_256 {
-                            for h in 0..2 {
-                                // SAFETY: as above.
-                                unsafe { _mm256_storeu_ps(lanes(j, h), _mm256_setzero_ps()) };
-                            }
-                        }
-                    }
                     for (local, b) in chunk.blocks.clone().enumerate() {
                         let mut ints = [[_mm256_setzero_si256(); 2]; ROWS_256];
                         for pair in local * block / 2..(local + 1) * block / 2 {
