@@ -824,10 +824,10 @@ macro_rules! tile_at_256 {
                             },
                             false => _mm256_setzero_ps(),
                         });
-                        // The integer sums stay in their registers for the scaling: the
-                        // compiler keeps six rows' sums there in the pairs' loop (unlike
-                        // [`tile_at`]'s twelve), and taking them out through `black_box`
-                        // as there made 1.7B-shaped prompts 0.94–0.98× as fast (Intel Xeon
+                        // The integer sums stay in their registers for the scaling, which
+                        // the compiler unrolls for six rows by itself (for [`tile_at`]'s
+                        // twelve it is written out); taken out through `black_box` once per
+                        // block, 1.7B-shaped prompts ran 0.94–0.98× as fast (Intel Xeon
                         // capped at AVX2 and at AVX-VNNI, medians of alternated runs).
                         for (j, ints) in ints.iter().enumerate() {
                             // SAFETY: `b` is a block of the chunk, so of every row's factors.
