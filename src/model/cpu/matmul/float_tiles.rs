@@ -520,40 +520,66 @@ impl Operands for PairedBf16Avx2 {
         out: &SharedOutput<f32>,
         accumulate: bool,
     ) {
-        use std::arch::x86_64::*;
         let Shape { tokens, rows, cols } = shape;
         let (first_token, first_row) = at;
         let tokens_in = rows_from(x, first_token, tokens, cols);
         let rows_in = rows_from(weight, first_row, rows, cols);
         let paired = cols / PAIRED_COLUMNS * PAIRED_COLUMNS;
-        let high_halves = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);
-        let [low, high] = [0, 1].map(|side| {
-            let mut sums = [[_mm256_setzero_ps(); AVX2_ROWS]; AVX2_TOKENS];
-            for c in (0..paired).step_by(PAIRED_COLUMNS) {
-                for odd in [false, true] {
-                    let at = c + 8 * side + if odd { PAIRED_COLUMNS / 2 } else { 0 };
-                    // SAFETY: c + 32 <= cols, and each pointer starts a row of `cols` values.
-                    unsafe {
-                        let values = tokens_in.map(|token| _mm256_loadu_ps(token.add(at)));
-                        for (j, row) in rows_in.iter().enumerate() {
-                            let pairs = _mm256_loadu_si256(row.add(c + 16 * side).cast());
-                            let w = _mm256_castsi256_ps(match odd {
-                                true => _mm256_and_si256(pairs, high_halves),
-                                false => _mm256_slli_epi32::<16>(pairs),
-                            });
-                            for (sums, &v) in sums.iter_mut().zip(&values) {
-                                sums[j] = _mm256_fmadd_ps(v, w, sums[j]);
-                            }
-                        }
-                    }
-                }
-            }
-            // SAFETY: the columns after the blocks are 16 or none.
-            unsafe { avx2_half(&tokens_in, &rows_in, paired..cols, side, sums) }
-        });
+        let (tokens_in, rows_in) = (&tokens_in, &rows_in);
+        // SAFETY: the pointers start rows of `cols` values; the blocks of 32 before `paired`
+        // are whole, and the columns after them 16 or none.
+        let (low, high) = unsafe {
+            let low = paired_half::<0>(tokens_in, rows_in, paired);
+            let high = paired_half::<1>(tokens_in, rows_in, paired);
+            (
+                avx2_half(tokens_in, rows_in, paired..cols, 0, low),
+                avx2_half(tokens_in, rows_in, paired..cols, 1, high),
+            )
+        };
         // SAFETY: as the tile's caller guarantees.
         unsafe { store(avx2_totals(low, high), shape, at, out, accumulate) };
     }
+}
+
+/// Half `SIDE` of [`PairedBf16Avx2`]'s sums (0: lanes 0–7) over the whole blocks of 32
+/// below `paired`. A function of its own per half, so that each half's loop gets the
+/// registers to itself: inlined in the tile, the second half's loop kept one of its nine
+/// sums on the stack, stored and loaded again at every step.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA; every pointer must start a row of at least `paired`
+/// values, a multiple of [`PAIRED_COLUMNS`].
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn paired_half<const SIDE: usize>(
+    tokens_in: &[*const f32; AVX2_TOKENS],
+    rows_in: &[*const bf16; AVX2_ROWS],
+    paired: usize,
+) -> [[std::arch::x86_64::__m256; AVX2_ROWS]; AVX2_TOKENS] {
+    use std::arch::x86_64::*;
+    let high_halves = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);
+    let mut sums = [[_mm256_setzero_ps(); AVX2_ROWS]; AVX2_TOKENS];
+    for c in (0..paired).step_by(PAIRED_COLUMNS) {
+        for odd in [false, true] {
+            let at = c + 8 * SIDE + if odd { PAIRED_COLUMNS / 2 } else { 0 };
+            // SAFETY: c + 32 <= paired, in every row (the caller's).
+            unsafe {
+                let values = tokens_in.map(|token| _mm256_loadu_ps(token.add(at)));
+                for (j, row) in rows_in.iter().enumerate() {
+                    let pairs = _mm256_loadu_si256(row.add(c + 16 * SIDE).cast());
+                    let w = _mm256_castsi256_ps(match odd {
+                        true => _mm256_and_si256(pairs, high_halves),
+                        false => _mm256_slli_epi32::<16>(pairs),
+                    });
+                    for (sums, &v) in sums.iter_mut().zip(&values) {
+                        sums[j] = _mm256_fmadd_ps(v, w, sums[j]);
+                    }
+                }
+            }
+        }
+    }
+    sums
 }
 
 impl Operands for Bf16Pairs {
