@@ -1,5 +1,5 @@
 //! `X Wᵀ` for a prompt against float weights on CPUs with AVX-512 (register tiles of 6 weight
-//! rows × 4 tokens) or AVX2 (3 rows × 3 tokens): the tile's sums stay in registers while the
+//! rows × 4 tokens) or AVX2 (5 rows × 2 tokens): the tile's sums stay in registers while the
 //! columns pass, and nothing is widened or packed in memory. Two kinds of operands share the
 //! AVX-512 tile:
 //!
@@ -361,27 +361,41 @@ impl<E: HostFloat> Operands for WidenedAvx2<E> {
         let (first_token, first_row) = at;
         let tokens_in = rows_from(x, first_token, tokens, cols);
         let rows_in = rows_from(weight, first_row, rows, cols);
-        let [low, high] = [0, 1].map(|side| {
-            let zeros = [[std::arch::x86_64::_mm256_setzero_ps(); AVX2_ROWS]; AVX2_TOKENS];
-            // SAFETY: the pointers start rows of `cols` values, a multiple of 16.
-            unsafe { avx2_half(&tokens_in, &rows_in, 0..cols, side, zeros) }
-        });
+        let mut sums = [[[std::arch::x86_64::_mm256_setzero_ps(); AVX2_ROWS]; AVX2_TOKENS]; 2];
+        for start in (0..cols).step_by(AVX2_CHUNK) {
+            let chunk = start..(start + AVX2_CHUNK).min(cols);
+            for (side, sums) in sums.iter_mut().enumerate() {
+                // SAFETY: the pointers start rows of `cols` values, a multiple of 16, as the
+                // chunk's start and end are.
+                *sums = unsafe { avx2_half(&tokens_in, &rows_in, chunk.clone(), side, *sums) };
+            }
+        }
+        let [low, high] = sums;
         // SAFETY: as the tile's caller guarantees.
         unsafe { store(avx2_totals(low, high), shape, at, out, accumulate) };
     }
 }
 
 /// Tokens and weight rows of an AVX2 tile. Its sums are those of an output's low eight lanes
-/// over every column, then its high eight's (as `matvec`'s decode kernel holds them, in two
-/// registers), so that nine outputs' sums of one half, three tokens' values, a weight vector
-/// and (for bf16 pairs) a mask fit in the sixteen registers, and no sum waits on its last
-/// multiply-add within a step. Summed both halves at once, 3 × 2 kept all their sums in
-/// registers on natural columns, but bf16 pairs' mask put two of them on the stack, and that
-/// ran 0.97× as fast as the natural order; 3 × 3 by halves ran 0.97–1.18× (1.7B BF16
-/// prompts, the spread being the process's environment: docs/performance.md, Method), and
-/// 2 × 5 spilled.
-const AVX2_TOKENS: usize = 3;
-const AVX2_ROWS: usize = 3;
+/// over a chunk of columns ([`AVX2_CHUNK`]), then its high eight's (as `matvec`'s decode
+/// kernel holds them, in two registers), so that ten outputs' sums of one half, two tokens'
+/// values, a weight vector and (for bf16 pairs) a mask fit in the sixteen registers, and no
+/// sum waits on its last multiply-add within a step. Two tokens by five rows read each
+/// token's vector for five products where three by three read it for three: on Zen 3, whose
+/// second-level cache fed the tokens' lines slower than its two FMA units used them, 1.7B
+/// BF16 prompts ran 1.10× as fast and F16 1.08× (docs/performance.md). Summed both halves
+/// at once, 3 × 2 kept all their sums in registers on natural columns, but bf16 pairs' mask
+/// put two of them on the stack, and that ran 0.97× as fast as the natural order.
+const AVX2_TOKENS: usize = 2;
+const AVX2_ROWS: usize = 5;
+
+/// Columns of which an AVX2 tile sums both halves before it goes on to the next. 1024 keep
+/// its three tokens' values and three 16-bit weight rows within 18 KiB, so that the second
+/// half finds the lines the first half read in a 32 KiB first-level cache (Zen 3's): the
+/// halves over whole rows of 2048 columns (36 KiB) read every line from the second-level
+/// cache twice. A multiple of [`PAIRED_COLUMNS`]; each lane's sum still takes its columns in
+/// order, so the bits are the same.
+const AVX2_CHUNK: usize = 1024;
 
 /// The sums of an AVX2 tile's half `side` of the lanes (0: lanes 0–7, 1: lanes 8–15), going
 /// on from `sums` over `columns` in column order, sixteen at a time.
@@ -529,8 +543,13 @@ impl Operands for PairedBf16Avx2 {
         // SAFETY: the pointers start rows of `cols` values; the blocks of 32 before `paired`
         // are whole, and the columns after them 16 or none.
         let (low, high) = unsafe {
-            let low = paired_half::<0>(tokens_in, rows_in, paired);
-            let high = paired_half::<1>(tokens_in, rows_in, paired);
+            let mut low = [[std::arch::x86_64::_mm256_setzero_ps(); AVX2_ROWS]; AVX2_TOKENS];
+            let mut high = low;
+            for start in (0..paired).step_by(AVX2_CHUNK) {
+                let chunk = start..(start + AVX2_CHUNK).min(paired);
+                low = paired_half::<0>(tokens_in, rows_in, chunk.clone(), low);
+                high = paired_half::<1>(tokens_in, rows_in, chunk, high);
+            }
             (
                 avx2_half(tokens_in, rows_in, paired..cols, 0, low),
                 avx2_half(tokens_in, rows_in, paired..cols, 1, high),
@@ -541,26 +560,26 @@ impl Operands for PairedBf16Avx2 {
     }
 }
 
-/// Half `SIDE` of [`PairedBf16Avx2`]'s sums (0: lanes 0–7) over the whole blocks of 32
-/// below `paired`. A function of its own per half, so that each half's loop gets the
-/// registers to itself: inlined in the tile, the second half's loop kept one of its nine
-/// sums on the stack, stored and loaded again at every step.
+/// Half `SIDE` of [`PairedBf16Avx2`]'s sums (0: lanes 0–7), going on from `sums` over the
+/// whole blocks of 32 in `columns`. A function of its own per half, so that each half's loop
+/// gets the registers to itself: inlined in the tile, the second half's loop kept one of its
+/// nine sums on the stack, stored and loaded again at every step.
 ///
 /// # Safety
-/// The CPU must have AVX2 and FMA; every pointer must start a row of at least `paired`
-/// values, a multiple of [`PAIRED_COLUMNS`].
+/// The CPU must have AVX2 and FMA; every pointer must start a row holding `columns`, whose
+/// start and end are multiples of [`PAIRED_COLUMNS`].
 #[cfg(target_arch = "x86_64")]
 #[inline(never)]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn paired_half<const SIDE: usize>(
     tokens_in: &[*const f32; AVX2_TOKENS],
     rows_in: &[*const bf16; AVX2_ROWS],
-    paired: usize,
+    columns: std::ops::Range<usize>,
+    mut sums: [[std::arch::x86_64::__m256; AVX2_ROWS]; AVX2_TOKENS],
 ) -> [[std::arch::x86_64::__m256; AVX2_ROWS]; AVX2_TOKENS] {
     use std::arch::x86_64::*;
     let high_halves = _mm256_set1_epi32(0xFFFF_0000_u32 as i32);
-    let mut sums = [[_mm256_setzero_ps(); AVX2_ROWS]; AVX2_TOKENS];
-    for c in (0..paired).step_by(PAIRED_COLUMNS) {
+    for c in columns.step_by(PAIRED_COLUMNS) {
         for odd in [false, true] {
             let at = c + 8 * SIDE + if odd { PAIRED_COLUMNS / 2 } else { 0 };
             // SAFETY: c + 32 <= paired, in every row (the caller's).
