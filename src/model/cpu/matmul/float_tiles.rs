@@ -362,8 +362,7 @@ impl<E: HostFloat> Operands for WidenedAvx2<E> {
         let tokens_in = rows_from(x, first_token, tokens, cols);
         let rows_in = rows_from(weight, first_row, rows, cols);
         let mut sums = [[[std::arch::x86_64::_mm256_setzero_ps(); AVX2_ROWS]; AVX2_TOKENS]; 2];
-        for start in (0..cols).step_by(AVX2_CHUNK) {
-            let chunk = start..(start + AVX2_CHUNK).min(cols);
+        for chunk in avx2_chunks(cols) {
             for (side, sums) in sums.iter_mut().enumerate() {
                 // SAFETY: the pointers start rows of `cols` values, a multiple of 16, as the
                 // chunk's start and end are.
@@ -390,12 +389,19 @@ const AVX2_TOKENS: usize = 2;
 const AVX2_ROWS: usize = 5;
 
 /// Columns of which an AVX2 tile sums both halves before it goes on to the next. 1024 keep
-/// its three tokens' values and three 16-bit weight rows within 18 KiB, so that the second
-/// half finds the lines the first half read in a 32 KiB first-level cache (Zen 3's): the
-/// halves over whole rows of 2048 columns (36 KiB) read every line from the second-level
-/// cache twice. A multiple of [`PAIRED_COLUMNS`]; each lane's sum still takes its columns in
-/// order, so the bits are the same.
+/// its two tokens' values (8 KiB) and five 16-bit weight rows (10 KiB) within 18 KiB, so that
+/// the second half finds the lines the first half read in a 32 KiB first-level cache (Zen
+/// 3's): the halves over whole rows of 2048 columns (36 KiB) read every line from the
+/// second-level cache twice. A multiple of [`PAIRED_COLUMNS`]; each lane's sum still takes
+/// its columns in order, so the bits are the same.
 const AVX2_CHUNK: usize = 1024;
+
+/// The chunks of [`AVX2_CHUNK`] columns of `0..end`, in order.
+fn avx2_chunks(end: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..end)
+        .step_by(AVX2_CHUNK)
+        .map(move |start| start..(start + AVX2_CHUNK).min(end))
+}
 
 /// The sums of an AVX2 tile's half `side` of the lanes (0: lanes 0–7, 1: lanes 8–15), going
 /// on from `sums` over `columns` in column order, sixteen at a time.
@@ -545,8 +551,7 @@ impl Operands for PairedBf16Avx2 {
         let (low, high) = unsafe {
             let mut low = [[std::arch::x86_64::_mm256_setzero_ps(); AVX2_ROWS]; AVX2_TOKENS];
             let mut high = low;
-            for start in (0..paired).step_by(AVX2_CHUNK) {
-                let chunk = start..(start + AVX2_CHUNK).min(paired);
+            for chunk in avx2_chunks(paired) {
                 low = paired_half::<0>(tokens_in, rows_in, chunk.clone(), low);
                 high = paired_half::<1>(tokens_in, rows_in, chunk, high);
             }
@@ -563,7 +568,7 @@ impl Operands for PairedBf16Avx2 {
 /// Half `SIDE` of [`PairedBf16Avx2`]'s sums (0: lanes 0–7), going on from `sums` over the
 /// whole blocks of 32 in `columns`. A function of its own per half, so that each half's loop
 /// gets the registers to itself: inlined in the tile, the second half's loop kept one of its
-/// nine sums on the stack, stored and loaded again at every step.
+/// sums on the stack, stored and loaded again at every step.
 ///
 /// # Safety
 /// The CPU must have AVX2 and FMA; every pointer must start a row holding `columns`, whose
