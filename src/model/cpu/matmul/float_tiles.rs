@@ -417,7 +417,9 @@ fn avx2_chunks(end: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
 }
 
 /// The sums of an AVX2 tile's half `side` of the lanes (0: lanes 0–7, 1: lanes 8–15), going
-/// on from those in `total` over `columns` in column order, sixteen at a time.
+/// on from those in `total` over `columns` in column order, sixteen at a time. Summed in a
+/// local copy, unlike [`paired_half`]'s: inlined in [`WidenedAvx2`]'s tile, adding into
+/// `total` in place ran F16 prompts 0.91–0.95× as fast on Zen 3.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C; every pointer must start a row holding `columns`,
@@ -604,7 +606,7 @@ unsafe fn paired_half<const SIDE: usize>(
     for c in columns.step_by(PAIRED_COLUMNS) {
         for odd in [false, true] {
             let at = c + 8 * SIDE + if odd { PAIRED_COLUMNS / 2 } else { 0 };
-            // SAFETY: c + 32 <= paired, in every row (the caller's).
+            // SAFETY: c + 32 <= the columns' end, in every row (the caller's).
             unsafe {
                 let values = tokens_in.map(|token| _mm256_loadu_ps(token.add(at)));
                 for (j, row) in rows_in.iter().enumerate() {
