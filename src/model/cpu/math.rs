@@ -76,6 +76,69 @@ pub fn unpack_five_bits(
     ]
 }
 
+/// [`unpack_five_bits`] for a word of fifth bits in `interleaved_fifth_bit`'s order (see
+/// `IntegerValues::FiveBitsInterleaved`), whose bits lie in no order one shift per 32-bit
+/// lane undoes: each 16-bit lane takes the half of the word its bit lies in, and a
+/// comparison with that bit alone makes it 16 where it is set.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn unpack_five_bits_interleaved(
+    packed: std::arch::x86_64::__m128i,
+    high: u32,
+    zero: std::arch::x86_64::__m256i,
+) -> [std::arch::x86_64::__m256i; 2] {
+    use std::arch::x86_64::*;
+    let high = _mm256_set1_epi32(high as i32);
+    let sixteens = |half: usize| {
+        let [picks, bits] = INTERLEAVED_FIFTH_BITS[half];
+        // SAFETY: each array is 32 bytes.
+        let (picks, bits) = unsafe {
+            (
+                _mm256_loadu_si256(picks.as_ptr().cast()),
+                _mm256_loadu_si256(bits.as_ptr().cast()),
+            )
+        };
+        let set = _mm256_cmpeq_epi16(
+            _mm256_and_si256(_mm256_shuffle_epi8(high, picks), bits),
+            bits,
+        );
+        _mm256_and_si256(set, _mm256_set1_epi16(16))
+    };
+    let [low, upper] = unpack_nibbles(packed, _mm256_setzero_si256());
+    [
+        _mm256_sub_epi16(_mm256_or_si256(low, sixteens(0)), zero),
+        _mm256_sub_epi16(_mm256_or_si256(upper, sixteens(1)), zero),
+    ]
+}
+
+/// For each half of a block's elements, as [`unpack_five_bits_interleaved`] reads their
+/// fifth bits from a word in every 32-bit lane: the bytes each 16-bit lane takes from its
+/// 128-bit lane's copy (the word's half that holds the element's bit), then that bit alone.
+#[cfg(target_arch = "x86_64")]
+const INTERLEAVED_FIFTH_BITS: [[[u8; 32]; 2]; 2] = {
+    use super::weights::interleaved_fifth_bit;
+    let mut out = [[[0; 32]; 2]; 2];
+    let mut half = 0;
+    while half < 2 {
+        let mut lane = 0;
+        while lane < 16 {
+            let bit = interleaved_fifth_bit(16 * half + lane);
+            let (word, mask) = (bit / 16, 1u16 << (bit % 16));
+            // Lane `lane`'s two bytes, from the word's copy at the start of their 128-bit
+            // lane, which the shuffle numbers bytes within.
+            let at = 2 * lane;
+            out[half][0][at] = 2 * word as u8;
+            out[half][0][at + 1] = 2 * word as u8 + 1;
+            out[half][1][at] = mask as u8;
+            out[half][1][at + 1] = (mask >> 8) as u8;
+            lane += 1;
+        }
+        half += 1;
+    }
+    out
+};
+
 /// Blocks of 5-bit values (`nibbles` and `high` as `IntegerValues::FiveBits` holds them) as
 /// one byte per value, `zero` taken off: [`unpack_five_bits`], narrowed back to bytes, for
 /// `Ints::unpack` (embedding rows, f32 copies of weights). The prompt tile widens its rows

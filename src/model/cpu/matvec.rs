@@ -301,13 +301,32 @@ impl<'a> Ints<'a> {
                     cols,
                 }
             }
+            Self::FiveBitsInterleaved {
+                nibbles,
+                high,
+                zero,
+                ..
+            } => {
+                debug_assert!(
+                    first.is_multiple_of(INTERLEAVED_ROWS) && len.is_multiple_of(INTERLEAVED_ROWS),
+                    "whole groups of interleaved rows"
+                );
+                Self::FiveBitsInterleaved {
+                    nibbles: &nibbles[first * cols / 2..(first + len) * cols / 2],
+                    high: &high[first * cols / NIBBLE_BLOCK..(first + len) * cols / NIBBLE_BLOCK],
+                    zero,
+                    cols,
+                }
+            }
         }
     }
 
     /// Rows that lie together and are split between threads together.
     fn rows_together(self) -> usize {
         match self {
-            Self::Interleaved { .. } | Self::SixBitsInterleaved { .. } => INTERLEAVED_ROWS,
+            Self::Interleaved { .. }
+            | Self::SixBitsInterleaved { .. }
+            | Self::FiveBitsInterleaved { .. } => INTERLEAVED_ROWS,
             _ => 1,
         }
     }
@@ -486,7 +505,7 @@ enum IntegerKernel {
     Avx2 { vnni: Option<Vnni> },
     /// See [`integer_avx512`].
     Avx512 { vnni: bool },
-    /// 4-bit and stepped 6-bit weights held interleaved.
+    /// 4-bit and stepped 6-bit weights held interleaved, and on AVX2 alone 5-bit ones.
     Interleaved(Interleaving),
 }
 
@@ -550,6 +569,10 @@ fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
     if let Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } = values {
         let interleaving = Interleaving::of(cpu).filter(|_| values.read_in(block));
         return interleaving.map(IntegerKernel::Interleaved);
+    }
+    if let Ints::FiveBitsInterleaved { .. } = values {
+        let avx2 = Interleaving::of(cpu) == Some(Interleaving::Avx2) && values.read_in(block);
+        return avx2.then_some(IntegerKernel::Interleaved(Interleaving::Avx2));
     }
     let fits = match values {
         Ints::Bytes(_) => matches!(block, 16 | 32),
@@ -652,11 +675,13 @@ impl IntegerActivations {
             interleaved: match (kernel, values) {
                 (
                     IntegerKernel::Interleaved(interleaving),
-                    Ints::Interleaved { zero, .. } | Ints::SixBitsInterleaved { zero, .. },
+                    Ints::Interleaved { zero, .. }
+                    | Ints::SixBitsInterleaved { zero, .. }
+                    | Ints::FiveBitsInterleaved { zero, .. },
                 ) => {
                     let zeroed = match values {
-                        Ints::Interleaved { .. } => NIBBLE_BLOCK,
-                        _ => SIX_BIT_BLOCK,
+                        Ints::SixBitsInterleaved { .. } => SIX_BIT_BLOCK,
+                        _ => NIBBLE_BLOCK,
                     };
                     let as_bytes = interleaving != Interleaving::Avx2;
                     let prepared =
@@ -774,6 +799,10 @@ unsafe fn rows_dot_together<const V: usize>(
                 match (weight, scales) {
                     (Ints::Interleaved { values, .. }, _) => {
                         rows_dot(Lines::Nibbles(values), scales, offsets, xs, buffer, outs)
+                    }
+                    (Ints::FiveBitsInterleaved { nibbles, high, .. }, _) => {
+                        let lines = Lines::FiveBits { nibbles, high };
+                        rows_dot(lines, scales, offsets, xs, buffer, outs)
                     }
                     (
                         Ints::SixBitsInterleaved {
@@ -1566,31 +1595,58 @@ mod tests {
                     .map(|(c, &q)| f32::from(q) * ints.scales[c / block])
                     .collect::<Vec<f32>>()
             };
-            // 4-bit values and stepped 6-bit ones in whole groups of rows (6-bit ones of
-            // whole super-blocks), interleaved where the CPU has the kernel that reads them so.
-            let interleaved = IntegerWeights {
-                dims: [rows, cols],
-                block,
-                values: match packed {
-                    true => IntegerValues::packing(&weight, block),
-                    false => IntegerValues::Bytes(weight.clone()),
-                },
-                scales: factors(&scales),
-                offsets: offsets.as_deref().map(factors),
-            }
-            .interleaved();
-            let interleaves = (bits == 4 || bits == 6 && stepped && cols.is_multiple_of(256))
-                && rows.is_multiple_of(INTERLEAVED_ROWS)
-                && features::cpu().interleaves(bits);
-            assert_eq!(
+            // 4- and 5-bit values and stepped 6-bit ones in whole groups of rows (6-bit ones
+            // of whole super-blocks), interleaved where a CPU with `cpu` has the kernel that
+            // reads them so.
+            let interleaved_for = |cpu: Features| {
+                IntegerWeights {
+                    dims: [rows, cols],
+                    block,
+                    values: match packed {
+                        true => IntegerValues::packing(&weight, block),
+                        false => IntegerValues::Bytes(weight.clone()),
+                    },
+                    scales: factors(&scales),
+                    offsets: offsets.as_deref().map(factors),
+                }
+                .interleaved_for(cpu)
+            };
+            let interleaves = |cpu: Features| {
+                (bits == 4 || bits == 5 || bits == 6 && stepped && cols.is_multiple_of(256))
+                    && rows.is_multiple_of(INTERLEAVED_ROWS)
+                    && cpu.interleaves(bits)
+            };
+            let is_interleaved = |values: &IntegerValues| {
                 matches!(
-                    interleaved.values,
-                    IntegerValues::Interleaved { .. } | IntegerValues::SixBitsInterleaved { .. }
-                ),
+                    values,
+                    IntegerValues::Interleaved { .. }
+                        | IntegerValues::SixBitsInterleaved { .. }
+                        | IntegerValues::FiveBitsInterleaved { .. }
+                )
+            };
+            let cpu = features::cpu();
+            assert_eq!(
+                is_interleaved(&interleaved_for(cpu).values),
+                interleaves(cpu),
+                "{rows}x{cols}, {bits} bits: interleaved as loaded"
+            );
+            // As the loader lays them out for the AVX2 kernel, which every CPU with AVX2
+            // runs, so that every CI machine checks it, and 5-bit values, which no other
+            // kernel reads.
+            let avx2_alone = Features {
+                avx2: cpu.avx2,
+                ..Features::default()
+            };
+            let interleaved = interleaved_for(avx2_alone);
+            let loaded_so = interleaves(cpu);
+            let interleaves = interleaves(avx2_alone);
+            assert_eq!(
+                is_interleaved(&interleaved.values),
                 interleaves,
                 "{rows}x{cols}, {bits} bits: interleaved"
             );
-            // 4-bit weights' factors laid out by block with them, 6-bit ones' as they were.
+            // 4- and 5-bit weights' factors laid out by block with them, 6-bit ones' as they
+            // were.
             let (tile_scales, tile_offsets) = (
                 interleaved.scales.borrowed(),
                 interleaved.offsets.as_ref().map(BlockFactors::borrowed),
@@ -1601,7 +1657,7 @@ mod tests {
                         factors,
                         Factors::F16ByBlock { .. } | Factors::ScaledByBlock { .. }
                     ),
-                    interleaves && bits == 4,
+                    interleaves && bits < 6,
                     "{rows}x{cols}, {bits} bits: factors by block"
                 );
             }
@@ -1610,11 +1666,17 @@ mod tests {
                 offset_factors.as_ref().map(BlockFactors::borrowed),
             );
             let tiles = interleaves.then(|| interleaved.values.borrowed());
-            if let Some(tiles) = tiles {
+            if let Some(tiles) = tiles.filter(|_| loaded_so) {
+                let interleaving = match bits {
+                    5 => Some(Interleaving::Avx2),
+                    _ => Interleaving::of(cpu),
+                };
                 assert_eq!(
                     integer_kernel(tiles, block),
-                    Interleaving::of(features::cpu()).map(IntegerKernel::Interleaved)
+                    interleaving.map(IntegerKernel::Interleaved)
                 );
+            }
+            if let Some(tiles) = tiles {
                 let widen = |values, scales, offsets| {
                     let rows = WeightRows::Integers {
                         values,
@@ -1635,14 +1697,13 @@ mod tests {
             if let Some(fastest) = integer_kernel(ints, block) {
                 // Every kernel sums each output in one order, so all give the same bits.
                 let mut first: Option<(IntegerKernel, Vec<f32>)> = None;
-                // Each interleaved kernel this CPU runs, with the factors laid out as the
-                // loader lays them out, and with them in rows: the AVX2 one too where the
-                // loader would pick another, so that every CI machine checks it.
-                let cpu = features::cpu();
+                // Each interleaved kernel this CPU runs that reads the values, with the factors
+                // laid out as the loader lays them out, and with them in rows: the AVX2 one
+                // too where the loader would pick another.
                 let interleavings = [
                     (Interleaving::Avx2, cpu.avx2),
-                    (Interleaving::AvxVnni, cpu.avx_vnni),
-                    (Interleaving::Avx512Vnni, cpu.avx512_vnni),
+                    (Interleaving::AvxVnni, cpu.avx_vnni && bits != 5),
+                    (Interleaving::Avx512Vnni, cpu.avx512_vnni && bits != 5),
                 ];
                 let runs = integer_kernels_up_to(fastest, ints, stepped)
                     .into_iter()

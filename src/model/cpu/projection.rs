@@ -245,14 +245,16 @@ mod tests {
                     .map(|offsets| offsets.compacted(block)),
             }
             .interleaved();
-            let interleaves = (bits == 4 || bits == 6 && stepped)
+            let interleaves = (bits == 4 || bits == 5 || bits == 6 && stepped)
                 && rows.is_multiple_of(INTERLEAVED_ROWS)
                 && features::cpu().interleaves(bits);
             assert_eq!(
                 interleaves,
                 matches!(
                     weights.values,
-                    IntegerValues::Interleaved { .. } | IntegerValues::SixBitsInterleaved { .. }
+                    IntegerValues::Interleaved { .. }
+                        | IntegerValues::SixBitsInterleaved { .. }
+                        | IntegerValues::FiveBitsInterleaved { .. }
                 )
             );
             Weight::Integers(Arc::new(weights))
@@ -270,6 +272,8 @@ mod tests {
             (48, 768, 32, 4, true, true),
             (37, 576, 32, 5, true, false),
             (37, 608, 32, 5, false, false),
+            (48, 576, 32, 5, true, false),
+            (48, 608, 32, 5, false, false),
             (37, 768, 16, 6, false, false),
             (37, 768, 16, 6, false, true),
             (48, 768, 16, 6, false, true),

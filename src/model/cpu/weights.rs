@@ -11,6 +11,7 @@ use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
 use rayon::prelude::*;
 
+use super::features::Features;
 use super::host::HostTensor;
 use super::matvec::read_stepped;
 
@@ -630,6 +631,17 @@ pub enum IntegerValues {
         zero: u8,
         cols: usize,
     },
+    /// 5-bit values as [`IntegerValues::FiveBits`] holds them, each [`INTERLEAVED_ROWS`]
+    /// rows interleaved for the AVX2 kernel without VNNI (`Features::interleaves`): the
+    /// nibbles as [`IntegerValues::Interleaved`] lays out 4-bit values, and the words of
+    /// fifth bits laid out by block as factors are ([`by_block_at`]), one line of sixteen
+    /// rows' words per block, each word in [`interleaved_fifth_bit`]'s order.
+    FiveBitsInterleaved {
+        nibbles: Vec<u8>,
+        high: Vec<u32>,
+        zero: u8,
+        cols: usize,
+    },
 }
 
 /// Rows whose 4-bit values [`IntegerValues::Interleaved`] interleaves: one 32-bit lane each
@@ -667,11 +679,10 @@ pub const fn interleaved_crumb_at(cols: usize, row: usize, b: usize, j: usize) -
 }
 
 /// Whether weights of `rows` rows of `cols` values of `bits` are held interleaved, for a
-/// kernel that reads rows in blocks of `unit` values: where that kernel runs
-/// (`Features::interleaves`, which `SMOLCHAT_MAX_CPU` may turn off), for rows in whole
-/// groups.
-fn interleaves(rows: usize, cols: usize, bits: u32, unit: usize) -> bool {
-    super::features::cpu().interleaves(bits)
+/// kernel that reads rows in blocks of `unit` values: where that kernel runs on `cpu`
+/// (`Features::interleaves`), for rows in whole groups.
+fn interleaves(cpu: Features, rows: usize, cols: usize, bits: u32, unit: usize) -> bool {
+    cpu.interleaves(bits)
         && rows > 0
         && rows.is_multiple_of(INTERLEAVED_ROWS)
         && cols.is_multiple_of(unit)
@@ -752,6 +763,60 @@ pub const fn fifth_bits_in_order(word: u32) -> u32 {
     x ^ t ^ (t << 8)
 }
 
+/// The bit of its block's word that holds element `j`'s fifth bit where
+/// [`IntegerValues::FiveBitsInterleaved`] holds it. Nibble line `k` holds bytes `4k..4k + 4`
+/// of each row's block, two 16-bit words, and the AVX2 kernel masks each word's four
+/// nibbles in place (elements `4k + 2w`, `16 + 4k + 2w`, `4k + 2w + 1`, then
+/// `17 + 4k + 2w`, for word `w`): in each half of the word, the first three nibbles' fifth
+/// bits lie `k` below the bit above each nibble, where one shift by `k` puts them, and the
+/// fourth's at bit `13 + k` (bit 0 for the last line), where one shift puts it above the
+/// fourth nibble shifted down.
+pub const fn interleaved_fifth_bit(j: usize) -> usize {
+    let (upper, k, i) = (j / 16, j % 16 / 4, j % 4);
+    let word = 16 * (i / 2);
+    match (upper, i % 2) {
+        (0, 0) => word + 4 - k,
+        (0, _) => word + 12 - k,
+        (_, 0) => word + 8 - k,
+        _ => word + (13 + k) % 16,
+    }
+}
+
+/// A block's word of fifth bits moved from one order to another by `moves` (see
+/// [`fifth_bit_moves`]), a byte at a time: bit by bit, a 1B Q4_K_M file's 5-bit tensors took
+/// half a second of its loading.
+fn fifth_bits_moved(word: u32, moves: &[[u32; 256]; 4]) -> u32 {
+    let bytes = word.to_le_bytes();
+    (bytes.iter().zip(moves)).fold(0, |out, (&byte, moves)| out | moves[usize::from(byte)])
+}
+
+/// For each byte of a word of fifth bits in [`fifth_bit`]'s order (or, not
+/// `to_interleaved`, in [`interleaved_fifth_bit`]'s) and each value it takes, those bits
+/// where the other order keeps them.
+const fn fifth_bit_moves(to_interleaved: bool) -> [[u32; 256]; 4] {
+    let mut moves = [[0; 256]; 4];
+    let mut j = 0;
+    while j < NIBBLE_BLOCK {
+        let (from, to) = match to_interleaved {
+            true => (fifth_bit(j), interleaved_fifth_bit(j)),
+            false => (interleaved_fifth_bit(j), fifth_bit(j)),
+        };
+        let mut value = 0;
+        while value < 256 {
+            moves[from / 8][value] |= (value as u32 >> (from % 8) & 1) << to;
+            value += 1;
+        }
+        j += 1;
+    }
+    moves
+}
+
+/// See [`fifth_bit_moves`].
+const TO_INTERLEAVED: [[u32; 256]; 4] = fifth_bit_moves(true);
+
+/// See [`fifth_bit_moves`].
+const FROM_INTERLEAVED: [[u32; 256]; 4] = fifth_bit_moves(false);
+
 /// The values of integer weights, borrowed.
 #[derive(Clone, Copy)]
 pub enum Ints<'a> {
@@ -783,6 +848,13 @@ pub enum Ints<'a> {
     SixBitsInterleaved {
         nibbles: &'a [u8],
         crumbs: &'a [u8],
+        zero: u8,
+        cols: usize,
+    },
+    /// See [`IntegerValues::FiveBitsInterleaved`]: whole groups of rows.
+    FiveBitsInterleaved {
+        nibbles: &'a [u8],
+        high: &'a [u32],
         zero: u8,
         cols: usize,
     },
@@ -949,13 +1021,20 @@ impl IntegerWeights {
         }
     }
 
-    /// The same weights with 4-bit values [`IntegerValues::Interleaved`], their factors laid
-    /// out by block, and stepped 6-bit ones [`IntegerValues::SixBitsInterleaved`] where the
-    /// decode kernel reads them so ([`interleaves`]; 4-bit rows whose factors can be laid out
-    /// so, 6-bit rows of whole super-blocks, whose steps and bases the AVX2 kernel reads a
-    /// super-block at a time), in place, a group of rows at a time on every core; as they
-    /// are otherwise.
+    /// The same weights with 4- and 5-bit values [`IntegerValues::Interleaved`] and
+    /// [`IntegerValues::FiveBitsInterleaved`], their factors laid out by block, and stepped
+    /// 6-bit ones [`IntegerValues::SixBitsInterleaved`] where this CPU's decode kernel reads
+    /// them so (see [`IntegerWeights::interleaved_for`]); as they are otherwise.
     pub fn interleaved(self) -> Self {
+        self.interleaved_for(super::features::cpu())
+    }
+
+    /// [`IntegerWeights::interleaved`] for the kernels of a CPU with `cpu`'s features
+    /// ([`interleaves`]; 4- and 5-bit rows whose factors can be laid out by block, 6-bit rows
+    /// of whole super-blocks, whose steps and bases the AVX2 kernel reads a super-block at a
+    /// time), in place, a group of rows at a time on every core. Tests lay weights out for
+    /// the AVX2 kernel on every CPU that runs it.
+    pub fn interleaved_for(self, cpu: Features) -> Self {
         let [rows, cols] = self.dims;
         let stepped = || {
             let offsets = self.offsets.as_ref().map(BlockFactors::borrowed);
@@ -964,9 +1043,13 @@ impl IntegerWeights {
         let blocks = cols / self.block.max(1);
         let by_block = self.scales.can_lay_out_by_block(blocks)
             && (self.offsets.as_ref()).is_none_or(|offsets| offsets.can_lay_out_by_block(blocks));
+        let bits = match self.values {
+            IntegerValues::FiveBits { .. } => 5,
+            _ => 4,
+        };
         let values = match self.values {
-            values @ IntegerValues::Nibbles { .. }
-                if by_block && interleaves(rows, cols, 4, NIBBLE_BLOCK) =>
+            values @ (IntegerValues::Nibbles { .. } | IntegerValues::FiveBits { .. })
+                if by_block && interleaves(cpu, rows, cols, bits, NIBBLE_BLOCK) =>
             {
                 return Self {
                     values: values.interleaving(cols),
@@ -976,7 +1059,7 @@ impl IntegerWeights {
                 };
             }
             values @ IntegerValues::SixBits { .. }
-                if stepped() && interleaves(rows, cols, 6, SUPER_BLOCK) =>
+                if stepped() && interleaves(cpu, rows, cols, 6, SUPER_BLOCK) =>
             {
                 values.interleaving(cols)
             }
@@ -1184,12 +1267,23 @@ impl IntegerValues {
                 zero,
                 cols,
             },
+            &Self::FiveBitsInterleaved {
+                ref nibbles,
+                ref high,
+                zero,
+                cols,
+            } => Ints::FiveBitsInterleaved {
+                nibbles,
+                high,
+                zero,
+                cols,
+            },
         }
     }
 
-    /// 4-bit values as [`IntegerValues::Interleaved`] lays them out and 6-bit ones as
-    /// [`IntegerValues::SixBitsInterleaved`] does, in whole groups of rows of `cols` values;
-    /// others as they are. Where the kernels read them so is [`IntegerWeights::interleaved`]'s
+    /// 4-, 5- and 6-bit values as [`IntegerValues::Interleaved`],
+    /// [`IntegerValues::FiveBitsInterleaved`] and [`IntegerValues::SixBitsInterleaved`] lay
+    /// them out, in whole groups of rows of `cols` values; others as they are. Where the kernels read them so is [`IntegerWeights::interleaved`]'s
     /// to say.
     fn interleaving(self, cols: usize) -> Self {
         match self {
@@ -1207,6 +1301,22 @@ impl IntegerValues {
                 Self::SixBitsInterleaved {
                     nibbles,
                     crumbs,
+                    zero,
+                    cols,
+                }
+            }
+            Self::FiveBits {
+                mut nibbles,
+                mut high,
+                zero,
+            } => {
+                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut nibbles, cols);
+                high.par_iter_mut()
+                    .for_each(|word| *word = fifth_bits_moved(*word, &TO_INTERLEAVED));
+                lay_out_by_block(&mut high, cols / NIBBLE_BLOCK);
+                Self::FiveBitsInterleaved {
+                    nibbles,
+                    high,
                     zero,
                     cols,
                 }
@@ -1249,7 +1359,8 @@ impl Ints<'_> {
             Self::Nibbles { values, .. } | Self::Interleaved { values, .. } => values.len() * 2,
             Self::FiveBits { nibbles, .. }
             | Self::SixBits { nibbles, .. }
-            | Self::SixBitsInterleaved { nibbles, .. } => nibbles.len() * 2,
+            | Self::SixBitsInterleaved { nibbles, .. }
+            | Self::FiveBitsInterleaved { nibbles, .. } => nibbles.len() * 2,
         }
     }
 
@@ -1258,9 +1369,10 @@ impl Ints<'_> {
     pub fn read_in(&self, block: usize) -> bool {
         match self {
             Self::Bytes(_) => true,
-            Self::Nibbles { .. } | Self::FiveBits { .. } | Self::Interleaved { .. } => {
-                block == NIBBLE_BLOCK
-            }
+            Self::Nibbles { .. }
+            | Self::FiveBits { .. }
+            | Self::Interleaved { .. }
+            | Self::FiveBitsInterleaved { .. } => block == NIBBLE_BLOCK,
             Self::SixBits { .. } | Self::SixBitsInterleaved { .. } => block == SIX_BIT_BLOCK,
         }
     }
@@ -1307,6 +1419,27 @@ impl Ints<'_> {
                 [
                     row_share(nibbles, first, units * INTERLEAVED_BLOCK_BYTES, row),
                     row_share(crumbs, first_crumb, units * INTERLEAVED_CRUMB_BYTES, row),
+                ]
+            }
+            Self::FiveBitsInterleaved {
+                nibbles,
+                high,
+                cols,
+                ..
+            } => {
+                let (row, b) = (range.start / cols, range.start % cols / NIBBLE_BLOCK);
+                let first_row = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
+                let blocks = range.len() / NIBBLE_BLOCK;
+                let first = interleaved_at(cols, first_row, b, 0);
+                let first_high = 4 * by_block_at(cols / NIBBLE_BLOCK, first_row, b);
+                [
+                    row_share(nibbles, first, blocks * INTERLEAVED_BLOCK_BYTES, row),
+                    row_share(
+                        bytemuck::cast_slice(high),
+                        first_high,
+                        blocks * INTERLEAVED_LINE_BYTES,
+                        row,
+                    ),
                 ]
             }
         }
@@ -1420,6 +1553,32 @@ impl Ints<'_> {
                     .unpack(0, bytes);
                 }
             }
+            Self::FiveBitsInterleaved {
+                nibbles,
+                high,
+                zero,
+                cols,
+            } => {
+                let mut plain = [0u8; UNPACKED_PIECE / 2];
+                let mut plain_high = [0u32; UNPACKED_PIECE / NIBBLE_BLOCK];
+                for (p, bytes) in bytes.chunks_mut(UNPACKED_PIECE).enumerate() {
+                    let at = start + p * UNPACKED_PIECE;
+                    let (row, first) = (at / cols, at % cols / NIBBLE_BLOCK);
+                    let plain = &mut plain[..bytes.len() / 2];
+                    let plain_high = &mut plain_high[..bytes.len() / NIBBLE_BLOCK];
+                    gather_interleaved::<{ NIBBLE_BLOCK / 2 }>(nibbles, cols, row, first, plain);
+                    for (b, word) in plain_high.iter_mut().enumerate() {
+                        let stored = high[by_block_at(cols / NIBBLE_BLOCK, row, first + b)];
+                        *word = fifth_bits_moved(stored, &FROM_INTERLEAVED);
+                    }
+                    Ints::FiveBits {
+                        nibbles: plain,
+                        high: plain_high,
+                        zero,
+                    }
+                    .unpack(0, bytes);
+                }
+            }
         }
     }
 
@@ -1434,7 +1593,9 @@ impl Ints<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     pub unsafe fn widen(&self, start: usize, steps: Option<&[i8]>, words: &mut [i16]) {
-        use super::math::{unpack_five_bits, unpack_nibbles, unpack_six_bits};
+        use super::math::{
+            unpack_five_bits, unpack_five_bits_interleaved, unpack_nibbles, unpack_six_bits,
+        };
         use std::arch::x86_64::*;
         let (len, blocks) = (words.len(), words.len() / NIBBLE_BLOCK);
         assert!(
@@ -1542,6 +1703,24 @@ impl Ints<'_> {
                         )
                     };
                     let halves = unpack_six_bits(packed, crumbs, zero(z));
+                    unsafe { put_words(halves, steps, b, out) };
+                }
+            }
+            Self::FiveBitsInterleaved {
+                nibbles,
+                high,
+                zero: z,
+                cols,
+            } => {
+                let (row, first) = interleaved_span(start, len, cols);
+                let last = interleaved_at(cols, row, first + blocks - 1, NIBBLE_BLOCK / 2 - 1);
+                assert!(last < nibbles.len(), "the row's blocks");
+                for b in 0..blocks {
+                    let at = interleaved_at(cols, row, first + b, 0);
+                    // SAFETY: the block's four lines lie before the last block's last byte.
+                    let packed = unsafe { interleaved_lines::<4>(nibbles, at) };
+                    let high = high[by_block_at(cols / NIBBLE_BLOCK, row, first + b)];
+                    let halves = unpack_five_bits_interleaved(packed, high, zero(z));
                     unsafe { put_words(halves, steps, b, out) };
                 }
             }
@@ -1722,7 +1901,10 @@ pub fn row_block(scheme: &QuantScheme, cols: usize) -> Option<usize> {
 mod tests {
     use half::f16;
 
-    use super::{BlockFactors, IntegerValues, IntegerWeights, fifth_bit, fifth_bits_in_order};
+    use super::{
+        BlockFactors, FROM_INTERLEAVED, IntegerValues, IntegerWeights, TO_INTERLEAVED, fifth_bit,
+        fifth_bits_in_order, fifth_bits_moved, interleaved_fifth_bit,
+    };
 
     fn widened(weights: &IntegerWeights) -> Vec<f32> {
         let mut out = vec![f32::NAN; weights.dims[0] * weights.dims[1]];
@@ -1753,6 +1935,23 @@ mod tests {
         let word = 0x9E37_79B9;
         let one_by_one = (0..32).fold(0, |out, j| out | ((word >> j) & 1) << fifth_bit(j));
         assert_eq!(fifth_bits_in_order(word), one_by_one);
+    }
+
+    /// The interleaved order of fifth bits gives each element a bit of its own, a word moves
+    /// into it as it would bit by bit, and back to the word it was.
+    #[test]
+    fn the_interleaved_order_of_fifth_bits_is_a_permutation() {
+        let mut bits: Vec<usize> = (0..32).map(interleaved_fifth_bit).collect();
+        bits.sort_unstable();
+        assert_eq!(bits, (0..32).collect::<Vec<_>>());
+        for word in [0x9E37_79B9, 1, 0x8000_0000, u32::MAX] {
+            let one_by_one = (0..32).fold(0, |out, j| {
+                out | (word >> fifth_bit(j) & 1) << interleaved_fifth_bit(j)
+            });
+            let moved = fifth_bits_moved(word, &TO_INTERLEAVED);
+            assert_eq!(moved, one_by_one);
+            assert_eq!(fifth_bits_moved(moved, &FROM_INTERLEAVED), word);
+        }
     }
 
     /// Q4_0's values (-8 to 7, no offsets) and Q4_1's (0 to 15, offsets) pack into nibbles,
@@ -1939,10 +2138,10 @@ mod tests {
         }
     }
 
-    /// A prompt tile's rows widen to the values stored, times their steps where given, from
-    /// every layout: bytes, 4-, 5- and 6-bit values, and 4- and 6-bit ones interleaved
-    /// (built here whatever this CPU's kernels read), in a row of a later group of rows and
-    /// from a block inside it.
+    /// A prompt tile's rows widen to the values stored, times their steps where given, and
+    /// unpack to them, from every layout: bytes, 4-, 5- and 6-bit values, and each
+    /// interleaved (built here whatever this CPU's kernels read), in a row of a later group
+    /// of rows and from a block inside it.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn rows_widen_to_the_values_stored_from_every_layout() {
@@ -1962,11 +2161,13 @@ mod tests {
         let nibbles = IntegerValues::packing(&fours, 32);
         let interleaved = IntegerValues::packing(&fours, 32).interleaving(cols);
         let six_bits_interleaved = IntegerValues::packing(&sixes, 16).interleaving(cols);
+        let five_bits_interleaved = IntegerValues::packing(&fives, 32).interleaving(cols);
         assert!(matches!(
-            (&interleaved, &six_bits_interleaved),
+            (&interleaved, &six_bits_interleaved, &five_bits_interleaved),
             (
                 IntegerValues::Interleaved { .. },
-                IntegerValues::SixBitsInterleaved { .. }
+                IntegerValues::SixBitsInterleaved { .. },
+                IntegerValues::FiveBitsInterleaved { .. }
             )
         ));
         let layouts = [
@@ -1976,6 +2177,7 @@ mod tests {
             ("6 bits", IntegerValues::packing(&sixes, 16), &sixes),
             ("4 bits interleaved", interleaved, &fours),
             ("6 bits interleaved", six_bits_interleaved, &sixes),
+            ("5 bits interleaved", five_bits_interleaved, &fives),
         ];
         let steps: Vec<i8> = (0..len / 16).map(|b| (b * 53 % 255) as i8).collect();
         for (layout, values, stored) in &layouts {
@@ -1996,6 +2198,9 @@ mod tests {
                         "{layout}, {start}..+{count}, stepped {stepped}"
                     );
                 }
+                let mut bytes = vec![i8::MIN; count];
+                values.borrowed().unpack(start, &mut bytes);
+                assert_eq!(bytes, stored[start..start + count], "{layout}: unpacked");
             }
         }
     }
@@ -2006,47 +2211,74 @@ mod tests {
     #[test]
     fn a_group_of_interleaved_rows_asks_for_its_lines_in_shares() {
         use super::{
-            INTERLEAVED_BLOCK_BYTES, INTERLEAVED_CRUMB_BYTES, INTERLEAVED_ROWS, interleaved_at,
-            interleaved_crumb_at,
+            INTERLEAVED_BLOCK_BYTES, INTERLEAVED_CRUMB_BYTES, INTERLEAVED_LINE_BYTES,
+            INTERLEAVED_ROWS, by_block_at, interleaved_at, interleaved_crumb_at,
         };
         let (rows, cols) = (32, 512);
         let sixes: Vec<i8> = (0..rows * cols).map(|i| (i % 64) as i8 - 32).collect();
-        let values = IntegerValues::packing(&sixes, 16).interleaving(cols);
-        let ints = values.borrowed();
+        let fives: Vec<i8> = (0..rows * cols).map(|i| (i % 32) as i8 - 16).collect();
+        let six_bits = IntegerValues::packing(&sixes, 16).interleaving(cols);
+        let five_bits = IntegerValues::packing(&fives, 32).interleaving(cols);
         let (first_col, len) = (256, 192);
+        let b = first_col / 32;
         for group in 0..rows / INTERLEAVED_ROWS {
             let first_row = group * INTERLEAVED_ROWS;
-            let wants = [
-                (
-                    interleaved_at(cols, first_row, first_col / 32, 0),
-                    INTERLEAVED_BLOCK_BYTES,
-                ),
-                (
-                    interleaved_crumb_at(cols, first_row, first_col / 32, 0),
-                    INTERLEAVED_CRUMB_BYTES,
-                ),
+            let nibbles_from = (
+                interleaved_at(cols, first_row, b, 0),
+                INTERLEAVED_BLOCK_BYTES,
+            );
+            // Each layout's two arrays, and where the range's lines begin in each and their
+            // bytes per block.
+            type Layout<'a> = (&'a IntegerValues, [&'a [u8]; 2], [(usize, usize); 2]);
+            let layouts: [Layout; 2] = [
+                match &six_bits {
+                    IntegerValues::SixBitsInterleaved {
+                        nibbles, crumbs, ..
+                    } => (
+                        &six_bits,
+                        [nibbles, crumbs],
+                        [
+                            nibbles_from,
+                            (
+                                interleaved_crumb_at(cols, first_row, b, 0),
+                                INTERLEAVED_CRUMB_BYTES,
+                            ),
+                        ],
+                    ),
+                    other => panic!("6 bits interleaved as {other:?}"),
+                },
+                match &five_bits {
+                    IntegerValues::FiveBitsInterleaved { nibbles, high, .. } => (
+                        &five_bits,
+                        [nibbles, bytemuck::cast_slice(high)],
+                        [
+                            nibbles_from,
+                            (
+                                4 * by_block_at(cols / 32, first_row, b),
+                                INTERLEAVED_LINE_BYTES,
+                            ),
+                        ],
+                    ),
+                    other => panic!("5 bits interleaved as {other:?}"),
+                },
             ];
-            let IntegerValues::SixBitsInterleaved {
-                nibbles, crumbs, ..
-            } = &values
-            else {
-                unreachable!()
-            };
-            for (k, (array, (first, per_block))) in [nibbles, crumbs].iter().zip(wants).enumerate()
-            {
-                let mut next = first;
-                for row in first_row..first_row + INTERLEAVED_ROWS {
-                    let start = row * cols + first_col;
-                    let share = ints.stored(start..start + len)[k];
-                    let at = share.as_ptr() as usize - array.as_ptr() as usize;
-                    assert_eq!(
-                        (at, share.len()),
-                        (next, len / 32 * per_block / 16),
-                        "row {row}"
-                    );
-                    next += share.len();
+            for (values, arrays, wants) in layouts {
+                let ints = values.borrowed();
+                for (k, (array, (first, per_block))) in arrays.iter().zip(wants).enumerate() {
+                    let mut next = first;
+                    for row in first_row..first_row + INTERLEAVED_ROWS {
+                        let start = row * cols + first_col;
+                        let share = ints.stored(start..start + len)[k];
+                        let at = share.as_ptr() as usize - array.as_ptr() as usize;
+                        assert_eq!(
+                            (at, share.len()),
+                            (next, len / 32 * per_block / 16),
+                            "row {row}, array {k}"
+                        );
+                        next += share.len();
+                    }
+                    assert_eq!(next, first + len / 32 * per_block, "group {group}");
                 }
-                assert_eq!(next, first + len / 32 * per_block, "group {group}");
             }
         }
     }

@@ -425,7 +425,9 @@ pub unsafe fn rows_dot<const V: usize>(
                             }
                         }
                     }
-                    Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } => {
+                    Ints::Interleaved { .. }
+                    | Ints::SixBitsInterleaved { .. }
+                    | Ints::FiveBitsInterleaved { .. } => {
                         unreachable!("interleaved weights take their own kernel")
                     }
                 }

@@ -836,7 +836,9 @@ macro_rules! kernel {
                                     std::array::from_fn(|v| whole(unit, x[v]))
                                 });
                             }
-                            Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } => {
+                            Ints::Interleaved { .. }
+                            | Ints::SixBitsInterleaved { .. }
+                            | Ints::FiveBitsInterleaved { .. } => {
                                 unreachable!("interleaved weights take their own kernel")
                             }
                         }

@@ -100,6 +100,9 @@ pub enum Lines<'a> {
         steps: &'a [i8],
         factors: Factors<'a>,
     },
+    /// 5-bit values, which the AVX2 kernel alone reads (`Features::interleaves`): their
+    /// nibbles as 4-bit values lie, and their words of fifth bits a line per block.
+    FiveBits { nibbles: &'a [u8], high: &'a [u32] },
 }
 
 /// Adds each row's product with each of the `V` activation rows to that row's output,
@@ -237,6 +240,9 @@ pub unsafe fn rows_dot<'a, const V: usize>(
                         }
                     }
                 }
+                Lines::FiveBits { .. } => {
+                    unreachable!("5-bit values are interleaved for the AVX2 kernel alone")
+                }
             }
             for (v, sums) in sums.iter().enumerate() {
                 _mm512_storeu_ps(outs[v].as_mut_ptr().add(first), *sums);
@@ -269,7 +275,7 @@ impl<'a> FactorsAhead<'a> {
     ) -> Self {
         let (factors, per_block) = match lines {
             Lines::SixBits { factors, .. } => (factors, 2),
-            Lines::Nibbles(_) => (scales, 1),
+            Lines::Nibbles(_) | Lines::FiveBits { .. } => (scales, 1),
         };
         Self {
             factors,

@@ -100,6 +100,9 @@ pub unsafe fn rows_dot<'a, const V: usize>(
                     &xs,
                     [&mut firsts, &mut lasts],
                 ),
+                Lines::FiveBits { .. } => {
+                    unreachable!("5-bit values are interleaved for the AVX2 kernel alone")
+                }
             }
             for (h, sums) in [firsts, lasts].iter().enumerate() {
                 for (v, sums) in sums.iter().enumerate() {
