@@ -14,9 +14,10 @@
 //! activations are laid out in pairs as the words take them ([`pairs`]), and a pair
 //! broadcast meets eight rows' words in one instruction. 5-bit values add their fifth bits
 //! to the nibbles so masked, from a line of each row's word per block laid out for it
-//! (`interleaved_fifth_bit`: two shifts and four masks a half line). Their blocks took the
-//! row kernel before, where a Gemma-3-1B Q4_K_M file, a third of it Q5_0, decoded at 0.95×
-//! llama.cpp's on Zen 3; so it decodes at 1.19× (a 135M Q5_0 file 1.4× as fast as before).
+//! (`interleaved_fifth_bit`: two shifts, four masks and four ORs a half line). Their blocks
+//! took the row kernel before, where a Gemma-3-1B Q4_K_M file, a third of it Q5_0, decoded
+//! at 0.95× llama.cpp's on Zen 3; so it decodes at 1.19× (a 135M Q5_0 file 1.4× as fast as
+//! before).
 //! 6-bit values are made bytes as the VNNI kernels make them, and each word's two bytes
 //! multiplied apart.
 //!
