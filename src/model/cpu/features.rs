@@ -40,16 +40,16 @@ impl Features {
         self.avx512_vnni || self.avx_vnni
     }
 
-    /// Whether the decode kernels read weights of `bits` (4, 5, or 6 read stepped)
-    /// interleaved, rows in lanes (`matvec::Interleaving`): 4- and 6-bit ones with VNNI, and
-    /// with AVX2 and no AVX-512 too, where 16-bit products cost what the row kernel's cost
-    /// and nothing is added across lanes; 5-bit ones on that last kind alone, whose kernel
-    /// alone reads them.
+    /// Whether the decode kernels read weights of `bits` (4, 5, 6 read stepped, or 8 in
+    /// blocks of 32) interleaved, rows in lanes (`matvec::Interleaving`): 4- and 6-bit ones
+    /// with VNNI, and with AVX2 and no AVX-512 too, where 16-bit products cost what the row
+    /// kernel's cost and nothing is added across lanes; 5- and 8-bit ones on that last kind
+    /// alone, whose kernel alone reads them.
     pub fn interleaves(self, bits: u32) -> bool {
         let avx2_alone = self.avx2 && !self.avx512;
         match bits {
             4 | 6 => self.vnni() || avx2_alone,
-            5 => avx2_alone && !self.vnni(),
+            5 | 8 => avx2_alone && !self.vnni(),
             _ => false,
         }
     }

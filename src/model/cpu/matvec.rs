@@ -318,6 +318,16 @@ impl<'a> Ints<'a> {
                     cols,
                 }
             }
+            Self::BytesInterleaved { values, .. } => {
+                debug_assert!(
+                    first.is_multiple_of(INTERLEAVED_ROWS) && len.is_multiple_of(INTERLEAVED_ROWS),
+                    "whole groups of interleaved rows"
+                );
+                Self::BytesInterleaved {
+                    values: &values[first * cols..(first + len) * cols],
+                    cols,
+                }
+            }
         }
     }
 
@@ -326,7 +336,8 @@ impl<'a> Ints<'a> {
         match self {
             Self::Interleaved { .. }
             | Self::SixBitsInterleaved { .. }
-            | Self::FiveBitsInterleaved { .. } => INTERLEAVED_ROWS,
+            | Self::FiveBitsInterleaved { .. }
+            | Self::BytesInterleaved { .. } => INTERLEAVED_ROWS,
             _ => 1,
         }
     }
@@ -505,7 +516,7 @@ enum IntegerKernel {
     Avx2 { vnni: Option<Vnni> },
     /// See [`integer_avx512`].
     Avx512 { vnni: bool },
-    /// 4-bit and stepped 6-bit weights held interleaved, and on AVX2 alone 5-bit ones.
+    /// 4-bit and stepped 6-bit weights held interleaved, and on AVX2 alone 5- and 8-bit ones.
     Interleaved(Interleaving),
 }
 
@@ -570,7 +581,7 @@ fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
         let interleaving = Interleaving::of(cpu).filter(|_| values.read_in(block));
         return interleaving.map(IntegerKernel::Interleaved);
     }
-    if let Ints::FiveBitsInterleaved { .. } = values {
+    if let Ints::FiveBitsInterleaved { .. } | Ints::BytesInterleaved { .. } = values {
         let avx2 = Interleaving::of(cpu) == Some(Interleaving::Avx2) && values.read_in(block);
         return avx2.then_some(IntegerKernel::Interleaved(Interleaving::Avx2));
     }
@@ -675,10 +686,17 @@ impl IntegerActivations {
             interleaved: match (kernel, values) {
                 (
                     IntegerKernel::Interleaved(interleaving),
-                    Ints::Interleaved { zero, .. }
-                    | Ints::SixBitsInterleaved { zero, .. }
-                    | Ints::FiveBitsInterleaved { zero, .. },
+                    Ints::Interleaved { .. }
+                    | Ints::SixBitsInterleaved { .. }
+                    | Ints::FiveBitsInterleaved { .. }
+                    | Ints::BytesInterleaved { .. },
                 ) => {
+                    let zero = match values {
+                        Ints::Interleaved { zero, .. }
+                        | Ints::SixBitsInterleaved { zero, .. }
+                        | Ints::FiveBitsInterleaved { zero, .. } => zero,
+                        _ => 0,
+                    };
                     let zeroed = match values {
                         Ints::SixBitsInterleaved { .. } => SIX_BIT_BLOCK,
                         _ => NIBBLE_BLOCK,
@@ -803,6 +821,9 @@ unsafe fn rows_dot_together<const V: usize>(
                     (Ints::FiveBitsInterleaved { nibbles, high, .. }, _) => {
                         let lines = Lines::FiveBits { nibbles, high };
                         rows_dot(lines, scales, offsets, xs, buffer, outs)
+                    }
+                    (Ints::BytesInterleaved { values, .. }, _) => {
+                        rows_dot(Lines::Bytes(values), scales, offsets, xs, buffer, outs)
                     }
                     (
                         Ints::SixBitsInterleaved {
@@ -1595,9 +1616,10 @@ mod tests {
                     .map(|(c, &q)| f32::from(q) * ints.scales[c / block])
                     .collect::<Vec<f32>>()
             };
-            // 4- and 5-bit values and stepped 6-bit ones in whole groups of rows (6-bit ones
-            // of whole super-blocks), interleaved where a CPU with `cpu` has the kernel that
-            // reads them so.
+            // 4- and 5-bit values, stepped 6-bit ones and bytes in blocks of 32 with factors
+            // that can be laid out by block (here K-type ones), in whole groups of rows
+            // (6-bit ones of whole super-blocks), interleaved where a CPU with `cpu` has the
+            // kernel that reads them so.
             let interleaved_for = |cpu: Features| {
                 IntegerWeights {
                     dims: [rows, cols],
@@ -1612,7 +1634,10 @@ mod tests {
                 .interleaved_for(cpu)
             };
             let interleaves = |cpu: Features| {
-                (bits == 4 || bits == 5 || bits == 6 && stepped && cols.is_multiple_of(256))
+                (bits == 4
+                    || bits == 5
+                    || bits == 6 && stepped && cols.is_multiple_of(256)
+                    || bits == 8 && block == 32 && k_type)
                     && rows.is_multiple_of(INTERLEAVED_ROWS)
                     && cpu.interleaves(bits)
             };
@@ -1622,6 +1647,7 @@ mod tests {
                     IntegerValues::Interleaved { .. }
                         | IntegerValues::SixBitsInterleaved { .. }
                         | IntegerValues::FiveBitsInterleaved { .. }
+                        | IntegerValues::BytesInterleaved { .. }
                 )
             };
             let cpu = features::cpu();
@@ -1631,7 +1657,7 @@ mod tests {
                 "{rows}x{cols}, {bits} bits: interleaved as loaded"
             );
             // As the loader lays them out for the AVX2 kernel, which every CPU with AVX2
-            // runs, so that every CI machine checks it, and 5-bit values, which no other
+            // runs, so that every CI machine checks it, and 5- and 8-bit values, which no other
             // kernel reads.
             let avx2_alone = Features {
                 avx2: cpu.avx2,
@@ -1645,8 +1671,8 @@ mod tests {
                 interleaves,
                 "{rows}x{cols}, {bits} bits: interleaved"
             );
-            // 4- and 5-bit weights' factors laid out by block with them, 6-bit ones' as they
-            // were.
+            // 4-, 5- and 8-bit weights' factors laid out by block with them, 6-bit ones' as
+            // they were.
             let (tile_scales, tile_offsets) = (
                 interleaved.scales.borrowed(),
                 interleaved.offsets.as_ref().map(BlockFactors::borrowed),
@@ -1657,7 +1683,7 @@ mod tests {
                         factors,
                         Factors::F16ByBlock { .. } | Factors::ScaledByBlock { .. }
                     ),
-                    interleaves && bits < 6,
+                    interleaves && bits != 6,
                     "{rows}x{cols}, {bits} bits: factors by block"
                 );
             }
@@ -1668,7 +1694,7 @@ mod tests {
             let tiles = interleaves.then(|| interleaved.values.borrowed());
             if let Some(tiles) = tiles.filter(|_| loaded_so) {
                 let interleaving = match bits {
-                    5 => Some(Interleaving::Avx2),
+                    5 | 8 => Some(Interleaving::Avx2),
                     _ => Interleaving::of(cpu),
                 };
                 assert_eq!(
@@ -1702,8 +1728,14 @@ mod tests {
                 // too where the loader would pick another.
                 let interleavings = [
                     (Interleaving::Avx2, cpu.avx2),
-                    (Interleaving::AvxVnni, cpu.avx_vnni && bits != 5),
-                    (Interleaving::Avx512Vnni, cpu.avx512_vnni && bits != 5),
+                    (
+                        Interleaving::AvxVnni,
+                        cpu.avx_vnni && !matches!(bits, 5 | 8),
+                    ),
+                    (
+                        Interleaving::Avx512Vnni,
+                        cpu.avx512_vnni && !matches!(bits, 5 | 8),
+                    ),
                 ];
                 let runs = integer_kernels_up_to(fastest, ints, stepped)
                     .into_iter()

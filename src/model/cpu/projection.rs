@@ -245,9 +245,10 @@ mod tests {
                     .map(|offsets| offsets.compacted(block)),
             }
             .interleaved();
-            let interleaves = (bits == 4 || bits == 5 || bits == 6 && stepped)
-                && rows.is_multiple_of(INTERLEAVED_ROWS)
-                && features::cpu().interleaves(bits);
+            let interleaves =
+                (bits == 4 || bits == 5 || bits == 6 && stepped || bits == 8 && block == 32)
+                    && rows.is_multiple_of(INTERLEAVED_ROWS)
+                    && features::cpu().interleaves(bits);
             assert_eq!(
                 interleaves,
                 matches!(
@@ -255,6 +256,7 @@ mod tests {
                     IntegerValues::Interleaved { .. }
                         | IntegerValues::SixBitsInterleaved { .. }
                         | IntegerValues::FiveBitsInterleaved { .. }
+                        | IntegerValues::BytesInterleaved { .. }
                 )
             );
             Weight::Integers(Arc::new(weights))
@@ -263,6 +265,8 @@ mod tests {
         for (rows, cols, block, bits, offsets, stepped) in [
             (37, 576, 32, 8, false, false),
             (37, 608, 32, 8, true, false),
+            (48, 576, 32, 8, false, false),
+            (48, 608, 32, 8, true, false),
             (37, 768, 16, 8, false, false),
             (37, 768, 16, 8, false, true),
             (37, 576, 32, 4, false, false),

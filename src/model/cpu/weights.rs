@@ -642,6 +642,14 @@ pub enum IntegerValues {
         zero: u8,
         cols: usize,
     },
+    /// Bytes in blocks of 32 (Q8_0's), each [`INTERLEAVED_ROWS`] rows interleaved for the
+    /// AVX2 kernel without VNNI (`Features::interleaves`): per group of rows, per block,
+    /// eight 64-byte lines, line `k` holding bytes `4k..4k + 4` of each row's block in turn
+    /// (see [`interleaved_byte_at`]).
+    BytesInterleaved {
+        values: Vec<i8>,
+        cols: usize,
+    },
 }
 
 /// Rows whose 4-bit values [`IntegerValues::Interleaved`] interleaves: one 32-bit lane each
@@ -657,6 +665,9 @@ pub const INTERLEAVED_BLOCK_BYTES: usize = INTERLEAVED_ROWS * NIBBLE_BLOCK / 2;
 /// Bytes of the crumbs of one unit of each of [`INTERLEAVED_ROWS`] rows: two lines.
 pub const INTERLEAVED_CRUMB_BYTES: usize = INTERLEAVED_ROWS * CRUMB_BYTES;
 
+/// Bytes of one block of each of [`INTERLEAVED_ROWS`] rows of bytes: eight lines.
+pub const INTERLEAVED_BYTE_BLOCK_BYTES: usize = INTERLEAVED_ROWS * NIBBLE_BLOCK;
+
 /// Where interleaved bytes of rows of `cols` values, `width` bytes per block of 32, keep byte
 /// `j` of block `b` of row `row`: per group of rows, per block, `width / 4` lines, line `k`
 /// holding bytes `4k..4k + 4` of each row's block in turn.
@@ -670,6 +681,12 @@ const fn interleaved_in(width: usize, cols: usize, row: usize, b: usize, j: usiz
 /// `cols` values (and [`IntegerValues::SixBitsInterleaved`] its nibbles).
 pub const fn interleaved_at(cols: usize, row: usize, b: usize, j: usize) -> usize {
     interleaved_in(NIBBLE_BLOCK / 2, cols, row, b, j)
+}
+
+/// Where [`IntegerValues::BytesInterleaved`] keeps value `j` of block `b` of row `row`, in
+/// rows of `cols` values.
+pub const fn interleaved_byte_at(cols: usize, row: usize, b: usize, j: usize) -> usize {
+    interleaved_in(NIBBLE_BLOCK, cols, row, b, j)
 }
 
 /// Where [`IntegerValues::SixBitsInterleaved`] keeps crumb byte `j` of unit `b` of row `row`,
@@ -688,12 +705,15 @@ fn interleaves(cpu: Features, rows: usize, cols: usize, bits: u32, unit: usize) 
         && cols.is_multiple_of(unit)
 }
 
-/// `values`, whole groups of [`INTERLEAVED_ROWS`] rows of `cols` values, `WIDTH` bytes per
-/// block of 32, interleaved in place (see [`interleaved_in`]).
-fn interleave<const WIDTH: usize>(values: &mut [u8], cols: usize) {
-    let row_len = cols / NIBBLE_BLOCK * WIDTH;
-    rearrange_groups::<u8, WIDTH>(values, row_len, |row, b, j| {
-        interleaved_in(WIDTH, cols, row, b, j)
+/// `values`, whole groups of [`INTERLEAVED_ROWS`] rows of `cols` values, `FOURS` groups of
+/// four bytes per block of 32, interleaved in place (see [`interleaved_in`]), four bytes at
+/// a time: a byte at a time, a 1B Q8_0 file took a second longer to load.
+fn interleave<const FOURS: usize>(values: &mut [u8], cols: usize) {
+    let width = 4 * FOURS;
+    let row_len = cols / NIBBLE_BLOCK * FOURS;
+    let fours: &mut [[u8; 4]] = bytemuck::cast_slice_mut(values);
+    rearrange_groups::<[u8; 4], FOURS>(fours, row_len, |row, b, k| {
+        interleaved_in(width, cols, row, b, 4 * k) / 4
     });
 }
 
@@ -856,6 +876,11 @@ pub enum Ints<'a> {
         nibbles: &'a [u8],
         high: &'a [u32],
         zero: u8,
+        cols: usize,
+    },
+    /// See [`IntegerValues::BytesInterleaved`]: whole groups of rows.
+    BytesInterleaved {
+        values: &'a [i8],
         cols: usize,
     },
 }
@@ -1021,8 +1046,9 @@ impl IntegerWeights {
         }
     }
 
-    /// The same weights with 4- and 5-bit values [`IntegerValues::Interleaved`] and
-    /// [`IntegerValues::FiveBitsInterleaved`], their factors laid out by block, and stepped
+    /// The same weights with 4-, 5- and 8-bit values [`IntegerValues::Interleaved`],
+    /// [`IntegerValues::FiveBitsInterleaved`] and [`IntegerValues::BytesInterleaved`] (in
+    /// blocks of 32), their factors laid out by block, and stepped
     /// 6-bit ones [`IntegerValues::SixBitsInterleaved`] where this CPU's decode kernel reads
     /// them so (see [`IntegerWeights::interleaved_for`]); as they are otherwise.
     pub fn interleaved(self) -> Self {
@@ -1030,7 +1056,7 @@ impl IntegerWeights {
     }
 
     /// [`IntegerWeights::interleaved`] for the kernels of a CPU with `cpu`'s features
-    /// ([`interleaves`]; 4- and 5-bit rows whose factors can be laid out by block, 6-bit rows
+    /// ([`interleaves`]; 4-, 5- and 8-bit rows whose factors can be laid out by block, 6-bit rows
     /// of whole super-blocks, whose steps and bases the AVX2 kernel reads a super-block at a
     /// time), in place, a group of rows at a time on every core. Tests lay weights out for
     /// the AVX2 kernel on every CPU that runs it.
@@ -1044,12 +1070,18 @@ impl IntegerWeights {
         let by_block = self.scales.can_lay_out_by_block(blocks)
             && (self.offsets.as_ref()).is_none_or(|offsets| offsets.can_lay_out_by_block(blocks));
         let bits = match self.values {
+            IntegerValues::Bytes(_) => 8,
             IntegerValues::FiveBits { .. } => 5,
             _ => 4,
         };
+        let in_blocks_of_32 = self.block == NIBBLE_BLOCK;
         let values = match self.values {
-            values @ (IntegerValues::Nibbles { .. } | IntegerValues::FiveBits { .. })
-                if by_block && interleaves(cpu, rows, cols, bits, NIBBLE_BLOCK) =>
+            values @ (IntegerValues::Nibbles { .. }
+            | IntegerValues::FiveBits { .. }
+            | IntegerValues::Bytes(_))
+                if in_blocks_of_32
+                    && by_block
+                    && interleaves(cpu, rows, cols, bits, NIBBLE_BLOCK) =>
             {
                 return Self {
                     values: values.interleaving(cols),
@@ -1278,17 +1310,19 @@ impl IntegerValues {
                 zero,
                 cols,
             },
+            &Self::BytesInterleaved { ref values, cols } => Ints::BytesInterleaved { values, cols },
         }
     }
 
-    /// 4-, 5- and 6-bit values as [`IntegerValues::Interleaved`],
-    /// [`IntegerValues::FiveBitsInterleaved`] and [`IntegerValues::SixBitsInterleaved`] lay
-    /// them out, in whole groups of rows of `cols` values; others as they are. Where the kernels read them so is [`IntegerWeights::interleaved`]'s
+    /// 4-, 5-, 6- and 8-bit values as [`IntegerValues::Interleaved`],
+    /// [`IntegerValues::FiveBitsInterleaved`], [`IntegerValues::SixBitsInterleaved`] and
+    /// [`IntegerValues::BytesInterleaved`] lay them out, in whole groups of rows of `cols`
+    /// values (bytes in blocks of 32); others as they are. Where the kernels read them so is [`IntegerWeights::interleaved`]'s
     /// to say.
     fn interleaving(self, cols: usize) -> Self {
         match self {
             Self::Nibbles { mut values, zero } => {
-                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut values, cols);
+                interleave::<{ NIBBLE_BLOCK / 8 }>(&mut values, cols);
                 Self::Interleaved { values, zero, cols }
             }
             Self::SixBits {
@@ -1296,8 +1330,8 @@ impl IntegerValues {
                 mut crumbs,
                 zero,
             } => {
-                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut nibbles, cols);
-                interleave::<CRUMB_BYTES>(&mut crumbs, cols);
+                interleave::<{ NIBBLE_BLOCK / 8 }>(&mut nibbles, cols);
+                interleave::<{ CRUMB_BYTES / 4 }>(&mut crumbs, cols);
                 Self::SixBitsInterleaved {
                     nibbles,
                     crumbs,
@@ -1310,7 +1344,7 @@ impl IntegerValues {
                 mut high,
                 zero,
             } => {
-                interleave::<{ NIBBLE_BLOCK / 2 }>(&mut nibbles, cols);
+                interleave::<{ NIBBLE_BLOCK / 8 }>(&mut nibbles, cols);
                 high.par_iter_mut()
                     .for_each(|word| *word = fifth_bits_moved(*word, &TO_INTERLEAVED));
                 lay_out_by_block(&mut high, cols / NIBBLE_BLOCK);
@@ -1320,6 +1354,10 @@ impl IntegerValues {
                     zero,
                     cols,
                 }
+            }
+            Self::Bytes(mut values) => {
+                interleave::<{ NIBBLE_BLOCK / 4 }>(bytemuck::cast_slice_mut(&mut values), cols);
+                Self::BytesInterleaved { values, cols }
             }
             values => values,
         }
@@ -1355,7 +1393,7 @@ impl IntegerValues {
 impl Ints<'_> {
     pub fn len(&self) -> usize {
         match self {
-            Self::Bytes(values) => values.len(),
+            Self::Bytes(values) | Self::BytesInterleaved { values, .. } => values.len(),
             Self::Nibbles { values, .. } | Self::Interleaved { values, .. } => values.len() * 2,
             Self::FiveBits { nibbles, .. }
             | Self::SixBits { nibbles, .. }
@@ -1372,7 +1410,8 @@ impl Ints<'_> {
             Self::Nibbles { .. }
             | Self::FiveBits { .. }
             | Self::Interleaved { .. }
-            | Self::FiveBitsInterleaved { .. } => block == NIBBLE_BLOCK,
+            | Self::FiveBitsInterleaved { .. }
+            | Self::BytesInterleaved { .. } => block == NIBBLE_BLOCK,
             Self::SixBits { .. } | Self::SixBitsInterleaved { .. } => block == SIX_BIT_BLOCK,
         }
     }
@@ -1440,6 +1479,16 @@ impl Ints<'_> {
                         blocks * INTERLEAVED_LINE_BYTES,
                         row,
                     ),
+                ]
+            }
+            Self::BytesInterleaved { values, cols } => {
+                let (row, b) = (range.start / cols, range.start % cols / NIBBLE_BLOCK);
+                let len = range.len() / NIBBLE_BLOCK * INTERLEAVED_BYTE_BLOCK_BYTES;
+                let first =
+                    interleaved_byte_at(cols, row / INTERLEAVED_ROWS * INTERLEAVED_ROWS, b, 0);
+                [
+                    row_share(bytemuck::cast_slice(values), first, len, row),
+                    &[],
                 ]
             }
         }
@@ -1577,6 +1626,15 @@ impl Ints<'_> {
                         zero,
                     }
                     .unpack(0, bytes);
+                }
+            }
+            Self::BytesInterleaved { values, cols } => {
+                for (b, block) in bytes.chunks_exact_mut(NIBBLE_BLOCK).enumerate() {
+                    let at = start + b * NIBBLE_BLOCK;
+                    let (row, first) = (at / cols, at % cols / NIBBLE_BLOCK);
+                    let values = bytemuck::cast_slice(values);
+                    let block = bytemuck::cast_slice_mut(block);
+                    gather_interleaved::<NIBBLE_BLOCK>(values, cols, row, first, block);
                 }
             }
         }
@@ -1721,6 +1779,24 @@ impl Ints<'_> {
                     let packed = unsafe { interleaved_lines::<4>(nibbles, at) };
                     let high = high[by_block_at(cols / NIBBLE_BLOCK, row, first + b)];
                     let halves = unpack_five_bits_interleaved(packed, high, zero(z));
+                    unsafe { put_words(halves, steps, b, out) };
+                }
+            }
+            Self::BytesInterleaved { values, cols } => {
+                let (row, first) = interleaved_span(start, len, cols);
+                let last = interleaved_byte_at(cols, row, first + blocks - 1, NIBBLE_BLOCK - 1);
+                assert!(last < values.len(), "the row's blocks");
+                let values = bytemuck::cast_slice(values);
+                for b in 0..blocks {
+                    let at = interleaved_byte_at(cols, row, first + b, 0);
+                    // SAFETY: the block's eight lines lie before the last block's last byte.
+                    let halves = unsafe {
+                        [0, 4].map(|k| {
+                            let sixteen =
+                                interleaved_lines::<4>(values, at + k * INTERLEAVED_LINE_BYTES);
+                            _mm256_cvtepi8_epi16(sixteen)
+                        })
+                    };
                     unsafe { put_words(halves, steps, b, out) };
                 }
             }
@@ -2162,12 +2238,19 @@ mod tests {
         let interleaved = IntegerValues::packing(&fours, 32).interleaving(cols);
         let six_bits_interleaved = IntegerValues::packing(&sixes, 16).interleaving(cols);
         let five_bits_interleaved = IntegerValues::packing(&fives, 32).interleaving(cols);
+        let bytes_interleaved = IntegerValues::Bytes(bytes.clone()).interleaving(cols);
         assert!(matches!(
-            (&interleaved, &six_bits_interleaved, &five_bits_interleaved),
+            (
+                &interleaved,
+                &six_bits_interleaved,
+                &five_bits_interleaved,
+                &bytes_interleaved
+            ),
             (
                 IntegerValues::Interleaved { .. },
                 IntegerValues::SixBitsInterleaved { .. },
-                IntegerValues::FiveBitsInterleaved { .. }
+                IntegerValues::FiveBitsInterleaved { .. },
+                IntegerValues::BytesInterleaved { .. }
             )
         ));
         let layouts = [
@@ -2178,6 +2261,7 @@ mod tests {
             ("4 bits interleaved", interleaved, &fours),
             ("6 bits interleaved", six_bits_interleaved, &sixes),
             ("5 bits interleaved", five_bits_interleaved, &fives),
+            ("bytes interleaved", bytes_interleaved, &bytes),
         ];
         let steps: Vec<i8> = (0..len / 16).map(|b| (b * 53 % 255) as i8).collect();
         for (layout, values, stored) in &layouts {

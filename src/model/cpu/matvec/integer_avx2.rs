@@ -427,7 +427,8 @@ pub unsafe fn rows_dot<const V: usize>(
                     }
                     Ints::Interleaved { .. }
                     | Ints::SixBitsInterleaved { .. }
-                    | Ints::FiveBitsInterleaved { .. } => {
+                    | Ints::FiveBitsInterleaved { .. }
+                    | Ints::BytesInterleaved { .. } => {
                         unreachable!("interleaved weights take their own kernel")
                     }
                 }

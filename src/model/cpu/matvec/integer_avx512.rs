@@ -838,7 +838,8 @@ macro_rules! kernel {
                             }
                             Ints::Interleaved { .. }
                             | Ints::SixBitsInterleaved { .. }
-                            | Ints::FiveBitsInterleaved { .. } => {
+                            | Ints::FiveBitsInterleaved { .. }
+                            | Ints::BytesInterleaved { .. } => {
                                 unreachable!("interleaved weights take their own kernel")
                             }
                         }

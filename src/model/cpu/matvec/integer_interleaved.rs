@@ -103,6 +103,8 @@ pub enum Lines<'a> {
     /// 5-bit values, which the AVX2 kernel alone reads (`Features::interleaves`): their
     /// nibbles as 4-bit values lie, and their words of fifth bits a line per block.
     FiveBits { nibbles: &'a [u8], high: &'a [u32] },
+    /// Bytes in blocks of 32, which the AVX2 kernel alone reads, eight lines a block.
+    Bytes(&'a [i8]),
 }
 
 /// Adds each row's product with each of the `V` activation rows to that row's output,
@@ -240,8 +242,8 @@ pub unsafe fn rows_dot<'a, const V: usize>(
                         }
                     }
                 }
-                Lines::FiveBits { .. } => {
-                    unreachable!("5-bit values are interleaved for the AVX2 kernel alone")
+                Lines::FiveBits { .. } | Lines::Bytes(_) => {
+                    unreachable!("5- and 8-bit values are interleaved for the AVX2 kernel alone")
                 }
             }
             for (v, sums) in sums.iter().enumerate() {
@@ -275,7 +277,7 @@ impl<'a> FactorsAhead<'a> {
     ) -> Self {
         let (factors, per_block) = match lines {
             Lines::SixBits { factors, .. } => (factors, 2),
-            Lines::Nibbles(_) | Lines::FiveBits { .. } => (scales, 1),
+            Lines::Nibbles(_) | Lines::FiveBits { .. } | Lines::Bytes(_) => (scales, 1),
         };
         Self {
             factors,

@@ -25,6 +25,7 @@
 //! kernels', and so are the bits.
 
 use std::arch::x86_64::*;
+use std::ops::Range;
 
 use super::avx2::prefetch;
 use super::integer_interleaved::{
@@ -33,8 +34,8 @@ use super::integer_interleaved::{
 use super::integer_interleaved_avx_vnni::{add_terms, six_bit_bytes};
 use super::{BlockInts, grow};
 use crate::model::cpu::weights::{
-    Factors, INTERLEAVED_BLOCK_BYTES, INTERLEAVED_CRUMB_BYTES, INTERLEAVED_LINE_BYTES,
-    INTERLEAVED_ROWS, NIBBLE_BLOCK,
+    Factors, INTERLEAVED_BLOCK_BYTES, INTERLEAVED_BYTE_BLOCK_BYTES, INTERLEAVED_CRUMB_BYTES,
+    INTERLEAVED_LINE_BYTES, INTERLEAVED_ROWS, NIBBLE_BLOCK,
 };
 use half::f16;
 
@@ -90,36 +91,28 @@ pub unsafe fn rows_dot<'a, const V: usize>(
                     *sums = _mm256_loadu_ps(outs[v].as_ptr().add(first + h * HALF));
                 }
             }
+            // 4-, 5- and 8-bit values' lines of a group, and their factors.
+            let factors = GroupFactors {
+                scales,
+                offsets,
+                of_group: factors_of_group,
+            };
+            let group_of =
+                |values: *const u8, block_bytes: usize| values.add(g * blocks * block_bytes);
+            let none = std::ptr::null();
             match lines {
-                Lines::Nibbles(values)
-                | Lines::FiveBits {
-                    nibbles: values, ..
-                } => {
-                    // Factors in another form than by block are formed by block here.
-                    let group = INTERLEAVED_ROWS * blocks;
-                    grow(buffer, 2 * group);
-                    let (room, offsets_room) = buffer[..2 * group].split_at_mut(group);
-                    let of_group = |factors: Factors<'a>, room| {
-                        OfGroup::of(factors.range(factors_of_group.clone()), blocks, room)
-                    };
-                    let group = NibbleGroup {
-                        lines: values.as_ptr().add(g * blocks * INTERLEAVED_BLOCK_BYTES),
-                        scales: of_group(scales, room),
-                        offsets: offsets.map(|offsets| of_group(offsets, offsets_room)),
-                    };
-                    match lines {
-                        Lines::FiveBits { high, .. } => {
-                            let fifths = high.as_ptr().add(g * blocks * INTERLEAVED_ROWS);
-                            nibble_group::<V, true>(group, fifths, &ahead, &xs, &mut halves)
-                        }
-                        _ => nibble_group::<V, false>(
-                            group,
-                            std::ptr::null(),
-                            &ahead,
-                            &xs,
-                            &mut halves,
-                        ),
-                    }
+                Lines::Nibbles(values) => {
+                    let lines = group_of(values.as_ptr(), INTERLEAVED_BLOCK_BYTES);
+                    row_group::<V, 4>(lines, none, factors, buffer, &ahead, &xs, &mut halves)
+                }
+                Lines::FiveBits { nibbles, high } => {
+                    let lines = group_of(nibbles.as_ptr(), INTERLEAVED_BLOCK_BYTES);
+                    let fifths = high.as_ptr().add(g * blocks * INTERLEAVED_ROWS);
+                    row_group::<V, 5>(lines, fifths, factors, buffer, &ahead, &xs, &mut halves)
+                }
+                Lines::Bytes(values) => {
+                    let lines = group_of(values.as_ptr().cast(), INTERLEAVED_BYTE_BLOCK_BYTES);
+                    row_group::<V, 8>(lines, none, factors, buffer, &ahead, &xs, &mut halves)
                 }
                 Lines::SixBits {
                     nibbles,
@@ -159,58 +152,121 @@ pub unsafe fn rows_dot<'a, const V: usize>(
     }
 }
 
-/// A group of 4- or 5-bit rows: where their lines of nibbles begin, and their factors.
-struct NibbleGroup<'a> {
-    lines: *const u8,
-    scales: OfGroup<'a>,
-    offsets: Option<OfGroup<'a>>,
+/// A group's factors of 4-, 5- and 8-bit rows: where they lie in `scales` and `offsets`.
+struct GroupFactors<'a> {
+    scales: Factors<'a>,
+    offsets: Option<Factors<'a>>,
+    of_group: Range<usize>,
 }
 
-/// A group of 4-bit rows, or with `FIVE` 5-bit ones whose words of fifth bits begin at
-/// `fifths` (else not read): each row's terms added to its sums, the first eight rows' and
-/// the last eight's. The two kinds are two copies of the loop, so that 4-bit rows' carries
-/// nothing of the fifth bits.
+/// A group of rows of `BITS` (4, 5 or 8), whose lines begin at `lines` and, for 5-bit ones,
+/// their words of fifth bits at `fifths` (else not read): each row's terms added to its
+/// sums, the first eight rows' and the last eight's. Each kind is a copy of the loop of its
+/// own, so that 4-bit rows' carries nothing of the others'.
 ///
 /// # Safety
 /// As for [`rows_dot`], for the group.
 #[target_feature(enable = "avx2,fma,f16c")]
 #[inline]
-unsafe fn nibble_group<const V: usize, const FIVE: bool>(
-    group: NibbleGroup<'_>,
+unsafe fn row_group<const V: usize, const BITS: u32>(
+    lines: *const u8,
     fifths: *const u32,
+    factors: GroupFactors<'_>,
+    buffer: &mut Vec<f32>,
     ahead: &Ahead<'_>,
     xs: &[(&BlockInts, &Activations); V],
     halves: &mut [[__m256; V]; 2],
 ) {
     let blocks = xs[0].0.scales.len();
-    let NibbleGroup {
-        lines,
+    // Factors in another form than by block are formed by block here.
+    let group = INTERLEAVED_ROWS * blocks;
+    grow(buffer, 2 * group);
+    let (room, offsets_room) = buffer[..2 * group].split_at_mut(group);
+    let GroupFactors {
         scales,
         offsets,
-    } = group;
+        of_group: range,
+    } = factors;
+    let scales = OfGroup::of(scales.range(range.clone()), blocks, room);
+    let offsets = offsets.map(|offsets| OfGroup::of(offsets.range(range), blocks, offsets_room));
+    let block_bytes = match BITS {
+        8 => INTERLEAVED_BYTE_BLOCK_BYTES,
+        _ => INTERLEAVED_BLOCK_BYTES,
+    };
     // SAFETY: the caller's; a prefetch cannot fault.
     unsafe {
         for b in 0..blocks {
             ahead.prefetch(b);
-            let at = lines.add(b * INTERLEAVED_BLOCK_BYTES);
-            for k in 0..4 {
+            let at = lines.add(b * block_bytes);
+            for k in 0..block_bytes / INTERLEAVED_LINE_BYTES {
                 prefetch(at.add(k * INTERLEAVED_LINE_BYTES), PREFETCH_BYTES);
             }
-            let fifths = match FIVE {
-                true => {
+            let totals = match BITS {
+                8 => byte_totals(at, b, xs),
+                5 => {
                     let line = fifths.add(b * INTERLEAVED_ROWS);
                     prefetch(line.cast::<u8>(), PREFETCH_BYTES / 4);
-                    Some([0, HALF].map(|h| _mm256_loadu_si256(line.add(h).cast())))
+                    let fifths = [0, HALF].map(|h| _mm256_loadu_si256(line.add(h).cast()));
+                    nibble_totals(at, Some(fifths), b, xs)
                 }
-                false => None,
+                _ => nibble_totals(at, None, b, xs),
             };
-            let totals = nibble_totals(at, fifths, b, xs);
             for (h, sums) in halves.iter_mut().enumerate() {
                 let offsets = offsets.map(|offsets| offsets.eight(b, h));
                 add_terms(sums, totals[h], scales.eight(b, h), offsets, b, xs);
             }
         }
     }
+}
+
+/// Block `b`'s integer sums of the group's sixteen rows of bytes, whose eight lines lie at
+/// `at`, with each activation row: the first eight rows' and the last eight's. Line `k`
+/// holds values `4k..4k + 4` of each row, two 16-bit words a lane: their first bytes
+/// sign-extended in place (shifted up and back) and their second ones (shifted down) meet
+/// the pairs of [`pairs`] that nibble line `k % 4` takes for its low halves (`k < 4`) or
+/// its high ones. The weights have no zero point.
+///
+/// # Safety
+/// As for [`rows_dot`], for the block.
+#[target_feature(enable = "avx2,fma,f16c")]
+#[inline]
+unsafe fn byte_totals<const V: usize>(
+    at: *const u8,
+    b: usize,
+    xs: &[(&BlockInts, &Activations); V],
+) -> [[__m256i; V]; 2] {
+    let mut totals = [[_mm256_setzero_si256(); V]; 2];
+    for k in 0..8 {
+        let words: [[__m256i; 2]; 2] = std::array::from_fn(|h| {
+            // SAFETY: the caller's.
+            let line =
+                unsafe { _mm256_loadu_si256(at.add(k * INTERLEAVED_LINE_BYTES + h * 32).cast()) };
+            [
+                _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(line)),
+                _mm256_srai_epi16::<8>(line),
+            ]
+        });
+        // The pairs `(4k, 4k + 2)` and, two on, `(4k + 1, 4k + 3)`.
+        let first = 4 * (k % 4) + k / 4;
+        for v in 0..V {
+            // SAFETY: the block's pairs lie inside the activations, as the caller guarantees.
+            let pairs = unsafe { xs[v].1.pairs.as_ptr().add(b * NIBBLE_BLOCK / 2 + first) };
+            // SAFETY: as above.
+            let (even, odd) = unsafe {
+                (
+                    _mm256_set1_epi32(pairs.read()),
+                    _mm256_set1_epi32(pairs.add(2).read()),
+                )
+            };
+            for h in 0..2 {
+                let [evens, odds] = words[h];
+                let sum =
+                    _mm256_add_epi32(_mm256_madd_epi16(evens, even), _mm256_madd_epi16(odds, odd));
+                totals[h][v] = _mm256_add_epi32(totals[h][v], sum);
+            }
+        }
+    }
+    totals
 }
 
 /// Block `b`'s integer sums of the group's sixteen 4-bit rows, whose four lines lie at

@@ -100,8 +100,8 @@ pub unsafe fn rows_dot<'a, const V: usize>(
                     &xs,
                     [&mut firsts, &mut lasts],
                 ),
-                Lines::FiveBits { .. } => {
-                    unreachable!("5-bit values are interleaved for the AVX2 kernel alone")
+                Lines::FiveBits { .. } | Lines::Bytes(_) => {
+                    unreachable!("5- and 8-bit values are interleaved for the AVX2 kernel alone")
                 }
             }
             for (h, sums) in [firsts, lasts].iter().enumerate() {
