@@ -1,4 +1,4 @@
-//! The decode kernel of interleaved 4-bit, 5-bit and stepped 6-bit weights (see
+//! The decode kernel of interleaved 4-, 5- and 8-bit and stepped 6-bit weights (see
 //! `integer_interleaved`) on CPUs with AVX2 but neither VNNI nor AVX-512: each 64-byte
 //! line read as two 256-bit halves, eight rows to a half, as `integer_interleaved_avx_vnni`
 //! reads them, but multiplied as 16-bit values (`vpmaddwd`), as the row kernel
@@ -19,7 +19,8 @@
 //! at 0.95× llama.cpp's on Zen 3; so it decodes at 1.19× (a 135M Q5_0 file 1.4× as fast as
 //! before).
 //! 6-bit values are made bytes as the VNNI kernels make them, and each word's two bytes
-//! multiplied apart.
+//! multiplied apart; bytes (Q8_0's) are sign-extended in place, each word's two apart, and
+//! took a 1.7B Q8_0 file's decode from 1.01× llama.cpp's to 1.18× on Zen 3.
 //!
 //! Each block's integer sum, its term and the order the terms are added in are the other
 //! kernels', and so are the bits.
