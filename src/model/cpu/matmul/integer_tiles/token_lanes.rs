@@ -177,7 +177,10 @@ pub unsafe fn multiply(
     // asked for over the group before it. Sixteen rows ahead made a 1.7B Q5_K_M file's
     // prompts (not interleaved) 0.96–1.00× as fast.
     let rows_ahead = match weight.values {
-        Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } => INTERLEAVED_ROWS,
+        Ints::Interleaved { .. }
+        | Ints::SixBitsInterleaved { .. }
+        | Ints::FiveBitsInterleaved { .. }
+        | Ints::BytesInterleaved { .. } => INTERLEAVED_ROWS,
         _ => ROWS,
     };
     split_ranges(
