@@ -249,6 +249,11 @@ thread_local! {
 impl<'a> Ints<'a> {
     /// Rows `first..first + len` of `cols` values each.
     fn rows(self, first: usize, len: usize, cols: usize) -> Ints<'a> {
+        let together = self.rows_together();
+        debug_assert!(
+            first.is_multiple_of(together) && len.is_multiple_of(together),
+            "whole groups of interleaved rows"
+        );
         match self {
             Self::Bytes(values) => Self::Bytes(&values[first * cols..(first + len) * cols]),
             Self::Nibbles { values, zero } => Self::Nibbles {
@@ -273,61 +278,37 @@ impl<'a> Ints<'a> {
                 crumbs: &crumbs[first * cols / 4..(first + len) * cols / 4],
                 zero,
             },
-            Self::Interleaved { values, zero, .. } => {
-                debug_assert!(
-                    first.is_multiple_of(INTERLEAVED_ROWS) && len.is_multiple_of(INTERLEAVED_ROWS),
-                    "whole groups of interleaved rows"
-                );
-                Self::Interleaved {
-                    values: &values[first * cols / 2..(first + len) * cols / 2],
-                    zero,
-                    cols,
-                }
-            }
+            Self::Interleaved { values, zero, .. } => Self::Interleaved {
+                values: &values[first * cols / 2..(first + len) * cols / 2],
+                zero,
+                cols,
+            },
             Self::SixBitsInterleaved {
                 nibbles,
                 crumbs,
                 zero,
                 ..
-            } => {
-                debug_assert!(
-                    first.is_multiple_of(INTERLEAVED_ROWS) && len.is_multiple_of(INTERLEAVED_ROWS),
-                    "whole groups of interleaved rows"
-                );
-                Self::SixBitsInterleaved {
-                    nibbles: &nibbles[first * cols / 2..(first + len) * cols / 2],
-                    crumbs: &crumbs[first * cols / 4..(first + len) * cols / 4],
-                    zero,
-                    cols,
-                }
-            }
+            } => Self::SixBitsInterleaved {
+                nibbles: &nibbles[first * cols / 2..(first + len) * cols / 2],
+                crumbs: &crumbs[first * cols / 4..(first + len) * cols / 4],
+                zero,
+                cols,
+            },
             Self::FiveBitsInterleaved {
                 nibbles,
                 high,
                 zero,
                 ..
-            } => {
-                debug_assert!(
-                    first.is_multiple_of(INTERLEAVED_ROWS) && len.is_multiple_of(INTERLEAVED_ROWS),
-                    "whole groups of interleaved rows"
-                );
-                Self::FiveBitsInterleaved {
-                    nibbles: &nibbles[first * cols / 2..(first + len) * cols / 2],
-                    high: &high[first * cols / NIBBLE_BLOCK..(first + len) * cols / NIBBLE_BLOCK],
-                    zero,
-                    cols,
-                }
-            }
-            Self::BytesInterleaved { values, .. } => {
-                debug_assert!(
-                    first.is_multiple_of(INTERLEAVED_ROWS) && len.is_multiple_of(INTERLEAVED_ROWS),
-                    "whole groups of interleaved rows"
-                );
-                Self::BytesInterleaved {
-                    values: &values[first * cols..(first + len) * cols],
-                    cols,
-                }
-            }
+            } => Self::FiveBitsInterleaved {
+                nibbles: &nibbles[first * cols / 2..(first + len) * cols / 2],
+                high: &high[first * cols / NIBBLE_BLOCK..(first + len) * cols / NIBBLE_BLOCK],
+                zero,
+                cols,
+            },
+            Self::BytesInterleaved { values, .. } => Self::BytesInterleaved {
+                values: &values[first * cols..(first + len) * cols],
+                cols,
+            },
         }
     }
 
@@ -577,13 +558,16 @@ impl Vnni {
 /// were laid out for. Other blocks take the portable kernel.
 fn integer_kernel(values: Ints<'_>, block: usize) -> Option<IntegerKernel> {
     let cpu = features::cpu();
-    if let Ints::Interleaved { .. } | Ints::SixBitsInterleaved { .. } = values {
-        let interleaving = Interleaving::of(cpu).filter(|_| values.read_in(block));
+    if values.rows_together() > 1 {
+        // 5- and 8-bit values are laid out for the AVX2 kernel alone.
+        let avx2_alone = matches!(
+            values,
+            Ints::FiveBitsInterleaved { .. } | Ints::BytesInterleaved { .. }
+        );
+        let interleaving = Interleaving::of(cpu).filter(|&interleaving| {
+            values.read_in(block) && (!avx2_alone || interleaving == Interleaving::Avx2)
+        });
         return interleaving.map(IntegerKernel::Interleaved);
-    }
-    if let Ints::FiveBitsInterleaved { .. } | Ints::BytesInterleaved { .. } = values {
-        let avx2 = Interleaving::of(cpu) == Some(Interleaving::Avx2) && values.read_in(block);
-        return avx2.then_some(IntegerKernel::Interleaved(Interleaving::Avx2));
     }
     let fits = match values {
         Ints::Bytes(_) => matches!(block, 16 | 32),
@@ -691,15 +675,13 @@ impl IntegerActivations {
                     | Ints::FiveBitsInterleaved { .. }
                     | Ints::BytesInterleaved { .. },
                 ) => {
-                    let zero = match values {
-                        Ints::Interleaved { zero, .. }
-                        | Ints::SixBitsInterleaved { zero, .. }
-                        | Ints::FiveBitsInterleaved { zero, .. } => zero,
-                        _ => 0,
-                    };
-                    let zeroed = match values {
-                        Ints::SixBitsInterleaved { .. } => SIX_BIT_BLOCK,
-                        _ => NIBBLE_BLOCK,
+                    // The zero point, and the values each zero sum takes (bytes have none).
+                    let (zero, zeroed) = match values {
+                        Ints::SixBitsInterleaved { zero, .. } => (zero, SIX_BIT_BLOCK),
+                        Ints::Interleaved { zero, .. } | Ints::FiveBitsInterleaved { zero, .. } => {
+                            (zero, NIBBLE_BLOCK)
+                        }
+                        _ => (0, NIBBLE_BLOCK),
                     };
                     let as_bytes = interleaving != Interleaving::Avx2;
                     let prepared =

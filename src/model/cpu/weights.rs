@@ -1048,18 +1048,18 @@ impl IntegerWeights {
 
     /// The same weights with 4-, 5- and 8-bit values [`IntegerValues::Interleaved`],
     /// [`IntegerValues::FiveBitsInterleaved`] and [`IntegerValues::BytesInterleaved`] (in
-    /// blocks of 32), their factors laid out by block, and stepped
-    /// 6-bit ones [`IntegerValues::SixBitsInterleaved`] where this CPU's decode kernel reads
-    /// them so (see [`IntegerWeights::interleaved_for`]); as they are otherwise.
+    /// blocks of 32), their factors laid out by block, and stepped 6-bit ones
+    /// [`IntegerValues::SixBitsInterleaved`] where this CPU's decode kernel reads them so
+    /// (see [`IntegerWeights::interleaved_for`]); as they are otherwise.
     pub fn interleaved(self) -> Self {
         self.interleaved_for(super::features::cpu())
     }
 
     /// [`IntegerWeights::interleaved`] for the kernels of a CPU with `cpu`'s features
-    /// ([`interleaves`]; 4-, 5- and 8-bit rows whose factors can be laid out by block, 6-bit rows
-    /// of whole super-blocks, whose steps and bases the AVX2 kernel reads a super-block at a
-    /// time), in place, a group of rows at a time on every core. Tests lay weights out for
-    /// the AVX2 kernel on every CPU that runs it.
+    /// ([`interleaves`]; 4-, 5- and 8-bit rows whose factors can be laid out by block, 6-bit
+    /// rows of whole super-blocks, whose steps and bases the AVX2 kernel reads a super-block
+    /// at a time), in place, a group of rows at a time on every core. Tests lay weights out
+    /// for the AVX2 kernel on every CPU that runs it.
     pub fn interleaved_for(self, cpu: Features) -> Self {
         let [rows, cols] = self.dims;
         let stepped = || {
@@ -1317,8 +1317,8 @@ impl IntegerValues {
     /// 4-, 5-, 6- and 8-bit values as [`IntegerValues::Interleaved`],
     /// [`IntegerValues::FiveBitsInterleaved`], [`IntegerValues::SixBitsInterleaved`] and
     /// [`IntegerValues::BytesInterleaved`] lay them out, in whole groups of rows of `cols`
-    /// values (bytes in blocks of 32); others as they are. Where the kernels read them so is [`IntegerWeights::interleaved`]'s
-    /// to say.
+    /// values (bytes in blocks of 32); others as they are. Where the kernels read them so is
+    /// [`IntegerWeights::interleaved`]'s to say.
     fn interleaving(self, cols: usize) -> Self {
         match self {
             Self::Nibbles { mut values, zero } => {
@@ -1439,10 +1439,12 @@ impl Ints<'_> {
             // the prompt tile waited on those requests: a piece at a time, a 1.7B Q6_K file's
             // prompts ran 1.04–1.05× as fast.
             Self::Interleaved { values, cols, .. } => {
-                let (row, b) = (range.start / cols, range.start % cols / NIBBLE_BLOCK);
-                let len = range.len() / NIBBLE_BLOCK * INTERLEAVED_BLOCK_BYTES;
-                let first = interleaved_at(cols, row / INTERLEAVED_ROWS * INTERLEAVED_ROWS, b, 0);
-                [row_share(values, first, len, row), &[]]
+                let (row, first_row, b, blocks) = interleaved_range(&range, cols);
+                let first = interleaved_at(cols, first_row, b, 0);
+                [
+                    row_share(values, first, blocks * INTERLEAVED_BLOCK_BYTES, row),
+                    &[],
+                ]
             }
             Self::SixBitsInterleaved {
                 nibbles,
@@ -1450,9 +1452,7 @@ impl Ints<'_> {
                 cols,
                 ..
             } => {
-                let (row, b) = (range.start / cols, range.start % cols / NIBBLE_BLOCK);
-                let first_row = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
-                let units = range.len() / NIBBLE_BLOCK;
+                let (row, first_row, b, units) = interleaved_range(&range, cols);
                 let first = interleaved_at(cols, first_row, b, 0);
                 let first_crumb = interleaved_crumb_at(cols, first_row, b, 0);
                 [
@@ -1466,9 +1466,7 @@ impl Ints<'_> {
                 cols,
                 ..
             } => {
-                let (row, b) = (range.start / cols, range.start % cols / NIBBLE_BLOCK);
-                let first_row = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
-                let blocks = range.len() / NIBBLE_BLOCK;
+                let (row, first_row, b, blocks) = interleaved_range(&range, cols);
                 let first = interleaved_at(cols, first_row, b, 0);
                 let first_high = 4 * by_block_at(cols / NIBBLE_BLOCK, first_row, b);
                 [
@@ -1482,10 +1480,9 @@ impl Ints<'_> {
                 ]
             }
             Self::BytesInterleaved { values, cols } => {
-                let (row, b) = (range.start / cols, range.start % cols / NIBBLE_BLOCK);
-                let len = range.len() / NIBBLE_BLOCK * INTERLEAVED_BYTE_BLOCK_BYTES;
-                let first =
-                    interleaved_byte_at(cols, row / INTERLEAVED_ROWS * INTERLEAVED_ROWS, b, 0);
+                let (row, first_row, b, blocks) = interleaved_range(&range, cols);
+                let first = interleaved_byte_at(cols, first_row, b, 0);
+                let len = blocks * INTERLEAVED_BYTE_BLOCK_BYTES;
                 [
                     row_share(bytemuck::cast_slice(values), first, len, row),
                     &[],
@@ -1629,10 +1626,10 @@ impl Ints<'_> {
                 }
             }
             Self::BytesInterleaved { values, cols } => {
+                let values = bytemuck::cast_slice(values);
                 for (b, block) in bytes.chunks_exact_mut(NIBBLE_BLOCK).enumerate() {
                     let at = start + b * NIBBLE_BLOCK;
                     let (row, first) = (at / cols, at % cols / NIBBLE_BLOCK);
-                    let values = bytemuck::cast_slice(values);
                     let block = bytemuck::cast_slice_mut(block);
                     gather_interleaved::<NIBBLE_BLOCK>(values, cols, row, first, block);
                 }
@@ -1859,6 +1856,19 @@ unsafe fn put_words(
         // SAFETY: the caller's.
         unsafe { _mm256_storeu_si256(words.add(NIBBLE_BLOCK * b + 16 * h).cast(), half) };
     }
+}
+
+/// Where the values `range` of interleaved rows of `cols` values lie: their row, the first
+/// row of its group, their first block and their count of blocks.
+fn interleaved_range(range: &Range<usize>, cols: usize) -> (usize, usize, usize, usize) {
+    let row = range.start / cols;
+    let first_row = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS;
+    (
+        row,
+        first_row,
+        range.start % cols / NIBBLE_BLOCK,
+        range.len() / NIBBLE_BLOCK,
+    )
 }
 
 /// Row `row`'s sixteenth of the `len` bytes of its group of interleaved rows from `first`.
