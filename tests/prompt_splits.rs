@@ -24,6 +24,22 @@ fn last_logits(model: &Llama, prompt: &[u32], calls: &[usize]) -> Vec<u32> {
     logits.iter().map(|v| v.to_bits()).collect()
 }
 
+/// The bits of the last row of the logits of every token of `prompt`, read whole: with
+/// [`Logits::Last`] only the last token goes through the last layer's MLP, and its row must be
+/// the one it gets beside the others.
+fn last_of_all_logits(model: &Llama, prompt: &[u32]) -> Vec<u32> {
+    let mut cache = model.new_cache();
+    let all = model
+        .forward(prompt, &mut cache, Logits::All)
+        .expect("the prompt");
+    let all = logits_to_vec(all).expect("logits");
+    let vocab = model.config().vocab_size;
+    all[all.len() - vocab..]
+        .iter()
+        .map(|v| v.to_bits())
+        .collect()
+}
+
 /// Float weights (the tiny checkpoint's bf16), with activations in bf16 (`--precision bf16`)
 /// and in f32 (the default, which every safetensors checkpoint runs at): a prompt's products
 /// and a decode step's sum each output in the same order, and so does attention.
@@ -43,6 +59,10 @@ fn a_float_prompt_split_anywhere_gives_the_logits_it_gives_whole() {
             .map(|t| ((7 + 13 * t * t + 5 * t) % vocab) as u32)
             .collect();
         let whole = last_logits(&model, &prompt, &[0, prompt.len()]);
+        assert!(
+            last_of_all_logits(&model, &prompt) == whole,
+            "{dtype:?}: the last row of every token's logits differs from the last logits"
+        );
         let splits = (1..=40).chain([100, 255, 256, 257, 270, 290, 299]);
         for split in splits {
             assert!(
@@ -83,6 +103,10 @@ fn an_integer_prompt_split_anywhere_gives_the_logits_it_gives_whole() {
             .map(|t| ((11 + 17 * t * t + 3 * t) % vocab) as u32)
             .collect();
         let whole = last_logits(model, &prompt, &[0, prompt.len()]);
+        assert!(
+            last_of_all_logits(model, &prompt) == whole,
+            "{file}: the last row of every token's logits differs from the last logits"
+        );
         for split in 1..prompt.len() {
             assert!(
                 last_logits(model, &prompt, &[0, split, prompt.len()]) == whole,
