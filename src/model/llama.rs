@@ -71,12 +71,11 @@ impl DecoderLayer {
         let x = self
             .attention
             .add_to(x, &self.attention_norm, rope, cache, mask)?;
-        let x = match last_only {
-            true => {
-                let [count, _] = x.dims();
-                x.narrow(0, count - 1, 1)
-            }
-            false => x,
+        let x = if last_only {
+            let [count, _] = x.dims();
+            x.narrow(0, count - 1, 1)
+        } else {
+            x
         };
         Ok(self.mlp.add_to(x, &self.mlp_norm))
     }
