@@ -1,7 +1,8 @@
 //! `X Wᵀ` for a prompt against float weights on CPUs with AVX-512 (register tiles of 6 weight
 //! rows × 4 tokens) or AVX2 (5 rows × 2 tokens): the tile's sums stay in registers while the
-//! columns pass, and nothing is widened or packed in memory. Two kinds of operands share the
-//! AVX-512 tile:
+//! columns pass, and no weight is widened or packed in memory (on AVX2, the prompt's columns
+//! are reordered once per product, [`avx2_halves`]). Two kinds of operands share the AVX-512
+//! tile:
 //!
 //! - f32 activations against f32, f16 or bf16 weights ([`product`]): each weight is widened
 //!   to f32 in the register it is loaded into, and every product is f32. Each output is
@@ -20,6 +21,7 @@
 use half::bf16;
 
 use super::{Shape, for_each_row_tile};
+use crate::model::cpu::grow;
 use crate::model::cpu::host::HostFloat;
 #[cfg(target_arch = "x86_64")]
 use crate::model::cpu::math::sum_of_sixteen;
@@ -76,8 +78,46 @@ fn widened<E: HostFloat>(
     out: &mut [f32],
     accumulate: bool,
 ) -> bool {
-    tiles::<Widened<E>>(weight, x, tokens, out, accumulate)
-        || tiles::<WidenedAvx2<E>>(weight, x, tokens, out, accumulate)
+    if tiles::<Widened<E>>(weight, x, tokens, out, accumulate) {
+        return true;
+    }
+    let cols = x.len() / tokens.max(1);
+    if !WidenedAvx2::<E>::supported() || !cols.is_multiple_of(WidenedAvx2::<E>::LANES) {
+        return false;
+    }
+    AVX2_HALVES.with_borrow_mut(|laid_out| {
+        grow(laid_out, x.len());
+        let laid_out = &mut laid_out[..x.len()];
+        avx2_halves(x, cols, laid_out);
+        tiles::<WidenedAvx2<E>>(weight, laid_out, tokens, out, accumulate)
+    })
+}
+
+thread_local! {
+    /// The prompt laid out by [`avx2_halves`], on the thread that starts the product.
+    static AVX2_HALVES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `x`: `[tokens, cols]` into `out` with each token's chunks of columns ([`avx2_chunks`])
+/// laid out for the AVX2 tiles' halves: the columns of lanes 0–7 of each block of 16 (its
+/// first eight), then those of lanes 8–15. Each half then reads the tokens' values in one
+/// run, where in place it read half of every line, twice: on Zen 3, 1.7B F16 prompts ran
+/// 1.02–1.42× as fast in three alternated rounds on two cores, and a 3-layer file of that
+/// width about 1.06× on one (docs/performance.md). Laying out the weight rows so too, a
+/// copy per tile of rows, ran 135M prompts 0.84× as fast.
+fn avx2_halves(x: &[f32], cols: usize, out: &mut [f32]) {
+    for (row, out) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+        for chunk in avx2_chunks(cols) {
+            let blocks = chunk.len() / 16;
+            for side in 0..2 {
+                for block in 0..blocks {
+                    let from = chunk.start + 16 * block + 8 * side;
+                    let to = chunk.start + (side * blocks + block) * 8;
+                    out[to..to + 8].copy_from_slice(&row[from..from + 8]);
+                }
+            }
+        }
+    }
 }
 
 /// [`product`] for bf16 activations and weights, when the CPU has AVX512-BF16 and `cols` is
@@ -194,7 +234,8 @@ struct Widened<E>(std::marker::PhantomData<E>);
 
 /// [`Widened`] on CPUs with AVX2 but not AVX-512: each output's sixteen lanes in two
 /// registers, as the decode kernel holds them, so the sums have the same bits
-/// ([`AVX2_TOKENS`] by [`AVX2_ROWS`]).
+/// ([`AVX2_TOKENS`] by [`AVX2_ROWS`]). It takes the activations as [`avx2_halves`] lays them
+/// out.
 struct WidenedAvx2<E>(std::marker::PhantomData<E>);
 
 /// f32 activations in pairs of columns (`paired_columns`) against bf16 weights, 32 of them
@@ -417,9 +458,11 @@ fn avx2_chunks(end: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
 }
 
 /// The sums of an AVX2 tile's half `side` of the lanes (0: lanes 0–7, 1: lanes 8–15), going
-/// on from those in `total` over `columns` in column order, sixteen at a time. Summed in a
-/// local copy, unlike [`paired_half`]'s: inlined in [`WidenedAvx2`]'s tile, adding into
-/// `total` in place ran F16 prompts 0.91–0.95× as fast on Zen 3.
+/// on from those in `total` over `columns` in column order, sixteen at a time: the weights'
+/// values where they lie, the tokens' as [`avx2_halves`] lays out a chunk (16 columns are
+/// laid out in column order). Summed in a local copy, unlike [`paired_half`]'s: inlined in
+/// [`WidenedAvx2`]'s tile, adding into `total` in place ran F16 prompts 0.91–0.95× as fast
+/// on Zen 3.
 ///
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C; every pointer must start a row holding `columns`,
@@ -436,11 +479,14 @@ unsafe fn avx2_half<E: HostFloat>(
 ) {
     use std::arch::x86_64::*;
     let mut sums = *total;
-    for c in columns.step_by(16) {
+    let half = columns.len() / 2;
+    let tokens_in = tokens_in.map(|token| token.wrapping_add(columns.start + side * half));
+    for (i, c) in columns.step_by(16).enumerate() {
         let at = c + 8 * side;
-        // SAFETY: at + 8 <= the columns' end, in every row (the caller's).
+        // SAFETY: at + 8 <= the columns' end, in every row, and 8 · i + 8 <= half (the
+        // caller's).
         unsafe {
-            let values = tokens_in.map(|token| _mm256_loadu_ps(token.add(at)));
+            let values = tokens_in.map(|token| _mm256_loadu_ps(token.add(8 * i)));
             for (j, row) in rows_in.iter().enumerate() {
                 let w = E::load8(row.add(at));
                 for (sums, &v) in sums.iter_mut().zip(&values) {
@@ -688,8 +734,8 @@ mod tests {
     use half::{bf16, f16};
 
     use super::{
-        Bf16Pairs, Operands, PairedBf16, PairedBf16Avx2, Widened, WidenedAvx2, bf16_product,
-        product, tiles, token_blocks,
+        AVX2_CHUNK, Bf16Pairs, Operands, PairedBf16, PairedBf16Avx2, Widened, WidenedAvx2,
+        avx2_halves, bf16_product, product, tiles, token_blocks,
     };
     use crate::model::cpu::host::HostFloat;
     use crate::model::cpu::matvec::{matvecs, paired_columns};
@@ -776,30 +822,33 @@ mod tests {
     /// The AVX2 tiles give the AVX-512 tiles' bits, and every token the bits the decode
     /// kernel gives it alone: neither the CPU's instruction set nor the tokens read with it
     /// change a token's outputs. bf16 weights take the activations in pairs of columns, in
-    /// whole blocks of 32 and then a last 16 (592 columns).
+    /// whole blocks of 32 and then a last 16; the AVX2 tiles' chunks are two whole ones and
+    /// one of 592 columns.
     #[test]
     fn both_tiles_sum_each_output_as_the_decode_kernel_does() {
-        fn check<E: HostFloat, Narrow, Wide>(weight: &[E], rows: WeightRows<'_>, in_order: Order)
-        where
+        fn check<E: HostFloat, Narrow, Wide>(
+            weight: &[E],
+            rows: WeightRows<'_>,
+            [narrow_order, wide_order]: [Order; 2],
+        ) where
             Narrow: Operands<Weight = E, Activation = f32>,
             Wide: Operands<Weight = E, Activation = f32>,
         {
-            let (tokens, cols) = (7, 592);
+            let (tokens, cols) = (7, COLS);
             let rows_count = weight.len() / cols;
             let x = values(tokens * cols, 2);
             let mut decoded = vec![0.0; tokens * rows_count];
             for (x, out) in x.chunks(cols).zip(decoded.chunks_mut(rows_count)) {
                 matvecs(rows, x, 1, out);
             }
-            let x = in_order(&x, cols);
             let mut narrow = vec![f32::NAN; tokens * rows_count];
             assert_eq!(
-                tiles::<Narrow>(weight, &x, tokens, &mut narrow, false),
+                tiles::<Narrow>(weight, &narrow_order(&x, cols), tokens, &mut narrow, false),
                 Narrow::supported()
             );
             let mut wide = vec![f32::NAN; tokens * rows_count];
             assert_eq!(
-                tiles::<Wide>(weight, &x, tokens, &mut wide, false),
+                tiles::<Wide>(weight, &wide_order(&x, cols), tokens, &mut wide, false),
                 Wide::supported()
             );
             let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
@@ -811,12 +860,22 @@ mod tests {
             }
         }
         type Order = fn(&[f32], usize) -> Vec<f32>;
-        let weight = values(13 * 592, 1);
+        const COLS: usize = 2 * AVX2_CHUNK + 592;
+        let weight = values(13 * COLS, 1);
         let brains: Vec<bf16> = weight.iter().map(|&w| bf16::from_f32(w)).collect();
         let as_they_are: Order = |x, _| x.to_vec();
-        check::<_, WidenedAvx2<f32>, Widened<f32>>(&weight, WeightRows::F32(&weight), as_they_are);
+        let in_halves: Order = |x, cols| {
+            let mut laid_out = vec![f32::NAN; x.len()];
+            avx2_halves(x, cols, &mut laid_out);
+            laid_out
+        };
+        check::<_, WidenedAvx2<f32>, Widened<f32>>(
+            &weight,
+            WeightRows::F32(&weight),
+            [in_halves, as_they_are],
+        );
         let paired: Order = |x, cols| paired_columns(x, cols).to_vec();
-        check::<_, PairedBf16Avx2, PairedBf16>(&brains, WeightRows::Bf16(&brains), paired);
+        check::<_, PairedBf16Avx2, PairedBf16>(&brains, WeightRows::Bf16(&brains), [paired; 2]);
     }
 
     #[test]
