@@ -21,7 +21,7 @@
 use half::bf16;
 
 use super::{Shape, for_each_row_tile};
-use crate::model::cpu::grow;
+use crate::model::cpu::cache_lines::CacheLines;
 use crate::model::cpu::host::HostFloat;
 #[cfg(target_arch = "x86_64")]
 use crate::model::cpu::math::sum_of_sixteen;
@@ -86,8 +86,7 @@ fn widened<E: HostFloat>(
         return false;
     }
     AVX2_HALVES.with_borrow_mut(|laid_out| {
-        grow(laid_out, x.len());
-        let laid_out = &mut laid_out[..x.len()];
+        let laid_out = laid_out.first(x.len());
         avx2_halves(x, cols, laid_out);
         tiles::<WidenedAvx2<E>>(weight, laid_out, tokens, out, accumulate)
     })
@@ -95,7 +94,8 @@ fn widened<E: HostFloat>(
 
 thread_local! {
     /// The prompt laid out by [`avx2_halves`], on the thread that starts the product.
-    static AVX2_HALVES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static AVX2_HALVES: std::cell::RefCell<CacheLines<f32>> =
+        const { std::cell::RefCell::new(CacheLines::new()) };
 }
 
 /// `x`: `[tokens, cols]` into `out` with each token's chunks of columns ([`avx2_chunks`])
