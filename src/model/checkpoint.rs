@@ -5,6 +5,7 @@
 use burn::tensor::{DType, TensorData};
 
 use super::cpu::IntegerWeights;
+pub use super::cpu::RowOrder;
 use super::error::Result;
 use super::weight_arena::WeightArena;
 
@@ -46,16 +47,18 @@ pub trait Checkpoint {
         dtype: DType,
         arena: Option<&mut WeightArena>,
     ) -> Result<TensorData> {
-        self.stacked(&[(role, shape.to_vec())], dtype, arena)
+        self.stacked(&[(role, shape.to_vec())], dtype, arena, RowOrder::AsStored)
     }
 
     /// Matrices of one column count stacked row-wise into one, e.g. the q, k and v
-    /// projections into the single matrix that one fused matmul multiplies by.
+    /// projections into the single matrix that one fused matmul multiplies by, its rows held
+    /// in `order`.
     fn stacked(
         &self,
         parts: &[(TensorRole, Vec<usize>)],
         dtype: DType,
         arena: Option<&mut WeightArena>,
+        order: RowOrder,
     ) -> Result<TensorData>;
 
     /// The stack of [`Checkpoint::stacked`] as small integers with scales (and offsets), when

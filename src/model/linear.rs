@@ -18,7 +18,7 @@ pub struct Linear {
     /// one.
     bias: Option<Param<Tensor<1>>>,
     /// `None` when the weight is held only as the CPU kernels read it (a GGUF file's
-    /// integers, which no Burn tensor type holds exactly).
+    /// integers, which no Burn tensor type holds exactly; floats laid out by lane).
     weight: Option<Param<Tensor<2>>>,
     /// The same weight as the CPU kernels read it, extracted once (see [`cpu::Weight`]);
     /// `None` off the CPU backends.
@@ -166,12 +166,13 @@ impl Linear {
         // Float weights may be held narrower than the activations (see `Loader::storage_dtype`).
         let weight = match &self.weight {
             Some(weight) => weight.val(),
-            // Only `Linear::stored` holds no tensor, and integer weights always widen.
+            // Only `Linear::stored` holds no tensor, and its weights (integers, or floats
+            // laid out by lane) always widen.
             None => self
                 .kernel_weight
                 .as_ref()
                 .and_then(|weight| weight.dense(&x.device()))
-                .expect("a Linear without a tensor holds integer weights"),
+                .expect("a Linear without a tensor holds weights that widen"),
         };
         let weight = match weight.dtype() {
             stored @ (DType::F32 | DType::BF16 | DType::F16) if stored != x.dtype() => {

@@ -155,22 +155,38 @@ impl<'a> Loader<'a> {
         if let Some(weight) = self.integer_weight(parts)? {
             return Ok(Linear::stored(weight));
         }
-        let (arena, dtype) = match self.quantization {
-            Some(_) => (None, self.dtype),
-            None => {
-                let dtype = self.storage_dtype(parts);
-                (self.arena.as_mut(), dtype)
-            }
+        let dtype = match self.quantization {
+            Some(_) => self.dtype,
+            None => self.storage_dtype(parts),
         };
         let parts: Vec<(TensorRole, Vec<usize>)> = parts
             .iter()
             .map(|&role| (role, role.shape(self.config)))
             .collect();
-        let mut data = self.checkpoint.stacked(&parts, dtype, arena)?;
-        if let Some(order) = self.rotation_order(&parts) {
-            reorder_rows(&mut data, &order)?;
+        let rotation = self.rotation_order(&parts);
+        let rows = parts.iter().map(|(_, shape)| shape[0]).sum();
+        let cols = parts.first().map_or(0, |(_, shape)| shape[1]);
+        // Rows laid out by lane are held for the kernels alone, as stored, with no Burn
+        // tensor to quantize or reorder.
+        let order = match (&self.quantization, &rotation) {
+            (None, None) => cpu::RowOrder::for_matrix([rows, cols], dtype, self.device),
+            _ => cpu::RowOrder::AsStored,
+        };
+        let arena = match self.quantization {
+            Some(_) => None,
+            None => self.arena.as_mut(),
+        };
+        let mut data = self.checkpoint.stacked(&parts, dtype, arena, order)?;
+        if let Some(rotation) = rotation {
+            reorder_rows(&mut data, &rotation)?;
         }
         let weight = Tensor::from_data(data, (self.device, dtype));
+        if order == cpu::RowOrder::ByLane {
+            let weight = cpu::Weight::by_lane(&weight).ok_or_else(|| {
+                ModelError::Backend("weights laid out by lane off the CPU backends".into())
+            })?;
+            return Ok(Linear::stored(weight));
+        }
         Ok(match &self.quantization {
             Some(scheme) => Linear::new(weight).quantized(scheme),
             None => Linear::new(weight),

@@ -6,7 +6,7 @@ use burn::tensor::DType;
 use half::bf16;
 use smolchat::gguf::{GgmlType, GgufFile};
 use smolchat::model::checkpoint::gguf::GgufCheckpoint;
-use smolchat::model::checkpoint::{Checkpoint, LayerRole, TensorRole};
+use smolchat::model::checkpoint::{Checkpoint, LayerRole, RowOrder, TensorRole};
 
 use super::builder::Builder;
 
@@ -50,12 +50,12 @@ fn bf16_parts_are_held_as_stored_and_widen_to_the_f32_stack() {
         .collect();
 
     let held = checkpoint
-        .stacked(&parts, DType::BF16, None)
+        .stacked(&parts, DType::BF16, None, RowOrder::AsStored)
         .expect("readable")
         .try_to_vec::<bf16>()
         .expect("bf16");
     let widened = checkpoint
-        .stacked(&parts, DType::F32, None)
+        .stacked(&parts, DType::F32, None, RowOrder::AsStored)
         .expect("readable")
         .try_to_vec::<f32>()
         .expect("f32");
@@ -81,4 +81,22 @@ fn bf16_parts_are_held_as_stored_and_widen_to_the_f32_stack() {
         .zip(&bits)
         .all(|(h, &b)| h.to_bits() == b);
     assert!(!in_file_order);
+
+    // Laid out by lane as it is decoded: per group of sixteen rows, lane by lane (a column's
+    // place in its sixteen), each lane's columns in order, a column's sixteen rows side by side.
+    let by_lane = checkpoint
+        .stacked(&parts, DType::F32, None, RowOrder::ByLane)
+        .expect("readable")
+        .try_to_vec::<f32>()
+        .expect("f32");
+    for (i, &w) in widened.iter().enumerate() {
+        let (row, col) = (i / COLS, i % COLS);
+        let column = col % 16 * (COLS / 16) + col / 16;
+        let at = row / 16 * 16 * COLS + column * 16 + row % 16;
+        assert_eq!(
+            by_lane[at].to_bits(),
+            w.to_bits(),
+            "row {row}, column {col}"
+        );
+    }
 }

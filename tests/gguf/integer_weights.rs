@@ -4,7 +4,7 @@
 use burn::tensor::DType;
 use smolchat::gguf::{GgmlType, GgufFile};
 use smolchat::model::checkpoint::gguf::GgufCheckpoint;
-use smolchat::model::checkpoint::{Checkpoint, LayerRole, TensorRole};
+use smolchat::model::checkpoint::{Checkpoint, LayerRole, RowOrder, TensorRole};
 use smolchat::model::{BlockFactors, IntegerValues};
 
 use super::builder::Builder;
@@ -84,7 +84,7 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
         .expect("readable")
         .expect("every part is an integer type");
     let dense = checkpoint
-        .stacked(&shaped, DType::F32, None)
+        .stacked(&shaped, DType::F32, None, RowOrder::AsStored)
         .expect("readable")
         .try_to_vec::<f32>()
         .expect("f32");
@@ -118,7 +118,7 @@ fn mixed_types_stack_into_integers_equal_to_the_dequantized_weights() {
         IntegerValues::SixBits { zero: 32, .. }
     ));
     let dense_key = checkpoint
-        .stacked(key, DType::F32, None)
+        .stacked(key, DType::F32, None, RowOrder::AsStored)
         .expect("readable")
         .try_to_vec::<f32>()
         .expect("f32");
@@ -192,7 +192,7 @@ fn a_tensor_of_one_type_is_held_in_its_own_bits_and_factors() {
             _ => panic!("{ty:?}'s scales are held in another form"),
         }
         let dense = checkpoint
-            .stacked(&query, DType::F32, None)
+            .stacked(&query, DType::F32, None, RowOrder::AsStored)
             .expect("readable")
             .try_to_vec::<f32>()
             .expect("f32");

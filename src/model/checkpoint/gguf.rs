@@ -15,7 +15,8 @@ use crate::gguf::{
     nibbles_row, qk_gguf_row, split_row,
 };
 use crate::model::cpu::{
-    BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, fifth_bits_in_order, pack_six_bits,
+    BlockFactors, IntegerValues, IntegerWeights, RowOrder, SIX_BIT_ZERO, fifth_bits_in_order,
+    pack_six_bits,
 };
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
@@ -156,21 +157,21 @@ impl GgufCheckpoint {
     fn decoded<T: bytemuck::Pod + Send + Sync>(
         &self,
         parts: &[(TensorRole, &TensorInfo)],
-        len: usize,
+        (len, cols, order): (usize, usize, RowOrder),
         arena: Option<&mut WeightArena>,
         held: GgmlType,
         from_f32: impl Fn(f32) -> T + Copy + Sync,
     ) -> Result<Bytes> {
+        let fill = |out: &mut [T]| {
+            self.decode_into(parts, out, held, from_f32)
+                .map(|()| order.arrange(out, cols))
+        };
         let mut result = Ok(());
-        if let Some(bytes) = arena.and_then(|arena| {
-            arena.push(len, |out| {
-                result = self.decode_into(parts, out, held, from_f32);
-            })
-        }) {
+        if let Some(bytes) = arena.and_then(|arena| arena.push(len, |out| result = fill(out))) {
             return result.map(|()| bytes);
         }
         let mut out = bytemuck::zeroed_vec(len);
-        self.decode_into(parts, &mut out, held, from_f32)?;
+        fill(&mut out)?;
         Ok(Bytes::from_elems(out))
     }
 }
@@ -415,17 +416,18 @@ impl Checkpoint for GgufCheckpoint {
         parts: &[(TensorRole, Vec<usize>)],
         dtype: DType,
         arena: Option<&mut WeightArena>,
+        order: RowOrder,
     ) -> Result<TensorData> {
         let Stack { parts, rows, cols } = self.stack(parts)?;
         let shape = match parts.as_slice() {
             [(_, info)] if info.dims.len() == 1 => vec![cols],
             _ => vec![rows, cols],
         };
-        let len = rows * cols;
+        let held = (rows * cols, cols, order);
         let bytes = match dtype {
-            DType::F32 => self.decoded(&parts, len, arena, GgmlType::F32, |x| x)?,
-            DType::BF16 => self.decoded(&parts, len, arena, GgmlType::BF16, bf16::from_f32)?,
-            DType::F16 => self.decoded(&parts, len, arena, GgmlType::F16, f16::from_f32)?,
+            DType::F32 => self.decoded(&parts, held, arena, GgmlType::F32, |x| x)?,
+            DType::BF16 => self.decoded(&parts, held, arena, GgmlType::BF16, bf16::from_f32)?,
+            DType::F16 => self.decoded(&parts, held, arena, GgmlType::F16, f16::from_f32)?,
             other => {
                 return Err(ModelError::Backend(format!(
                     "weights cannot be held as {other:?}"

@@ -12,6 +12,7 @@ use memmap2::Mmap;
 
 use super::{Checkpoint, TensorRole};
 use crate::mapped_file::release_pages;
+use crate::model::cpu::RowOrder;
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
 use crate::model_files::{SHARD_INDEX_FILE, SINGLE_WEIGHTS_FILE};
@@ -180,7 +181,7 @@ impl Checkpoint for SafetensorsCheckpoint {
         arena: Option<&mut WeightArena>,
     ) -> Result<TensorData> {
         let part = self.part(&role.safetensors_name(), shape)?;
-        convert(&[part], shape.to_vec(), dtype, arena)
+        convert(&[part], shape.to_vec(), dtype, (arena, RowOrder::AsStored))
     }
 
     fn stacked(
@@ -188,6 +189,7 @@ impl Checkpoint for SafetensorsCheckpoint {
         parts: &[(TensorRole, Vec<usize>)],
         dtype: DType,
         arena: Option<&mut WeightArena>,
+        order: RowOrder,
     ) -> Result<TensorData> {
         let parts = parts
             .iter()
@@ -195,7 +197,7 @@ impl Checkpoint for SafetensorsCheckpoint {
             .collect::<Result<Vec<_>>>()?;
         let rows = parts.iter().map(|part| part.info.shape[0]).sum();
         let cols = parts.first().map_or(0, |part| part.info.shape[1]);
-        convert(&parts, vec![rows, cols], dtype, arena)
+        convert(&parts, vec![rows, cols], dtype, (arena, order))
     }
 }
 
@@ -203,13 +205,14 @@ fn convert(
     parts: &[Part],
     shape: Vec<usize>,
     dtype: DType,
-    arena: Option<&mut WeightArena>,
+    (arena, order): (Option<&mut WeightArena>, RowOrder),
 ) -> Result<TensorData> {
     let len = shape.iter().product();
+    let held = (len, shape.last().copied().unwrap_or(1), order);
     let bytes = match dtype {
-        DType::F32 => decoded(parts, len, arena, |x| x),
-        DType::BF16 => decoded(parts, len, arena, bf16::from_f32),
-        DType::F16 => decoded(parts, len, arena, f16::from_f32),
+        DType::F32 => decoded(parts, held, arena, |x| x),
+        DType::BF16 => decoded(parts, held, arena, bf16::from_f32),
+        DType::F16 => decoded(parts, held, arena, f16::from_f32),
         other => {
             return Err(ModelError::Backend(format!(
                 "weights cannot be held as {other:?}"
@@ -229,11 +232,14 @@ struct Part<'a> {
 /// the arena when there is room, else in a buffer of their own.
 fn decoded<T: bytemuck::Pod + Send + Sync>(
     parts: &[Part],
-    len: usize,
+    (len, cols, order): (usize, usize, RowOrder),
     arena: Option<&mut WeightArena>,
     from_f32: impl Fn(f32) -> T + Copy,
 ) -> Bytes {
-    let fill = |out: &mut [T]| decode_into(parts, out, from_f32);
+    let fill = |out: &mut [T]| {
+        decode_into(parts, out, from_f32);
+        order.arrange(out, cols);
+    };
     if let Some(bytes) = arena.and_then(|arena| arena.push(len, fill)) {
         return bytes;
     }

@@ -53,6 +53,13 @@ impl Features {
             _ => false,
         }
     }
+
+    /// Whether f32 and f16 weights are laid out by lane (`weights::by_lane_at`) for the AVX2
+    /// kernels that read them so: where the AVX-512 tiles, which read a row's sixteen lanes
+    /// in one register, do not run.
+    pub fn lays_out_floats_by_lane(self) -> bool {
+        self.avx2 && !self.avx512
+    }
 }
 
 /// The features of this CPU, less what `SMOLCHAT_MAX_CPU` turns off.

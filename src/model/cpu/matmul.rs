@@ -7,9 +7,10 @@
 //! thread that multiplies it (f32 weights are read where they lie), so every weight format
 //! runs at the speed of f32 arithmetic.
 //!
-//! Where the CPU has the instructions, the register tiles of `float_tiles` (AVX-512 or AVX2)
-//! and `integer_tiles` (AVX2) take the prompt, without packing, summing each output in the
-//! decode kernels' order; gemm serves the rest.
+//! Where the CPU has the instructions, the register tiles of `float_tiles` (AVX-512 or AVX2),
+//! `lane_tiles` (AVX2, float weights laid out by lane) and `integer_tiles` (AVX2) take the
+//! prompt, without packing, summing each output in the decode kernels' order; gemm serves the
+//! rest.
 
 use std::cell::RefCell;
 use std::ops::Range;
@@ -19,9 +20,11 @@ use super::weights::WeightRows;
 
 mod float_tiles;
 mod integer_tiles;
+mod lane_tiles;
 
 pub use float_tiles::{bf16_product as bf16_matmul, product as float_matmul};
 pub use integer_tiles::product as integer_matmul;
+pub use lane_tiles::product as by_lane_matmul;
 
 /// Weight rows per block. Each block packs the whole prompt again, so narrow blocks spend
 /// their time packing: a 128-token f32 prompt ran at ~450 tok/s with 32-row blocks and
@@ -89,6 +92,30 @@ pub fn matmul(weight: WeightRows<'_>, x: &[f32], tokens: usize, out: &mut [f32],
     });
 }
 
+/// The bytes of activations a block of tokens holds, about (a whole tile more at most): the
+/// block stays in the second-level cache (1–2 MB a core) while a thread's weight rows pass
+/// it once.
+const BLOCK_BYTES: usize = 512 * 1024;
+
+/// The prompt's tokens in blocks of whole tiles (so that no tile reaches into the next
+/// block), as few as hold about [`BLOCK_BYTES`] of activations each, and as even as tiles
+/// allow: each block costs a pass over the weights, and a short last block (the 2 tokens
+/// left of 128 by blocks of 63) would pay a whole pass for one tile.
+fn token_blocks(
+    tokens: usize,
+    row_bytes: usize,
+    tile_tokens: usize,
+) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let tiles = tokens.div_ceil(tile_tokens);
+    let count = (tokens * row_bytes)
+        .div_ceil(BLOCK_BYTES)
+        .clamp(1, tiles.max(1));
+    (0..count).map(move |i| {
+        let first = tiles * i / count * tile_tokens;
+        first..(tiles * (i + 1) / count * tile_tokens).min(tokens)
+    })
+}
+
 /// The sizes of a product: `x` is `[tokens, cols]`, the weight `[rows, cols]`.
 #[derive(Clone, Copy)]
 struct Shape {
@@ -147,7 +174,7 @@ thread_local! {
 mod tests {
     use half::{bf16, f16};
 
-    use super::matmul;
+    use super::{matmul, token_blocks};
     use crate::model::cpu::test_values as values;
     use crate::model::cpu::weights::{Factors, Ints, WeightRows};
 
@@ -254,5 +281,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn token_blocks_are_whole_tiles_as_even_as_they_allow() {
+        let blocks = |tokens, row_bytes| token_blocks(tokens, row_bytes, 3).collect::<Vec<_>>();
+        // 128 tokens of 8 KiB: two blocks, not 63 + 63 + 2.
+        assert_eq!(blocks(128, 8192), [0..63, 63..128]);
+        // 128 tokens of 32 KiB: eight blocks of five or six tiles, not a ninth of 8 tokens.
+        let long = blocks(128, 32768);
+        assert_eq!(long.len(), 8);
+        assert!(
+            long.iter()
+                .all(|b| b.start % 3 == 0 && (14..=18).contains(&b.len()))
+        );
+        assert_eq!((long[0].start, long[7].end), (0, 128));
+        assert!(long.windows(2).all(|pair| pair[0].end == pair[1].start));
+        // A short prompt, and one of a single token however wide: one block.
+        assert_eq!(
+            (blocks(2, 8192).len(), blocks(2, 8192)[0].clone()),
+            (1, 0..2)
+        );
+        assert_eq!(
+            (blocks(1, 1 << 30).len(), blocks(1, 1 << 30)[0].clone()),
+            (1, 0..1)
+        );
     }
 }

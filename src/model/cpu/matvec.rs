@@ -19,6 +19,7 @@ use super::cache_lines::CacheLines;
 use super::features::Features;
 use super::host::HostFloat;
 use super::math::dot;
+use super::matmul::by_lane_matmul;
 use super::threads::{SharedOutput, split_ranges, split_rows};
 use super::weights::{Factors, INTERLEAVED_ROWS, Ints, NIBBLE_BLOCK, SIX_BIT_BLOCK, WeightRows};
 use super::{features, grow};
@@ -46,6 +47,7 @@ pub fn matvecs(weight: WeightRows<'_>, xs: &[f32], vectors: usize, out: &mut [f3
         vectors > 0 && cols * vectors == xs.len() && weight.len() * vectors == out.len() * cols,
         "matvec: weight is not [out.len() / vectors, xs.len() / vectors]"
     );
+    let flat = xs;
     let xs: Vec<&[f32]> = xs.chunks_exact(cols.max(1)).collect();
     match weight {
         WeightRows::F32(weight) => dense(weight, &xs, out),
@@ -57,6 +59,24 @@ pub fn matvecs(weight: WeightRows<'_>, xs: &[f32], vectors: usize, out: &mut [f3
             offsets,
             block,
         } => quantized(values, scales, offsets, block, &xs, out),
+        WeightRows::F32ByLane { values, .. } => by_lane(values, weight, (flat, &xs), out),
+        WeightRows::F16ByLane { values, .. } => by_lane(values, weight, (flat, &xs), out),
+    }
+}
+
+/// [`matvecs`] for weights laid out by lane (`values`, of `weight`): the tiles that read that
+/// layout take a few rows as they take a prompt, each output summed as it is alone. They run
+/// on every CPU that lays weights out so; anywhere else, the rows are widened back.
+fn by_lane<E: HostFloat>(
+    values: &[E],
+    weight: WeightRows<'_>,
+    (flat, xs): (&[f32], &[&[f32]]),
+    out: &mut [f32],
+) {
+    if !by_lane_matmul(values, flat, xs.len(), out, true) {
+        let mut rows = vec![0.0; weight.len()];
+        weight.widen(0, &mut rows);
+        dense(&rows, xs, out);
     }
 }
 

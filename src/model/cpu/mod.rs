@@ -30,8 +30,8 @@ pub use projection::{MATVEC_ROWS, project};
 pub use quantize::quantize;
 pub use rms_norm::rms_norm;
 pub use weights::{
-    BlockFactors, IntegerValues, IntegerWeights, SIX_BIT_ZERO, Weight, fifth_bits_in_order,
-    pack_six_bits,
+    BlockFactors, IntegerValues, IntegerWeights, RowOrder, SIX_BIT_ZERO, Weight,
+    fifth_bits_in_order, pack_six_bits,
 };
 
 /// `buffer` at least `len` long: the kernels' per-thread buffers only grow.

@@ -12,7 +12,7 @@ use half::{bf16, f16};
 use rayon::prelude::*;
 
 use super::features::Features;
-use super::host::HostTensor;
+use super::host::{HostFloat, HostTensor};
 use super::matvec::read_stepped;
 
 /// The backend's own weight tensor, held so that [`Weight::rows`] can borrow from it.
@@ -27,6 +27,9 @@ pub enum Weight {
     Quantized(FlexQTensor),
     /// A GGUF file's integer weights, kept as stored (see [`IntegerWeights`]).
     Integers(Arc<IntegerWeights>),
+    /// f32 or f16 weights laid out by lane (see [`by_lane_at`]) for the AVX2 kernels, in the
+    /// backend's tensor the loader made of them: no Burn operation may read it as a matrix.
+    ByLane(HostTensor),
     /// The parts of one projection stacked row-wise, each held as it is stored. A Q4_K_M
     /// file keeps v in Q6_K beside q and k in Q4_K: held as one, all three took the finer
     /// type's blocks of 16 bytes, 2.2 times q and k's own bytes.
@@ -695,6 +698,96 @@ pub const fn interleaved_crumb_at(cols: usize, row: usize, b: usize, j: usize) -
     interleaved_in(CRUMB_BYTES, cols, row, b, j)
 }
 
+/// Columns of a float weight's sums: each output sums its columns in sixteen lanes, column
+/// `c` in lane `c % 16`, then adds the lanes (`math::sum_of_sixteen`), on every CPU.
+pub const FLOAT_LANES: usize = 16;
+
+/// Where float weights laid out by lane keep column `col` of row `row`, in rows of `cols`
+/// values: per group of [`INTERLEAVED_ROWS`] rows, lane by lane, each lane's columns in
+/// order, each column's value of the group's rows side by side. A register of eight of them
+/// then holds one lane of eight rows, and the AVX2 kernels sum a lane of several rows and
+/// tokens at once, each weight vector widened once for every token of a tile and each
+/// token's value broadcast (`matmul/lane_tiles.rs`), where rows as they lie took two
+/// registers an output, and each half of the lanes read half of every line.
+pub const fn by_lane_at(cols: usize, row: usize, col: usize) -> usize {
+    let group = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS * cols;
+    let column = col % FLOAT_LANES * (cols / FLOAT_LANES) + col / FLOAT_LANES;
+    group + column * INTERLEAVED_ROWS + row % INTERLEAVED_ROWS
+}
+
+/// Whether float weights of `rows` rows of `cols` values are laid out by lane: where the
+/// AVX2 kernels that read them run (`Features::lays_out_floats_by_lane`), for rows in whole
+/// groups and columns in whole sixteens.
+fn lays_out_by_lane(cpu: Features, rows: usize, cols: usize) -> bool {
+    cpu.lays_out_floats_by_lane()
+        && rows > 0
+        && rows.is_multiple_of(INTERLEAVED_ROWS)
+        && cols > 0
+        && cols.is_multiple_of(FLOAT_LANES)
+}
+
+/// `values`, rows of `cols` values in whole groups, laid out by lane ([`by_lane_at`]) in
+/// place, a group of rows at a time on every core: each sixteen columns of a group's rows, a
+/// square, go out transposed, so that a 1.7B F16 file loads about as fast as in rows (an
+/// element's place computed for each, as [`rearrange_groups`] does, took 13 s more).
+pub fn lay_out_by_lane<T: bytemuck::Pod + Send + Sync>(values: &mut [T], cols: usize) {
+    let per_lane = cols / FLOAT_LANES;
+    let group = INTERLEAVED_ROWS * cols;
+    values.par_chunks_exact_mut(group).for_each_init(
+        || vec![T::zeroed(); group],
+        |plain, values| {
+            plain.copy_from_slice(values);
+            for step in 0..per_lane {
+                let mut square = [[T::zeroed(); FLOAT_LANES]; INTERLEAVED_ROWS];
+                for (row, square) in square.iter_mut().enumerate() {
+                    square
+                        .copy_from_slice(&plain[row * cols + step * FLOAT_LANES..][..FLOAT_LANES]);
+                }
+                for lane in 0..FLOAT_LANES {
+                    let at = (lane * per_lane + step) * INTERLEAVED_ROWS;
+                    for (out, square) in values[at..at + INTERLEAVED_ROWS].iter_mut().zip(&square) {
+                        *out = square[lane];
+                    }
+                }
+            }
+        },
+    );
+}
+
+/// How a float matrix's rows are held: as stored, or laid out by lane ([`by_lane_at`]) for
+/// the kernels that read them so. The checkpoint lays them out as it decodes them into the
+/// weights' arena: laid out afterwards, each matrix was copied out of the arena's read-only
+/// views, and a 1.7B F16 file peaked at twice its size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowOrder {
+    AsStored,
+    ByLane,
+}
+
+impl RowOrder {
+    /// The order for `dims` held as `dtype` on `device`: by lane where this CPU's kernels
+    /// read that layout, for f32 and f16 rows in whole groups and columns in whole sixteens.
+    pub fn for_matrix(dims: [usize; 2], dtype: DType, device: &Device) -> Self {
+        let [rows, cols] = dims;
+        match dtype {
+            DType::F32 | DType::F16
+                if super::is_host(device)
+                    && lays_out_by_lane(super::features::cpu(), rows, cols) =>
+            {
+                Self::ByLane
+            }
+            _ => Self::AsStored,
+        }
+    }
+
+    /// `values`, rows of `cols`, put in this order in place.
+    pub fn arrange<T: bytemuck::Pod + Send + Sync>(self, values: &mut [T], cols: usize) {
+        if self == Self::ByLane {
+            lay_out_by_lane(values, cols);
+        }
+    }
+}
+
 /// Whether weights of `rows` rows of `cols` values of `bits` are held interleaved, for a
 /// kernel that reads rows in blocks of `unit` values: where that kernel runs on `cpu`
 /// (`Features::interleaves`), for rows in whole groups.
@@ -891,6 +984,15 @@ pub enum WeightRows<'a> {
     F32(&'a [f32]),
     F16(&'a [f16]),
     Bf16(&'a [bf16]),
+    /// [`Weight::ByLane`]'s values, in rows of `cols`.
+    F32ByLane {
+        values: &'a [f32],
+        cols: usize,
+    },
+    F16ByLane {
+        values: &'a [f16],
+        cols: usize,
+    },
     /// Integers with one scale, and maybe an offset, per `block` consecutive weights of a
     /// row: `W[r, c] = scales[b] · values[r · cols + c] (+ offsets[b])` for
     /// `b = (r · cols + c) / block`.
@@ -914,10 +1016,18 @@ impl Weight {
         HostTensor::of(tensor).map(Self::Float)
     }
 
+    /// A tensor whose rows the checkpoint laid out by lane ([`RowOrder::ByLane`]), held for
+    /// the kernels; `None` off the CPU backends and for types other than f32 and f16.
+    pub fn by_lane(tensor: &Tensor<2>) -> Option<Self> {
+        matches!(tensor.dtype(), DType::F32 | DType::F16)
+            .then(|| HostTensor::of(tensor).map(Self::ByLane))
+            .flatten()
+    }
+
     /// `[rows, cols]`
     pub fn dims(&self) -> [usize; 2] {
         match self {
-            Self::Float(tensor) => tensor.shape().dims(),
+            Self::Float(tensor) | Self::ByLane(tensor) => tensor.shape().dims(),
             Self::Quantized(weight) => weight.shape().dims(),
             Self::Integers(weight) => weight.dims,
             Self::Stacked(parts) => {
@@ -950,6 +1060,18 @@ impl Weight {
                 })
             }
             Self::Integers(weight) => Some(weight.rows()),
+            Self::ByLane(tensor) => {
+                let cols = tensor.shape()[1];
+                match tensor.dtype() {
+                    DType::F32 => {
+                        (tensor.slice()).map(|values| WeightRows::F32ByLane { values, cols })
+                    }
+                    DType::F16 => {
+                        (tensor.slice()).map(|values| WeightRows::F16ByLane { values, cols })
+                    }
+                    _ => None,
+                }
+            }
             // Each part's rows are its own; `project` multiplies them one by one.
             Self::Stacked(_) => None,
         }
@@ -1925,6 +2047,8 @@ impl WeightRows<'_> {
             Self::F32(values) => values.len(),
             Self::F16(values) => values.len(),
             Self::Bf16(values) => values.len(),
+            Self::F32ByLane { values, .. } => values.len(),
+            Self::F16ByLane { values, .. } => values.len(),
             Self::Integers { values, .. } => values.len(),
         }
     }
@@ -1945,6 +2069,8 @@ impl WeightRows<'_> {
             Self::F32(values) => out.copy_from_slice(&values[range]),
             Self::F16(values) => values[range].convert_to_f32_slice(out),
             Self::Bf16(values) => values[range].convert_to_f32_slice(out),
+            &Self::F32ByLane { values, cols } => by_lane_back(values, cols, start, out),
+            &Self::F16ByLane { values, cols } => by_lane_back(values, cols, start, out),
             Self::Integers {
                 values,
                 scales,
@@ -1964,6 +2090,17 @@ impl WeightRows<'_> {
                     }
                 }
             }
+        }
+    }
+}
+
+/// Elements `start..start + out.len()` of rows laid out by lane ([`by_lane_at`]), in rows
+/// again: the rows of `out` and of `values` have as many columns.
+fn by_lane_back<E: HostFloat>(values: &[E], cols: usize, start: usize, out: &mut [f32]) {
+    let first = start / cols.max(1);
+    for (row, out) in (first..).zip(out.chunks_exact_mut(cols)) {
+        for (col, out) in out.iter_mut().enumerate() {
+            *out = values[by_lane_at(cols, row, col)].to_f32();
         }
     }
 }
@@ -1988,8 +2125,9 @@ mod tests {
     use half::f16;
 
     use super::{
-        BlockFactors, FROM_INTERLEAVED, IntegerValues, IntegerWeights, TO_INTERLEAVED, fifth_bit,
-        fifth_bits_in_order, fifth_bits_moved, interleaved_fifth_bit,
+        BlockFactors, FROM_INTERLEAVED, IntegerValues, IntegerWeights, TO_INTERLEAVED, WeightRows,
+        by_lane_at, fifth_bit, fifth_bits_in_order, fifth_bits_moved, interleaved_fifth_bit,
+        lay_out_by_lane,
     };
 
     fn widened(weights: &IntegerWeights) -> Vec<f32> {
@@ -2006,6 +2144,42 @@ mod tests {
             scales: BlockFactors::F32((0..blocks).map(|b| 0.5 + b as f32 * 0.25).collect()),
             offsets: offsets.map(BlockFactors::F32),
             values: IntegerValues::Bytes(values),
+        }
+    }
+
+    /// Every element lands where `by_lane_at` says, a group's elements stay in their group,
+    /// and rows widened from any row on are the rows as they were.
+    #[test]
+    fn floats_laid_out_by_lane_widen_back_to_their_rows() {
+        let (rows, cols) = (48, 80);
+        let plain: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
+        let mut laid_out = plain.clone();
+        lay_out_by_lane(&mut laid_out, cols);
+        for row in 0..rows {
+            for col in 0..cols {
+                let at = by_lane_at(cols, row, col);
+                assert_eq!(laid_out[at], plain[row * cols + col], "({row}, {col})");
+                assert_eq!(at / (16 * cols), row / 16);
+            }
+        }
+        let halves: Vec<f16> = laid_out.iter().map(|&v| f16::from_f32(v)).collect();
+        for (first, count) in [(0, rows), (17, 3), (47, 1)] {
+            let start = first * cols;
+            let mut out = vec![f32::NAN; count * cols];
+            let want = &plain[start..start + count * cols];
+            WeightRows::F32ByLane {
+                values: &laid_out,
+                cols,
+            }
+            .widen(start, &mut out);
+            assert_eq!(out, want);
+            WeightRows::F16ByLane {
+                values: &halves,
+                cols,
+            }
+            .widen(start, &mut out);
+            let want: Vec<f32> = want.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+            assert_eq!(out, want);
         }
     }
 

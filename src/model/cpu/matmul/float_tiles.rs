@@ -1,8 +1,10 @@
 //! `X Wᵀ` for a prompt against float weights on CPUs with AVX-512 (register tiles of 6 weight
 //! rows × 4 tokens) or AVX2 (5 rows × 2 tokens): the tile's sums stay in registers while the
 //! columns pass, and no weight is widened or packed in memory (on AVX2, the prompt's columns
-//! are reordered once per product, [`avx2_halves`]). Two kinds of operands share the AVX-512
-//! tile:
+//! are reordered once per product, [`avx2_halves`]). On CPUs with AVX2 alone, the loader lays
+//! the f32 and f16 projections out by lane for `lane_tiles`, which this module hands them
+//! to; the AVX2 tiles here take float weights held as stored (an output head that is also
+//! the embedding). Two kinds of operands share the AVX-512 tile:
 //!
 //! - f32 activations against f32, f16 or bf16 weights ([`product`]): each weight is widened
 //!   to f32 in the register it is loaded into, and every product is f32. Each output is
@@ -20,7 +22,7 @@
 
 use half::bf16;
 
-use super::{Shape, for_each_row_tile};
+use super::{Shape, for_each_row_tile, lane_tiles, token_blocks};
 use crate::model::cpu::cache_lines::CacheLines;
 use crate::model::cpu::host::HostFloat;
 #[cfg(target_arch = "x86_64")]
@@ -38,11 +40,6 @@ const TILE_ROWS: usize = 6;
 
 /// Fewest tiles of weight rows a thread takes at once.
 const MIN_TILES_PER_RANGE: usize = 4;
-
-/// The bytes of activations a block of tokens holds, about (a whole tile more at most): the
-/// block stays in the second-level cache (1–2 MB a core) while a thread's weight rows pass
-/// it once.
-const BLOCK_BYTES: usize = 512 * 1024;
 
 /// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for f32 `x`: `[tokens, cols]`, a float
 /// `weight`: `[rows, cols]` and `out`: `[tokens, rows]`, all row-major, when the CPU has
@@ -65,6 +62,12 @@ pub fn product(
             let x = paired_columns(x, x.len() / tokens.max(1));
             tiles::<PairedBf16>(weight, &x, tokens, out, accumulate)
                 || tiles::<PairedBf16Avx2>(weight, &x, tokens, out, accumulate)
+        }
+        WeightRows::F32ByLane { values, .. } => {
+            lane_tiles::product(values, x, tokens, out, accumulate)
+        }
+        WeightRows::F16ByLane { values, .. } => {
+            lane_tiles::product(values, x, tokens, out, accumulate)
         }
         WeightRows::Bf16(_) | WeightRows::Integers { .. } => false,
     }
@@ -133,25 +136,6 @@ pub fn bf16_product(
     accumulate: bool,
 ) -> bool {
     tiles::<Bf16Pairs>(weight, x, tokens, out, accumulate)
-}
-
-/// The prompt's tokens in blocks of whole tiles (so that no tile reaches into the next
-/// block), as few as hold about [`BLOCK_BYTES`] of activations each, and as even as tiles
-/// allow: each block costs a pass over the weights, and a short last block (the 2 tokens
-/// left of 128 by blocks of 63) would pay a whole pass for one tile.
-fn token_blocks(
-    tokens: usize,
-    row_bytes: usize,
-    tile_tokens: usize,
-) -> impl Iterator<Item = std::ops::Range<usize>> {
-    let tiles = tokens.div_ceil(tile_tokens);
-    let count = (tokens * row_bytes)
-        .div_ceil(BLOCK_BYTES)
-        .clamp(1, tiles.max(1));
-    (0..count).map(move |i| {
-        let first = tiles * i / count * tile_tokens;
-        first..(tiles * (i + 1) / count * tile_tokens).min(tokens)
-    })
 }
 
 /// The tiles of `O` over the whole product, when the CPU has `O`'s features.
@@ -735,7 +719,7 @@ mod tests {
 
     use super::{
         AVX2_CHUNK, Bf16Pairs, Operands, PairedBf16, PairedBf16Avx2, Widened, WidenedAvx2,
-        avx2_halves, bf16_product, product, tiles, token_blocks,
+        avx2_halves, bf16_product, product, tiles,
     };
     use crate::model::cpu::host::HostFloat;
     use crate::model::cpu::matvec::{matvecs, paired_columns};
@@ -876,31 +860,6 @@ mod tests {
         );
         let paired: Order = |x, cols| paired_columns(x, cols).to_vec();
         check::<_, PairedBf16Avx2, PairedBf16>(&brains, WeightRows::Bf16(&brains), [paired; 2]);
-    }
-
-    #[test]
-    fn token_blocks_are_whole_tiles_as_even_as_they_allow() {
-        let blocks = |tokens, row_bytes| token_blocks(tokens, row_bytes, 3).collect::<Vec<_>>();
-        // 128 tokens of 8 KiB: two blocks, not 63 + 63 + 2.
-        assert_eq!(blocks(128, 8192), [0..63, 63..128]);
-        // 128 tokens of 32 KiB: eight blocks of five or six tiles, not a ninth of 8 tokens.
-        let long = blocks(128, 32768);
-        assert_eq!(long.len(), 8);
-        assert!(
-            long.iter()
-                .all(|b| b.start % 3 == 0 && (14..=18).contains(&b.len()))
-        );
-        assert_eq!((long[0].start, long[7].end), (0, 128));
-        assert!(long.windows(2).all(|pair| pair[0].end == pair[1].start));
-        // A short prompt, and one of a single token however wide: one block.
-        assert_eq!(
-            (blocks(2, 8192).len(), blocks(2, 8192)[0].clone()),
-            (1, 0..2)
-        );
-        assert_eq!(
-            (blocks(1, 1 << 30).len(), blocks(1, 1 << 30)[0].clone()),
-            (1, 0..1)
-        );
     }
 
     #[test]

@@ -1,0 +1,305 @@
+//! `X Wᵀ` against f32 or f16 weights laid out by lane (`weights::by_lane_at`), on CPUs with
+//! AVX2: the prompts' products and the decode steps' alike.
+//!
+//! A tile is a group of sixteen weight rows and up to six tokens. For each lane (a column's
+//! place in its sixteen) in turn, it sums that lane's columns for all of them: two registers
+//! of eight rows a token, each weight vector widened once for every token of the tile, each
+//! token's value broadcast. Then it adds each output's sixteen lanes in `sum_of_sixteen`'s
+//! order, eight rows a register. Each lane takes its columns in order, as the decode kernel
+//! of rows as they lie does (`matvec`), so every output has the bits every other float kernel
+//! gives it, whatever tokens are read with it.
+
+use std::cell::RefCell;
+
+use super::{Shape, for_each_row_tile, token_blocks};
+use crate::model::cpu::cache_lines::CacheLines;
+use crate::model::cpu::features;
+use crate::model::cpu::host::HostFloat;
+use crate::model::cpu::threads::SharedOutput;
+use crate::model::cpu::weights::{FLOAT_LANES, INTERLEAVED_ROWS};
+
+/// Tokens of a tile: twelve sums, two weight vectors and a broadcast value take fifteen of
+/// the sixteen registers.
+const TILE_TOKENS: usize = 6;
+
+/// Fewest tiles of weight rows a thread takes at once.
+const MIN_TILES_PER_RANGE: usize = 4;
+
+/// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for f32 `x`: `[tokens, cols]`, `weight`:
+/// `[rows, cols]` laid out by lane, and `out`: `[tokens, rows]`, all row-major, when the CPU
+/// has AVX2, the rows are whole groups and the columns whole sixteens; returns whether it did.
+///
+/// # Panics
+/// When the lengths do not fit those shapes: the callers take them from tensor shapes.
+pub fn product<E: HostFloat>(
+    weight: &[E],
+    x: &[f32],
+    tokens: usize,
+    out: &mut [f32],
+    accumulate: bool,
+) -> bool {
+    let Some(shape) = Shape::of(tokens, x.len(), weight.len(), out.len(), FLOAT_LANES) else {
+        return false;
+    };
+    if !features::cpu().avx2 || !shape.rows.is_multiple_of(INTERLEAVED_ROWS) {
+        return false;
+    }
+    #[cfg(target_arch = "x86_64")]
+    BY_LANE.with_borrow_mut(|laid_out| {
+        let laid_out = laid_out.first(x.len());
+        tokens_by_lane(x, shape.cols, laid_out);
+        let laid_out = &*laid_out;
+        let out = SharedOutput::new(out);
+        let row_bytes = shape.cols * size_of::<f32>();
+        for block in token_blocks(tokens, row_bytes, TILE_TOKENS) {
+            for_each_row_tile(
+                shape.rows,
+                INTERLEAVED_ROWS,
+                MIN_TILES_PER_RANGE,
+                &|first_row| {
+                    // The group's rows stay in the second-level cache while the block passes.
+                    for first_token in block.clone().step_by(TILE_TOKENS) {
+                        let at = (first_token, first_row);
+                        let (x, out) = (laid_out, &out);
+                        // SAFETY: the CPU has AVX2 (checked above). The tile reads rows of
+                        // `x` and `weight` below `tokens` and `rows` (checked to fit), and
+                        // writes elements of `out` in the columns of this thread's rows,
+                        // for tokens of this block.
+                        unsafe {
+                            match block.end - first_token {
+                                1 => tile::<E, 1>(weight, x, shape, at, out, accumulate),
+                                2 => tile::<E, 2>(weight, x, shape, at, out, accumulate),
+                                3 => tile::<E, 3>(weight, x, shape, at, out, accumulate),
+                                4 => tile::<E, 4>(weight, x, shape, at, out, accumulate),
+                                5 => tile::<E, 5>(weight, x, shape, at, out, accumulate),
+                                _ => tile::<E, 6>(weight, x, shape, at, out, accumulate),
+                            }
+                        }
+                    }
+                },
+            );
+        }
+    });
+    true
+}
+
+thread_local! {
+    /// The tokens laid out by [`tokens_by_lane`], on the thread that starts the product.
+    static BY_LANE: RefCell<CacheLines<f32>> = const { RefCell::new(CacheLines::new()) };
+}
+
+/// `x`: `[tokens, cols]` into `out` with each token's columns by lane, as the weights' are: a
+/// lane's columns in order, then the next lane's. Each lane's values are then one run.
+fn tokens_by_lane(x: &[f32], cols: usize, out: &mut [f32]) {
+    let per_lane = cols / FLOAT_LANES;
+    for (row, out) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+        for (lane, out) in out.chunks_exact_mut(per_lane).enumerate() {
+            for (out, &value) in out.iter_mut().zip(row[lane..].iter().step_by(FLOAT_LANES)) {
+                *out = value;
+            }
+        }
+    }
+}
+
+/// The sums of `L` lanes of a tile from `first_lane`: for each token, its products with the
+/// group's low eight rows and with its high eight, over each lane's `per_lane` columns in
+/// order. A tile of one token takes four lanes at once and one of two tokens two, so that
+/// eight sums are in flight while a multiply-add's latency passes, and a decode step reads
+/// four runs of weights at once, as `matvec`'s row kernels read four rows.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; `group` must start a group of rows laid out by lane
+/// and each of `tokens` a token laid out by lane, both of `16 · per_lane` columns.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lane_sums<E: HostFloat, const T: usize, const L: usize>(
+    group: *const E,
+    tokens: [*const f32; T],
+    first_lane: usize,
+    per_lane: usize,
+) -> [[[std::arch::x86_64::__m256; 2]; T]; L] {
+    use std::arch::x86_64::*;
+    let mut sums = [[[_mm256_setzero_ps(); 2]; T]; L];
+    let lane_values = per_lane * INTERLEAVED_ROWS;
+    // SAFETY: lanes `first_lane..first_lane + L` of the group hold `per_lane` steps of sixteen
+    // values each, and of each token `per_lane` values (the caller's).
+    unsafe {
+        let weights = group.add(first_lane * lane_values);
+        let values = tokens.map(|token| token.add(first_lane * per_lane));
+        let lanes: [*const E; L] = std::array::from_fn(|l| weights.add(l * lane_values));
+        let lane_bytes = lane_values * size_of::<E>();
+        for step in 0..per_lane {
+            let at = step * INTERLEAVED_ROWS;
+            // Past its lane's end a stream goes on in the lane `L` on: the next lane is
+            // another stream's, already read.
+            let ahead = match at * size_of::<E>() + PREFETCH_BYTES < lane_bytes {
+                true => PREFETCH_BYTES,
+                false => PREFETCH_BYTES + (L - 1) * lane_bytes,
+            };
+            let line_starts = (at * size_of::<E>()).is_multiple_of(64);
+            for l in 0..L {
+                if L > 1 && line_starts {
+                    prefetch(lanes[l].add(at), ahead);
+                }
+                let low = E::load8(lanes[l].add(at));
+                let high = E::load8(lanes[l].add(at + 8));
+                for t in 0..T {
+                    let value = _mm256_broadcast_ss(&*values[t].add(l * per_lane + step));
+                    sums[l][t][0] = _mm256_fmadd_ps(value, low, sums[l][t][0]);
+                    sums[l][t][1] = _mm256_fmadd_ps(value, high, sums[l][t][1]);
+                }
+            }
+        }
+    }
+    sums
+}
+
+/// How far ahead of the weights being read a tile asks for the next ones, in bytes: a decode
+/// step's tiles read each weight once, in runs of a group's lanes, from memory (as
+/// `matvec`'s row kernels ask ahead, for the same reason).
+const PREFETCH_BYTES: usize = 1024;
+
+/// Asks for the cache line `bytes` past `at`, which may lie past the weights' end: a
+/// prefetch never faults.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch<T>(at: *const T, bytes: usize) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    // SAFETY: a prefetch reads nothing the program can observe and cannot fault.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>().wrapping_add(bytes)) };
+}
+
+/// The tile of `T` tokens from `first_token` (laid out by [`tokens_by_lane`]) and the group
+/// of rows from `first_row`: each output written to `out`, or added to it when `accumulate`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C; the tile must lie inside `shape`, with `first_row`
+/// the start of a group, and no other thread may touch its elements of `out`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile<E: HostFloat, const T: usize>(
+    weight: &[E],
+    x: &[f32],
+    shape: Shape,
+    (first_token, first_row): (usize, usize),
+    out: &SharedOutput<f32>,
+    accumulate: bool,
+) {
+    use std::arch::x86_64::*;
+    let Shape { rows, cols, .. } = shape;
+    let per_lane = cols / FLOAT_LANES;
+    let group = weight[first_row * cols..(first_row + INTERLEAVED_ROWS) * cols].as_ptr();
+    let tokens: [*const f32; T] =
+        std::array::from_fn(|t| x[(first_token + t) * cols..][..cols].as_ptr());
+    // SAFETY (for the lanes' sums): the caller's.
+    let lanes: [[[__m256; 2]; T]; FLOAT_LANES] = match T {
+        1 => {
+            let fours: [[_; 4]; 4] = std::array::from_fn(|c| unsafe {
+                lane_sums::<E, T, 4>(group, tokens, 4 * c, per_lane)
+            });
+            std::array::from_fn(|lane| fours[lane / 4][lane % 4])
+        }
+        2 => {
+            let pairs: [[_; 2]; 8] = std::array::from_fn(|c| unsafe {
+                lane_sums::<E, T, 2>(group, tokens, 2 * c, per_lane)
+            });
+            std::array::from_fn(|lane| pairs[lane / 2][lane % 2])
+        }
+        _ => std::array::from_fn(|lane| unsafe {
+            lane_sums::<E, T, 1>(group, tokens, lane, per_lane)[0]
+        }),
+    };
+    // Each token's low eight rows, then its high eight.
+    for eight in 0..2 * T {
+        let (t, half) = (eight / 2, eight % 2);
+        let lane = |l: usize| lanes[l][t][half];
+        // `sum_of_sixteen`: lanes l and l + 8, then `horizontal_sum`'s order.
+        let eights: [__m256; 8] = std::array::from_fn(|l| _mm256_add_ps(lane(l), lane(l + 8)));
+        let fours: [__m256; 4] = std::array::from_fn(|l| _mm256_add_ps(eights[l], eights[l + 4]));
+        let total = _mm256_add_ps(
+            _mm256_add_ps(fours[0], fours[2]),
+            _mm256_add_ps(fours[1], fours[3]),
+        );
+        // SAFETY: eight rows of one token inside `out`, this thread's (the caller's).
+        unsafe {
+            let y = out.at((first_token + t) * rows + first_row + 8 * half);
+            let total = match accumulate {
+                true => _mm256_add_ps(_mm256_loadu_ps(y), total),
+                false => total,
+            };
+            _mm256_storeu_ps(y, total);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use half::f16;
+
+    use super::product;
+    use crate::model::cpu::host::HostFloat;
+    use crate::model::cpu::matvec::matvecs;
+    use crate::model::cpu::test_values as values;
+    use crate::model::cpu::weights::{WeightRows, lay_out_by_lane};
+
+    /// Against each token decoded alone from the rows as they lie (`matvecs`, whose order
+    /// every float kernel keeps): the same bits for every token, however many are read
+    /// together (every tile width, and blocks of several tiles), with and without
+    /// accumulating; columns of one sixteen, of many, and wider than a block's share.
+    #[test]
+    fn every_output_has_the_bits_of_rows_as_they_lie() {
+        fn check<E: HostFloat>(
+            rows_as_they_lie: WeightRows<'_>,
+            by_lane: &[E],
+            x: &[f32],
+            base: &[f32],
+            tokens: usize,
+        ) {
+            let cols = x.len() / tokens;
+            let rows = by_lane.len() / cols;
+            for accumulate in [false, true] {
+                let mut got = match accumulate {
+                    true => base.to_vec(),
+                    false => vec![f32::NAN; tokens * rows],
+                };
+                assert!(product(by_lane, x, tokens, &mut got, accumulate));
+                for t in 0..tokens {
+                    let mut want = match accumulate {
+                        true => base[t * rows..(t + 1) * rows].to_vec(),
+                        false => vec![0.0; rows],
+                    };
+                    matvecs(rows_as_they_lie, &x[t * cols..(t + 1) * cols], 1, &mut want);
+                    let got = &got[t * rows..(t + 1) * rows];
+                    let (got, want): (Vec<u32>, Vec<u32>) = (
+                        got.iter().map(|v| v.to_bits()).collect(),
+                        want.iter().map(|v| v.to_bits()).collect(),
+                    );
+                    assert_eq!(got, want, "{tokens}x{rows}x{cols}, token {t}");
+                }
+            }
+        }
+        for (rows, cols) in [(16, 16), (48, 576), (32, 2064)] {
+            let weight = values(rows * cols, 1);
+            let halves: Vec<f16> = weight.iter().map(|&w| f16::from_f32(w)).collect();
+            let (mut weight_by_lane, mut halves_by_lane) = (weight.clone(), halves.clone());
+            lay_out_by_lane(&mut weight_by_lane, cols);
+            lay_out_by_lane(&mut halves_by_lane, cols);
+            for tokens in [1, 2, 3, 4, 5, 6, 7, 13, 130] {
+                let x: Vec<f32> = values(tokens * cols, 2).iter().map(|v| v * 4.0).collect();
+                let base = values(tokens * rows, 3);
+                let (f32s, f16s) = (WeightRows::F32(&weight), WeightRows::F16(&halves));
+                check(f32s, &weight_by_lane, &x, &base, tokens);
+                check(f16s, &halves_by_lane, &x, &base, tokens);
+            }
+        }
+    }
+
+    #[test]
+    fn rows_in_part_groups_and_columns_in_part_sixteens_are_declined() {
+        let (weight, x) = (vec![0.0f32; 8 * 32], vec![0.0; 32]);
+        assert!(!product(&weight, &x, 1, &mut [0.0; 8], false));
+        let (weight, x) = (vec![0.0f32; 16 * 24], vec![0.0; 24]);
+        assert!(!product(&weight, &x, 1, &mut [0.0; 16], false));
+    }
+}
