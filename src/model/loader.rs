@@ -166,8 +166,9 @@ impl<'a> Loader<'a> {
         let rotation = self.rotation_order(&parts);
         let rows = parts.iter().map(|(_, shape)| shape[0]).sum();
         let cols = parts.first().map_or(0, |(_, shape)| shape[1]);
-        // Rows laid out by lane are held for the kernels alone, as stored, with no Burn
-        // tensor to quantize or reorder.
+        // Rows laid out by lane are held for the kernels alone (`Linear::stored`): no Burn
+        // tensor of them could be quantized or have its rows reordered, so those loads keep
+        // the stored order.
         let order = match (&self.quantization, &rotation) {
             (None, None) => cpu::RowOrder::for_matrix([rows, cols], dtype, self.device),
             _ => cpu::RowOrder::AsStored,
