@@ -997,7 +997,7 @@ mod integer_interleaved_avx_vnni;
 mod integer_vnni;
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
     use half::bf16;
@@ -1009,15 +1009,16 @@ mod avx2 {
     /// The hardware prefetcher restarts on every range of every matrix, and a decode step is
     /// ~600 ranges of 10–200 KB; asking ahead hides that ramp. In a C replica of a decode
     /// step's products on two cores, alternated within one run, it cut the time by 10%
-    /// (bf16, 1 KB ahead) and 13% (8-bit, 2 KB ahead).
-    const PREFETCH_BYTES: usize = 1024;
+    /// (bf16, 1 KB ahead) and 13% (8-bit, 2 KB ahead). The lane tiles (`matmul/lane_tiles.rs`)
+    /// ask as far ahead in a decode step.
+    pub(in crate::model::cpu) const PREFETCH_BYTES: usize = 1024;
     pub(super) const PREFETCH_BYTES_Q8: usize = 2048;
 
     /// Asks for the cache line at `bytes` past `at`, which may lie past the end of the
     /// weights: a prefetch never faults, and `wrapping_add` forms the address without
     /// claiming it is inside the allocation.
     #[inline(always)]
-    pub(super) fn prefetch<T>(at: *const T, bytes: usize) {
+    pub(in crate::model::cpu) fn prefetch<T>(at: *const T, bytes: usize) {
         // SAFETY: a prefetch reads nothing the program can observe and cannot fault.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>().wrapping_add(bytes)) };
     }

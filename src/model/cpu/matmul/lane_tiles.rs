@@ -124,6 +124,8 @@ unsafe fn lane_sums<E: HostFloat, const T: usize, const L: usize>(
     per_lane: usize,
 ) -> [[[std::arch::x86_64::__m256; 2]; T]; L] {
     use std::arch::x86_64::*;
+
+    use crate::model::cpu::matvec::avx2::{PREFETCH_BYTES, prefetch};
     let mut sums = [[[_mm256_setzero_ps(); 2]; T]; L];
     let lane_values = per_lane * INTERLEAVED_ROWS;
     // SAFETY: lanes `first_lane..first_lane + L` of the group hold `per_lane` steps of sixteen
@@ -158,21 +160,6 @@ unsafe fn lane_sums<E: HostFloat, const T: usize, const L: usize>(
         }
     }
     sums
-}
-
-/// How far ahead of the weights being read a tile asks for the next ones, in bytes: a decode
-/// step's tiles read each weight once, in runs of a group's lanes, from memory (as
-/// `matvec`'s row kernels ask ahead, for the same reason).
-const PREFETCH_BYTES: usize = 1024;
-
-/// Asks for the cache line `bytes` past `at`, which may lie past the weights' end: a
-/// prefetch never faults.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn prefetch<T>(at: *const T, bytes: usize) {
-    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-    // SAFETY: a prefetch reads nothing the program can observe and cannot fault.
-    unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>().wrapping_add(bytes)) };
 }
 
 /// The tile of `T` tokens from `first_token` (laid out by [`tokens_by_lane`]) and the group
