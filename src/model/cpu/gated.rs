@@ -10,7 +10,7 @@ use burn::tensor::Tensor;
 
 use super::host::{HostFloat, HostTensor, with_host_float};
 use super::math::exp_in_place;
-use super::threads::split_rows;
+use super::threads::{filled, split_rows};
 use crate::model::family::Activation;
 
 /// Rows shorter than this many outputs in total are gated on the calling thread.
@@ -24,7 +24,7 @@ pub fn gated(gate_up: &Tensor<2>, activation: Activation) -> Option<Tensor<2>> {
     let inner = width / 2;
     let gate_up = HostTensor::of(gate_up)?;
     with_host_float!(gate_up.dtype(), E => {
-        let mut out = vec![E::from_f32(0.0); rows * inner];
+        let mut out = filled(rows * inner, E::from_f32(0.0));
         gate_rows(gate_up.slice::<E>()?, inner, activation, &mut out);
         Some(gate_up.tensor_like(out, [rows, inner]))
     })

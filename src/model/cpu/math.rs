@@ -342,6 +342,46 @@ fn exp(x: f32) -> f32 {
     }
 }
 
+/// Eight vectors of eight floats as a matrix, transposed: pairs interleaved, then quads,
+/// then the 128-bit halves exchanged.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+pub fn transpose_8x8(rows: [std::arch::x86_64::__m256; 8]) -> [std::arch::x86_64::__m256; 8] {
+    use std::arch::x86_64::*;
+    let [r0, r1, r2, r3, r4, r5, r6, r7] = rows;
+    let pairs = [
+        _mm256_unpacklo_ps(r0, r1),
+        _mm256_unpackhi_ps(r0, r1),
+        _mm256_unpacklo_ps(r2, r3),
+        _mm256_unpackhi_ps(r2, r3),
+        _mm256_unpacklo_ps(r4, r5),
+        _mm256_unpackhi_ps(r4, r5),
+        _mm256_unpacklo_ps(r6, r7),
+        _mm256_unpackhi_ps(r6, r7),
+    ];
+    let quads = [
+        _mm256_shuffle_ps::<0x44>(pairs[0], pairs[2]),
+        _mm256_shuffle_ps::<0xEE>(pairs[0], pairs[2]),
+        _mm256_shuffle_ps::<0x44>(pairs[1], pairs[3]),
+        _mm256_shuffle_ps::<0xEE>(pairs[1], pairs[3]),
+        _mm256_shuffle_ps::<0x44>(pairs[4], pairs[6]),
+        _mm256_shuffle_ps::<0xEE>(pairs[4], pairs[6]),
+        _mm256_shuffle_ps::<0x44>(pairs[5], pairs[7]),
+        _mm256_shuffle_ps::<0xEE>(pairs[5], pairs[7]),
+    ];
+    [
+        _mm256_permute2f128_ps::<0x20>(quads[0], quads[4]),
+        _mm256_permute2f128_ps::<0x20>(quads[1], quads[5]),
+        _mm256_permute2f128_ps::<0x20>(quads[2], quads[6]),
+        _mm256_permute2f128_ps::<0x20>(quads[3], quads[7]),
+        _mm256_permute2f128_ps::<0x31>(quads[0], quads[4]),
+        _mm256_permute2f128_ps::<0x31>(quads[1], quads[5]),
+        _mm256_permute2f128_ps::<0x31>(quads[2], quads[6]),
+        _mm256_permute2f128_ps::<0x31>(quads[3], quads[7]),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::exp_in_place;

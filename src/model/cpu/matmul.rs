@@ -15,7 +15,8 @@
 use std::cell::RefCell;
 use std::ops::Range;
 
-use super::threads::{SharedOutput, split_ranges};
+use super::projection::MATVEC_ROWS;
+use super::threads::{SharedOutput, split_ranges, split_ranges_of};
 use super::weights::WeightRows;
 
 mod float_tiles;
@@ -146,22 +147,26 @@ impl Shape {
 }
 
 /// Runs `tile_row(first_row)` for each tile of `tile_rows` weight rows, every thread taking
-/// whole ranges of at least `min_tiles` of them: the thread owns those rows' outputs for
-/// every token.
+/// whole ranges of them: the thread owns those rows' outputs for every token. For a prompt's
+/// block of `tokens` a range is one tile, each tens of microseconds; for a decode step's few
+/// tokens (each tile a fraction of a microsecond) ranges hold at least `min_tiles`.
 fn for_each_row_tile(
     rows: usize,
     tile_rows: usize,
-    min_tiles: usize,
+    (tokens, min_tiles): (usize, usize),
     tile_row: &(impl Fn(usize) + Sync),
 ) {
-    split_ranges(rows.div_ceil(tile_rows), min_tiles, &|tiles: Range<
-        usize,
-    >| {
+    let tiles = rows.div_ceil(tile_rows);
+    let range = |tiles: Range<usize>| {
         let rows_of_range = tiles.start * tile_rows..(tiles.end * tile_rows).min(rows);
         for first_row in rows_of_range.step_by(tile_rows) {
             tile_row(first_row);
         }
-    });
+    };
+    match tokens > MATVEC_ROWS {
+        true => split_ranges_of(tiles, 1, &range),
+        false => split_ranges(tiles, min_tiles, &range),
+    }
 }
 
 thread_local! {

@@ -1,7 +1,8 @@
 //! Projections `x Wᵀ` on the CPU: up to [`MATVEC_ROWS`] activation rows (the projections of
 //! a decode step, for one sequence or several decoded together) stream the weight through
 //! [`matvecs`]; more rows (a prompt) go to [`bf16_matmul`] when
-//! both are bf16, to [`integer_matmul`] when the weight is integers in blocks of 32 or 16, to
+//! both are bf16, to [`by_lane_matmul`] for weights laid out by lane (AVX2 without AVX-512),
+//! to [`integer_matmul`] when the weight is integers in blocks of 32 or 16, to
 //! [`float_matmul`] for float weights on AVX-512, and to [`matmul`] (gemm) otherwise.
 //!
 //! Any other case (the GPU, quantization schemes the kernels do not read, a strided view)
@@ -12,8 +13,9 @@ use half::bf16;
 
 use super::cache_lines::CacheLines;
 use super::host::{HostFloat, HostTensor, with_host_float};
-use super::matmul::{bf16_matmul, float_matmul, integer_matmul, matmul};
+use super::matmul::{bf16_matmul, by_lane_matmul, float_matmul, integer_matmul, matmul};
 use super::matvec::matvecs;
+use super::threads::filled;
 use super::weights::{Weight, WeightRows};
 
 /// The most activation rows multiplied as decode steps: each row then gets exactly the sums it
@@ -48,12 +50,14 @@ pub fn project(weight: &Weight, x: &Tensor<2>, residual: Option<&Tensor<2>>) -> 
     with_host_float!(x.dtype(), E => {
         let mut y = match &residual {
             Some(residual) => widened::<E>(residual)?,
-            None => vec![0.0; tokens * rows],
+            None => filled(tokens * rows, 0.0),
         };
         let accumulate = residual.is_some();
         if tokens <= MATVEC_ROWS {
             matvecs(weight, &activations::<E>(&x)?, tokens, &mut y);
-        } else if !bf16_product(weight, &x, tokens, &mut y, accumulate) {
+        } else if !bf16_product(weight, &x, tokens, &mut y, accumulate)
+            && !by_lane_product::<E>(weight, &x, tokens, &mut y, accumulate)
+        {
             let x = activations::<E>(&x)?;
             // Each tile kernel declines the other's weights.
             if !integer_matmul(weight, &x, tokens, &mut y, accumulate)
@@ -77,6 +81,26 @@ fn bf16_product(
 ) -> bool {
     match (weight, x.slice::<bf16>()) {
         (WeightRows::Bf16(weight), Some(x)) => bf16_matmul(weight, x, tokens, out, accumulate),
+        _ => false,
+    }
+}
+
+/// A prompt's product against f32 or f16 weights laid out by lane, which lays the
+/// activations out by lane itself, widening them as it goes: [`activations`]' copy would only
+/// be copied again. Returns whether it ran.
+fn by_lane_product<E: HostFloat>(
+    weight: WeightRows<'_>,
+    x: &HostTensor,
+    tokens: usize,
+    out: &mut [f32],
+    accumulate: bool,
+) -> bool {
+    let Some(x) = x.slice::<E>() else {
+        return false;
+    };
+    match weight {
+        WeightRows::F32ByLane { values, .. } => by_lane_matmul(values, x, tokens, out, accumulate),
+        WeightRows::F16ByLane { values, .. } => by_lane_matmul(values, x, tokens, out, accumulate),
         _ => false,
     }
 }

@@ -2,8 +2,8 @@
 //! rows × 4 tokens) or AVX2 (5 rows × 2 tokens): the tile's sums stay in registers while the
 //! columns pass, and no weight is widened or packed in memory (on AVX2, the prompt's columns
 //! are reordered once per product, [`avx2_halves`]). On CPUs with AVX2 alone, the loader lays
-//! the f32 and f16 projections out by lane for `lane_tiles`, which this module hands them
-//! to; the AVX2 tiles here take float weights held as stored (an output head that is also
+//! the f32 and f16 projections out by lane for `lane_tiles`, which the projections hand
+//! them to; the AVX2 tiles here take float weights held as stored (an output head that is also
 //! the embedding). Two kinds of operands share the AVX-512 tile:
 //!
 //! - f32 activations against f32, f16 or bf16 weights ([`product`]): each weight is widened
@@ -22,7 +22,7 @@
 
 use half::bf16;
 
-use super::{Shape, for_each_row_tile, lane_tiles, token_blocks};
+use super::{Shape, for_each_row_tile, token_blocks};
 use crate::model::cpu::cache_lines::CacheLines;
 use crate::model::cpu::host::HostFloat;
 #[cfg(target_arch = "x86_64")]
@@ -63,13 +63,11 @@ pub fn product(
             tiles::<PairedBf16>(weight, &x, tokens, out, accumulate)
                 || tiles::<PairedBf16Avx2>(weight, &x, tokens, out, accumulate)
         }
-        WeightRows::F32ByLane { values, .. } => {
-            lane_tiles::product(values, x, tokens, out, accumulate)
-        }
-        WeightRows::F16ByLane { values, .. } => {
-            lane_tiles::product(values, x, tokens, out, accumulate)
-        }
-        WeightRows::Bf16(_) | WeightRows::Integers { .. } => false,
+        // `lane_tiles` takes the rows laid out by lane, from the activations as they are.
+        WeightRows::F32ByLane { .. }
+        | WeightRows::F16ByLane { .. }
+        | WeightRows::Bf16(_)
+        | WeightRows::Integers { .. } => false,
     }
 }
 
@@ -160,7 +158,7 @@ fn tiles<O: Operands>(
             for_each_row_tile(
                 shape.rows,
                 O::TILE_ROWS,
-                MIN_TILES_PER_RANGE,
+                (block.len(), MIN_TILES_PER_RANGE),
                 &|first_row| {
                     // The tile's weight rows stay in the first-level cache while the block passes.
                     for first_token in block.clone().step_by(O::TILE_TOKENS) {

@@ -42,6 +42,7 @@ use std::ops::Range;
 
 use super::{BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, SCRATCH, Scratch, Shape, TokenBlocks, Weights};
 use crate::model::cpu::cache_lines::CacheLines;
+use crate::model::cpu::math::transpose_8x8;
 use crate::model::cpu::matvec::{BlockInts, STEPPED_LARGEST, read_stepped};
 use crate::model::cpu::threads::{SharedOutput, split_ranges, split_rows};
 use crate::model::cpu::weights::{Factors, INTERLEAVED_ROWS, Ints};
@@ -424,44 +425,6 @@ unsafe fn transpose<const ALONG_TO: bool>(from: Strided, to: Strided, n: usize, 
             unsafe { *to.at(j, i) = *from.at(i, j) };
         }
     }
-}
-
-/// Eight vectors of eight floats as a matrix, transposed: pairs interleaved, then quads,
-/// then the 128-bit halves exchanged.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn transpose_8x8(rows: [__m256; 8]) -> [__m256; 8] {
-    let [r0, r1, r2, r3, r4, r5, r6, r7] = rows;
-    let pairs = [
-        _mm256_unpacklo_ps(r0, r1),
-        _mm256_unpackhi_ps(r0, r1),
-        _mm256_unpacklo_ps(r2, r3),
-        _mm256_unpackhi_ps(r2, r3),
-        _mm256_unpacklo_ps(r4, r5),
-        _mm256_unpackhi_ps(r4, r5),
-        _mm256_unpacklo_ps(r6, r7),
-        _mm256_unpackhi_ps(r6, r7),
-    ];
-    let quads = [
-        _mm256_shuffle_ps::<0x44>(pairs[0], pairs[2]),
-        _mm256_shuffle_ps::<0xEE>(pairs[0], pairs[2]),
-        _mm256_shuffle_ps::<0x44>(pairs[1], pairs[3]),
-        _mm256_shuffle_ps::<0xEE>(pairs[1], pairs[3]),
-        _mm256_shuffle_ps::<0x44>(pairs[4], pairs[6]),
-        _mm256_shuffle_ps::<0xEE>(pairs[4], pairs[6]),
-        _mm256_shuffle_ps::<0x44>(pairs[5], pairs[7]),
-        _mm256_shuffle_ps::<0xEE>(pairs[5], pairs[7]),
-    ];
-    [
-        _mm256_permute2f128_ps::<0x20>(quads[0], quads[4]),
-        _mm256_permute2f128_ps::<0x20>(quads[1], quads[5]),
-        _mm256_permute2f128_ps::<0x20>(quads[2], quads[6]),
-        _mm256_permute2f128_ps::<0x20>(quads[3], quads[7]),
-        _mm256_permute2f128_ps::<0x31>(quads[0], quads[4]),
-        _mm256_permute2f128_ps::<0x31>(quads[1], quads[5]),
-        _mm256_permute2f128_ps::<0x31>(quads[2], quads[6]),
-        _mm256_permute2f128_ps::<0x31>(quads[3], quads[7]),
-    ]
 }
 
 /// A tile's rows of a [`Band`]: row `j`'s sums of tokens from `t` at `first + j·per_row + t`.
