@@ -33,9 +33,6 @@ const BLOCK: usize = 32;
 /// Q6_K's block, half a step.
 const HALF_BLOCK: usize = BLOCK / 2;
 
-/// Fewest weight rows a thread takes at once.
-const MIN_ROWS_PER_RANGE: usize = 48;
-
 /// `out = X Wᵀ` (or `out += X Wᵀ` when `accumulate`) for `x`: `[tokens, cols]`, integer
 /// weights `[rows, cols]` in blocks of 32 (or of 16, as bytes) and `out`: `[tokens, rows]`,
 /// when the CPU has AVX2; returns whether it did.

@@ -40,11 +40,11 @@
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-use super::{BLOCK, HALF_BLOCK, MIN_ROWS_PER_RANGE, SCRATCH, Scratch, Shape, TokenBlocks, Weights};
+use super::{BLOCK, HALF_BLOCK, SCRATCH, Scratch, Shape, TokenBlocks, Weights};
 use crate::model::cpu::cache_lines::CacheLines;
 use crate::model::cpu::math::transpose_8x8;
 use crate::model::cpu::matvec::{BlockInts, STEPPED_LARGEST, read_stepped};
-use crate::model::cpu::threads::{SharedOutput, split_ranges, split_rows};
+use crate::model::cpu::threads::{SharedOutput, split_ranges_of, split_rows};
 use crate::model::cpu::weights::{Factors, INTERLEAVED_ROWS, Ints};
 use crate::model::cpu::{features, grow};
 
@@ -184,95 +184,92 @@ pub unsafe fn multiply(
         | Ints::BytesInterleaved { .. } => INTERLEAVED_ROWS,
         _ => ROWS,
     };
-    split_ranges(
-        rows.div_ceil(ROWS),
-        MIN_ROWS_PER_RANGE / ROWS,
-        &|tiles: Range<usize>| {
-            SCRATCH.with_borrow_mut(|scratch| {
-                let Scratch {
-                    words,
-                    scales,
-                    offsets,
-                    sums,
-                } = scratch;
-                for first_tile in tiles.clone().step_by(BAND_TILES) {
-                    let band_tiles = first_tile..(first_tile + BAND_TILES).min(tiles.end);
-                    let band_rows = band_tiles.start * ROWS..(band_tiles.end * ROWS).min(rows);
-                    let mut band = Band::new(sums, band_rows.start, groups);
-                    match accumulate {
-                        // SAFETY: the band's rows are this range's, which no other touches.
-                        true => unsafe { band.load(&out, shape, band_rows.clone()) },
-                        false => band.zero(),
-                    }
-                    // The band's factors in f32, once for all its chunks and tiles: widened
-                    // for each tile of each chunk, factors laid out by block (a group of
-                    // sixteen rows widened for a tile of six) made the 1.7B Q4_K_M file's
-                    // prompts 0.92–0.97× as fast.
-                    let band_blocks =
-                        band_rows.start * weight_blocks..band_rows.end * weight_blocks;
-                    let band_scales = match stepped {
-                        Some(stepped) => stepped.bases(band_blocks.clone(), scales),
-                        None => weight.scales.f32s(band_blocks.clone(), scales),
+    // A band a range: each takes tens of microseconds or more, and larger ranges left the
+    // thread that finished first waiting out another's last one.
+    split_ranges_of(rows.div_ceil(ROWS), BAND_TILES, &|tiles: Range<usize>| {
+        SCRATCH.with_borrow_mut(|scratch| {
+            let Scratch {
+                words,
+                scales,
+                offsets,
+                sums,
+            } = scratch;
+            for first_tile in tiles.clone().step_by(BAND_TILES) {
+                let band_tiles = first_tile..(first_tile + BAND_TILES).min(tiles.end);
+                let band_rows = band_tiles.start * ROWS..(band_tiles.end * ROWS).min(rows);
+                let mut band = Band::new(sums, band_rows.start, groups);
+                match accumulate {
+                    // SAFETY: the band's rows are this range's, which no other touches.
+                    true => unsafe { band.load(&out, shape, band_rows.clone()) },
+                    false => band.zero(),
+                }
+                // The band's factors in f32, once for all its chunks and tiles: widened
+                // for each tile of each chunk, factors laid out by block (a group of
+                // sixteen rows widened for a tile of six) made the 1.7B Q4_K_M file's
+                // prompts 0.92–0.97× as fast.
+                let band_blocks = band_rows.start * weight_blocks..band_rows.end * weight_blocks;
+                let band_scales = match stepped {
+                    Some(stepped) => stepped.bases(band_blocks.clone(), scales),
+                    None => weight.scales.f32s(band_blocks.clone(), scales),
+                };
+                let band_offsets =
+                    (weight.offsets).map(|factors| factors.f32s(band_blocks.clone(), offsets));
+                for first_col in (0..cols).step_by(CHUNK_COLS) {
+                    let chunk_cols = CHUNK_COLS.min(cols - first_col);
+                    let chunk = Chunk {
+                        blocks: first_col / block..(first_col + chunk_cols) / block,
                     };
-                    let band_offsets =
-                        (weight.offsets).map(|factors| factors.f32s(band_blocks.clone(), offsets));
-                    for first_col in (0..cols).step_by(CHUNK_COLS) {
-                        let chunk_cols = CHUNK_COLS.min(cols - first_col);
-                        let chunk = Chunk {
-                            blocks: first_col / block..(first_col + chunk_cols) / block,
-                        };
-                        for first_row in band_rows.clone().step_by(ROWS) {
-                            let tile_rows = first_row..(first_row + ROWS).min(rows);
-                            grow(words, ROWS * WORD_STRIDE);
-                            for (row, words) in
-                                tile_rows.clone().zip(words.chunks_exact_mut(WORD_STRIDE))
-                            {
-                                let start = row * cols + first_col;
-                                if row + rows_ahead < rows {
-                                    let next = start + rows_ahead * cols;
-                                    prefetch(weight.values.stored(next..next + chunk_cols));
-                                }
-                                let steps = stepped.map(|stepped| {
-                                    &stepped.steps[start / HALF_BLOCK..][..chunk_cols / HALF_BLOCK]
-                                });
-                                let words = &mut words[..chunk_cols];
-                                // SAFETY: the CPU has the features of `lanes` (the caller's
-                                // promise), AVX2 among them; a chunk is whole blocks of one
-                                // row, as `cols` is.
-                                unsafe {
-                                    match (weight.values, steps, lanes) {
-                                        (Ints::Bytes(values), None, Lanes::Avx512) => {
-                                            widen(&values[start..][..chunk_cols], words)
-                                        }
-                                        (values, ..) => values.widen(start, steps, words),
+                    for first_row in band_rows.clone().step_by(ROWS) {
+                        let tile_rows = first_row..(first_row + ROWS).min(rows);
+                        grow(words, ROWS * WORD_STRIDE);
+                        for (row, words) in
+                            tile_rows.clone().zip(words.chunks_exact_mut(WORD_STRIDE))
+                        {
+                            let start = row * cols + first_col;
+                            if row + rows_ahead < rows {
+                                let next = start + rows_ahead * cols;
+                                prefetch(weight.values.stored(next..next + chunk_cols));
+                            }
+                            let steps = stepped.map(|stepped| {
+                                &stepped.steps[start / HALF_BLOCK..][..chunk_cols / HALF_BLOCK]
+                            });
+                            let words = &mut words[..chunk_cols];
+                            // SAFETY: the CPU has the features of `lanes` (the caller's
+                            // promise), AVX2 among them; a chunk is whole blocks of one
+                            // row, as `cols` is.
+                            unsafe {
+                                match (weight.values, steps, lanes) {
+                                    (Ints::Bytes(values), None, Lanes::Avx512) => {
+                                        widen(&values[start..][..chunk_cols], words)
                                     }
-                                };
-                            }
-                            let tile = TileRows {
-                                words: &words[..],
-                                scales: rows_of_band(band_scales, &band_rows, &tile_rows),
-                                offsets: band_offsets
-                                    .map(|offsets| rows_of_band(offsets, &band_rows, &tile_rows)),
-                                first: first_row,
+                                    (values, ..) => values.widen(start, steps, words),
+                                }
                             };
-                            let running = band.tile(first_row);
-                            for first_token in (0..tokens).step_by(GROUPS * LANES) {
-                                // SAFETY: the CPU has the features (the caller's promise),
-                                // the tile holds its rows of the chunk, and the band holds
-                                // the tile's rows for every group of the prompt.
-                                unsafe {
-                                    let by = &by_block;
-                                    tile_at(&tile, &chunk, &pairs, by, shape, first_token, running)
-                                };
-                            }
+                        }
+                        let tile = TileRows {
+                            words: &words[..],
+                            scales: rows_of_band(band_scales, &band_rows, &tile_rows),
+                            offsets: band_offsets
+                                .map(|offsets| rows_of_band(offsets, &band_rows, &tile_rows)),
+                            first: first_row,
+                        };
+                        let running = band.tile(first_row);
+                        for first_token in (0..tokens).step_by(GROUPS * LANES) {
+                            // SAFETY: the CPU has the features (the caller's promise),
+                            // the tile holds its rows of the chunk, and the band holds
+                            // the tile's rows for every group of the prompt.
+                            unsafe {
+                                let by = &by_block;
+                                tile_at(&tile, &chunk, &pairs, by, shape, first_token, running)
+                            };
                         }
                     }
-                    // SAFETY: as for `load`.
-                    unsafe { band.store(&out, shape, band_rows) };
                 }
-            })
-        },
-    );
+                // SAFETY: as for `load`.
+                unsafe { band.store(&out, shape, band_rows) };
+            }
+        })
+    });
 }
 
 /// Asks the L2 cache for every line of `stored`: the next tile's weights, which unpacking
