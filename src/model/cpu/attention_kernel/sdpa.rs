@@ -18,7 +18,7 @@ use std::ops::Range;
 
 use super::HeadLayout;
 use crate::model::cpu::math::exp_in_place;
-use crate::model::cpu::threads::split_rows;
+use crate::model::cpu::threads::{filled, split_rows};
 use crate::model::kv_cache::CachedRows;
 
 mod products;
@@ -62,7 +62,7 @@ pub fn attend(
     }
     let items = items(tokens, start, layout, window);
     let item_len = TOKENS_PER_BLOCK.min(tokens) * layout.group() * partial_row_len(layout);
-    let mut partials = vec![0.0; items.len() * item_len];
+    let mut partials = filled(items.len() * item_len, 0.0);
     split_rows(&mut partials, item_len, 1, &|first, out: &mut [f32]| {
         for (item, out) in items[first..].iter().zip(out.chunks_exact_mut(item_len)) {
             attend_item(queries, cache, start, layout, window, item, out);
