@@ -205,6 +205,31 @@ unsafe fn lane_sums<E: HostFloat, const T: usize, const L: usize>(
     sums
 }
 
+/// Every lane's sums of a tile ([`lane_sums`]), `L` lanes at a time, into `lanes`. By loops,
+/// not `array::from_fn`: its closures were not always inlined, and then every lane's sums
+/// went through `memcpy`. Into `lanes` uninitialized, not zeroed: `memset` took 6% of a
+/// prompt to zero them.
+///
+/// # Safety
+/// As for [`lane_sums`]; `L` must divide sixteen.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn every_lane<E: HostFloat, const T: usize, const L: usize>(
+    group: *const E,
+    tokens: [*const f32; T],
+    per_lane: usize,
+    lanes: &mut [MaybeUninit<[[std::arch::x86_64::__m256; 2]; T]>; FLOAT_LANES],
+) {
+    for first in (0..FLOAT_LANES).step_by(L) {
+        // SAFETY: the caller's.
+        let sums = unsafe { lane_sums::<E, T, L>(group, tokens, first, per_lane) };
+        for (lane, sums) in lanes[first..].iter_mut().zip(sums) {
+            lane.write(sums);
+        }
+    }
+}
+
 /// The tile of `T` tokens from `first_token` (laid out by [`tokens_by_lane`]) and the group
 /// of rows from `first_row`: each output written to `out`, or added to it when `accumulate`.
 ///
@@ -227,34 +252,14 @@ unsafe fn tile<E: HostFloat, const T: usize>(
     let group = weight[first_row * cols..(first_row + INTERLEAVED_ROWS) * cols].as_ptr();
     let tokens: [*const f32; T] =
         std::array::from_fn(|t| x[(first_token + t) * cols..][..cols].as_ptr());
-    // Loops, not `array::from_fn`: its closures were not always inlined, and then every
-    // lane's sums went through `memcpy`. Uninitialized, not zeroed: `memset` took 6% of a
-    // prompt to zero them.
-    let mut lanes = [const { MaybeUninit::<[[__m256; 2]; T]>::uninit() }; FLOAT_LANES];
+    // A tile of one token takes four lanes at once, of two tokens two (see `lane_sums`).
+    let mut lanes = [const { MaybeUninit::uninit() }; FLOAT_LANES];
     // SAFETY (for the lanes' sums): the caller's.
     unsafe {
         match T {
-            1 => {
-                for first in (0..FLOAT_LANES).step_by(4) {
-                    let sums = lane_sums::<E, T, 4>(group, tokens, first, per_lane);
-                    for (lane, sums) in lanes[first..].iter_mut().zip(sums) {
-                        lane.write(sums);
-                    }
-                }
-            }
-            2 => {
-                for first in (0..FLOAT_LANES).step_by(2) {
-                    let sums = lane_sums::<E, T, 2>(group, tokens, first, per_lane);
-                    for (lane, sums) in lanes[first..].iter_mut().zip(sums) {
-                        lane.write(sums);
-                    }
-                }
-            }
-            _ => {
-                for (first, lane) in lanes.iter_mut().enumerate() {
-                    lane.write(lane_sums::<E, T, 1>(group, tokens, first, per_lane)[0]);
-                }
-            }
+            1 => every_lane::<E, T, 4>(group, tokens, per_lane, &mut lanes),
+            2 => every_lane::<E, T, 2>(group, tokens, per_lane, &mut lanes),
+            _ => every_lane::<E, T, 1>(group, tokens, per_lane, &mut lanes),
         }
     }
     // Each token's low eight rows, then its high eight.
