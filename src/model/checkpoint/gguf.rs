@@ -15,8 +15,8 @@ use crate::gguf::{
     nibbles_row, qk_gguf_row, split_row,
 };
 use crate::model::cpu::{
-    BlockFactors, IntegerValues, IntegerWeights, RowOrder, SIX_BIT_ZERO, fifth_bits_in_order,
-    pack_six_bits,
+    BlockFactors, HostFloat, IntegerValues, IntegerWeights, RowOrder, SIX_BIT_ZERO,
+    fifth_bits_in_order, pack_six_bits,
 };
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
@@ -154,7 +154,7 @@ impl GgufCheckpoint {
         Ok(())
     }
 
-    fn decoded<T: bytemuck::Pod + Send + Sync>(
+    fn decoded<T: HostFloat>(
         &self,
         parts: &[(TensorRole, &TensorInfo)],
         (len, cols, order): (usize, usize, RowOrder),

@@ -12,7 +12,7 @@ use memmap2::Mmap;
 
 use super::{Checkpoint, TensorRole};
 use crate::mapped_file::release_pages;
-use crate::model::cpu::RowOrder;
+use crate::model::cpu::{HostFloat, RowOrder};
 use crate::model::error::{ModelError, Result};
 use crate::model::weight_arena::WeightArena;
 use crate::model_files::{SHARD_INDEX_FILE, SINGLE_WEIGHTS_FILE};
@@ -230,7 +230,7 @@ struct Part<'a> {
 
 /// The parts decoded one after another into `len` values of the compute element type, in
 /// the arena when there is room, else in a buffer of their own.
-fn decoded<T: bytemuck::Pod + Send + Sync>(
+fn decoded<T: HostFloat>(
     parts: &[Part],
     (len, cols, order): (usize, usize, RowOrder),
     arena: Option<&mut WeightArena>,

@@ -54,7 +54,7 @@ impl Features {
         }
     }
 
-    /// Whether f32 and f16 weights are laid out by lane (`weights::by_lane_at`) for the AVX2
+    /// Whether float weights are laid out by lane (`weights::by_lane_at`) for the AVX2
     /// kernels that read them so: where the AVX-512 tiles, which read a row's sixteen lanes
     /// in one register, do not run.
     pub fn lays_out_floats_by_lane(self) -> bool {

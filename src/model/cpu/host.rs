@@ -29,6 +29,11 @@ pub trait HostFloat: burn::tensor::Element + bytemuck::Pod + Send + Sync {
     /// `values` as `Self` when `Self` is f32 (burn-ndarray's only float type).
     fn from_f32_slice(values: &[f32]) -> Option<&[Self]>;
 
+    /// Whether a weight of this type sums each whole block of `matvec::PAIRED_COLUMNS`
+    /// columns in pairs on x86-64 (`matvec::paired_columns`): bf16's kernels widen two
+    /// columns of a 32-bit word with an instruction each.
+    const PAIRED: bool = false;
+
     /// Widens the 8 elements at `src` into one AVX register.
     ///
     /// # Safety
@@ -119,6 +124,8 @@ impl HostFloat for f16 {
 }
 
 impl HostFloat for bf16 {
+    const PAIRED: bool = true;
+
     #[inline(always)]
     fn to_f32(self) -> f32 {
         bf16::to_f32(self)

@@ -61,6 +61,7 @@ pub fn matvecs(weight: WeightRows<'_>, xs: &[f32], vectors: usize, out: &mut [f3
         } => quantized(values, scales, offsets, block, &xs, out),
         WeightRows::F32ByLane { values, .. } => by_lane(values, weight, (flat, &xs), out),
         WeightRows::F16ByLane { values, .. } => by_lane(values, weight, (flat, &xs), out),
+        WeightRows::Bf16ByLane { values, .. } => by_lane(values, weight, (flat, &xs), out),
     }
 }
 
@@ -172,16 +173,31 @@ pub fn paired_columns(x: &[f32], cols: usize) -> CacheLines<f32> {
         .chunks_exact(cols.max(1))
         .zip(paired.chunks_exact_mut(cols.max(1)))
     {
-        let (blocks, _) = row.as_chunks::<PAIRED_COLUMNS>();
-        let (outs, _) = out.as_chunks_mut::<PAIRED_COLUMNS>();
-        for (block, out) in blocks.iter().zip(outs) {
-            let (even, odd) = out.split_at_mut(PAIRED_COLUMNS / 2);
-            for ((pair, even), odd) in block.as_chunks::<2>().0.iter().zip(even).zip(odd) {
-                (*even, *odd) = (pair[0], pair[1]);
-            }
-        }
+        pair_columns(row, out);
     }
     paired
+}
+
+/// One row of [`paired_columns`]: `row`'s values written to `out` in that order.
+pub fn pair_columns<T: Copy>(row: &[T], out: &mut [T]) {
+    let (blocks, tail) = row.as_chunks::<PAIRED_COLUMNS>();
+    let (outs, out_tail) = out.as_chunks_mut::<PAIRED_COLUMNS>();
+    for (block, out) in blocks.iter().zip(outs) {
+        let (even, odd) = out.split_at_mut(PAIRED_COLUMNS / 2);
+        for ((pair, even), odd) in block.as_chunks::<2>().0.iter().zip(even).zip(odd) {
+            (*even, *odd) = (pair[0], pair[1]);
+        }
+    }
+    out_tail.copy_from_slice(tail);
+}
+
+/// Where [`paired_columns`] puts column `col` of a row of `cols`.
+pub const fn paired_column(cols: usize, col: usize) -> usize {
+    if col >= cols / PAIRED_COLUMNS * PAIRED_COLUMNS {
+        return col;
+    }
+    let within = col % PAIRED_COLUMNS;
+    col - within + within % 2 * (PAIRED_COLUMNS / 2) + within / 2
 }
 
 /// Rows of 8-bit integers with one f32 scale, and maybe an offset, per `block` consecutive
@@ -1341,7 +1357,13 @@ mod tests {
             .chain(block(32).chain(block(33)))
             .chain((64..70).map(|c| c as f32))
             .collect();
-        assert_eq!(*paired_columns(&x, cols), [row.clone(), row].concat());
+        assert_eq!(
+            *paired_columns(&x, cols),
+            [row.clone(), row.clone()].concat()
+        );
+        for (at, &col) in row.iter().enumerate() {
+            assert_eq!(paired_column(cols, col as usize), at, "column {col}");
+        }
     }
 
     /// Every integer kernel this CPU runs for `values`: the AVX2 one with each VNNI

@@ -25,7 +25,7 @@ mod weights;
 
 pub use attention_kernel::{HeadLayout, NextToken, self_attention, self_attention_each};
 pub use gated::gated;
-pub use host::{is_host, reads_shared_weights_in_place};
+pub use host::{HostFloat, is_host, reads_shared_weights_in_place};
 pub use projection::{MATVEC_ROWS, project};
 pub use quantize::quantize;
 pub use rms_norm::rms_norm;

@@ -85,7 +85,7 @@ fn bf16_product(
     }
 }
 
-/// A prompt's product against f32 or f16 weights laid out by lane, which lays the
+/// A prompt's product against float weights laid out by lane, which lays the
 /// activations out by lane itself, widening them as it goes: [`activations`]' copy would only
 /// be copied again. Returns whether it ran.
 fn by_lane_product<E: HostFloat>(
@@ -101,6 +101,7 @@ fn by_lane_product<E: HostFloat>(
     match weight {
         WeightRows::F32ByLane { values, .. } => by_lane_matmul(values, x, tokens, out, accumulate),
         WeightRows::F16ByLane { values, .. } => by_lane_matmul(values, x, tokens, out, accumulate),
+        WeightRows::Bf16ByLane { values, .. } => by_lane_matmul(values, x, tokens, out, accumulate),
         _ => false,
     }
 }

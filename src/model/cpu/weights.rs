@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use super::features::Features;
 use super::host::{HostFloat, HostTensor};
-use super::matvec::read_stepped;
+use super::matvec::{pair_columns, paired_column, read_stepped};
 
 /// The backend's own weight tensor, held so that [`Weight::rows`] can borrow from it.
 ///
@@ -27,7 +27,7 @@ pub enum Weight {
     Quantized(FlexQTensor),
     /// A GGUF file's integer weights, kept as stored (see [`IntegerWeights`]).
     Integers(Arc<IntegerWeights>),
-    /// f32 or f16 weights laid out by lane (see [`by_lane_at`]) for the AVX2 kernels, in the
+    /// Float weights laid out by lane (see [`by_lane_at`]) for the AVX2 kernels, in the
     /// backend's tensor the loader made of them: no Burn operation may read it as a matrix.
     ByLane(HostTensor),
     /// The parts of one projection stacked row-wise, each held as it is stored. A Q4_K_M
@@ -709,7 +709,15 @@ pub const FLOAT_LANES: usize = 16;
 /// tokens at once, each weight vector widened once for every token of a tile and each
 /// token's value broadcast (`matmul/lane_tiles.rs`), where rows as they lie took two
 /// registers an output, and each half of the lanes read half of every line.
-pub const fn by_lane_at(cols: usize, row: usize, col: usize) -> usize {
+///
+/// A bf16 weight's columns are first put in pairs (`matvec::paired_column`), the order its
+/// products take: lane `l` then sums columns `2l` and `2l + 1` of each block of 32 in turn,
+/// as the kernels of bf16 rows as they lie do.
+pub const fn by_lane_at<E: HostFloat>(cols: usize, row: usize, col: usize) -> usize {
+    let col = match E::PAIRED {
+        true => paired_column(cols, col),
+        false => col,
+    };
     let group = row / INTERLEAVED_ROWS * INTERLEAVED_ROWS * cols;
     let column = col % FLOAT_LANES * (cols / FLOAT_LANES) + col / FLOAT_LANES;
     group + column * INTERLEAVED_ROWS + row % INTERLEAVED_ROWS
@@ -732,13 +740,22 @@ fn lays_out_by_lane(cpu: Features, rows: usize, cols: usize) -> bool {
 /// 1.0 s from the page cache where in rows it took 0.7; each element placed by
 /// [`rearrange_groups`] instead, it loaded in 4.0–6.4 s against 1.3–3.1 in five alternated
 /// runs.
-pub fn lay_out_by_lane<T: bytemuck::Pod + Send + Sync>(values: &mut [T], cols: usize) {
+pub fn lay_out_by_lane<T: HostFloat>(values: &mut [T], cols: usize) {
     let per_lane = cols / FLOAT_LANES;
     let group = INTERLEAVED_ROWS * cols;
     values.par_chunks_exact_mut(group).for_each_init(
         || vec![T::zeroed(); group],
         |plain, values| {
-            plain.copy_from_slice(values);
+            // A bf16 weight's columns in pairs first, as its tokens' are (`pair_columns`).
+            match T::PAIRED {
+                true => {
+                    for (row, plain) in values.chunks_exact(cols).zip(plain.chunks_exact_mut(cols))
+                    {
+                        pair_columns(row, plain);
+                    }
+                }
+                false => plain.copy_from_slice(values),
+            }
             for step in 0..per_lane {
                 let mut square = [[T::zeroed(); FLOAT_LANES]; INTERLEAVED_ROWS];
                 for (row, square) in square.iter_mut().enumerate() {
@@ -768,11 +785,11 @@ pub enum RowOrder {
 
 impl RowOrder {
     /// The order for `dims` held as `dtype` on `device`: by lane where this CPU's kernels
-    /// read that layout, for f32 and f16 rows in whole groups and columns in whole sixteens.
+    /// read that layout, for float rows in whole groups and columns in whole sixteens.
     pub fn for_matrix(dims: [usize; 2], dtype: DType, device: &Device) -> Self {
         let [rows, cols] = dims;
         match dtype {
-            DType::F32 | DType::F16
+            DType::F32 | DType::F16 | DType::BF16
                 if super::is_host(device)
                     && lays_out_by_lane(super::features::cpu(), rows, cols) =>
             {
@@ -783,7 +800,7 @@ impl RowOrder {
     }
 
     /// `values`, rows of `cols`, put in this order in place.
-    pub fn arrange<T: bytemuck::Pod + Send + Sync>(self, values: &mut [T], cols: usize) {
+    pub fn arrange<T: HostFloat>(self, values: &mut [T], cols: usize) {
         if self == Self::ByLane {
             lay_out_by_lane(values, cols);
         }
@@ -995,6 +1012,10 @@ pub enum WeightRows<'a> {
         values: &'a [f16],
         cols: usize,
     },
+    Bf16ByLane {
+        values: &'a [bf16],
+        cols: usize,
+    },
     /// Integers with one scale, and maybe an offset, per `block` consecutive weights of a
     /// row: `W[r, c] = scales[b] · values[r · cols + c] (+ offsets[b])` for
     /// `b = (r · cols + c) / block`.
@@ -1019,9 +1040,9 @@ impl Weight {
     }
 
     /// A tensor whose rows the checkpoint laid out by lane ([`RowOrder::ByLane`]), held for
-    /// the kernels; `None` off the CPU backends and for types other than f32 and f16.
+    /// the kernels; `None` off the CPU backends and for types other than floats.
     pub fn by_lane(tensor: &Tensor<2>) -> Option<Self> {
-        matches!(tensor.dtype(), DType::F32 | DType::F16)
+        matches!(tensor.dtype(), DType::F32 | DType::F16 | DType::BF16)
             .then(|| HostTensor::of(tensor).map(Self::ByLane))
             .flatten()
     }
@@ -1070,6 +1091,9 @@ impl Weight {
                     }
                     DType::F16 => {
                         (tensor.slice()).map(|values| WeightRows::F16ByLane { values, cols })
+                    }
+                    DType::BF16 => {
+                        (tensor.slice()).map(|values| WeightRows::Bf16ByLane { values, cols })
                     }
                     _ => None,
                 }
@@ -2051,6 +2075,7 @@ impl WeightRows<'_> {
             Self::Bf16(values) => values.len(),
             Self::F32ByLane { values, .. } => values.len(),
             Self::F16ByLane { values, .. } => values.len(),
+            Self::Bf16ByLane { values, .. } => values.len(),
             Self::Integers { values, .. } => values.len(),
         }
     }
@@ -2073,6 +2098,7 @@ impl WeightRows<'_> {
             Self::Bf16(values) => values[range].convert_to_f32_slice(out),
             &Self::F32ByLane { values, cols } => by_lane_back(values, cols, start, out),
             &Self::F16ByLane { values, cols } => by_lane_back(values, cols, start, out),
+            &Self::Bf16ByLane { values, cols } => by_lane_back(values, cols, start, out),
             Self::Integers {
                 values,
                 scales,
@@ -2102,7 +2128,7 @@ fn by_lane_back<E: HostFloat>(values: &[E], cols: usize, start: usize, out: &mut
     let first = start / cols.max(1);
     for (row, out) in (first..).zip(out.chunks_exact_mut(cols)) {
         for (col, out) in out.iter_mut().enumerate() {
-            *out = values[by_lane_at(cols, row, col)].to_f32();
+            *out = values[by_lane_at::<E>(cols, row, col)].to_f32();
         }
     }
 }
@@ -2124,7 +2150,7 @@ pub fn row_block(scheme: &QuantScheme, cols: usize) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use half::f16;
+    use half::{bf16, f16};
 
     use super::{
         BlockFactors, FROM_INTERLEAVED, IntegerValues, IntegerWeights, TO_INTERLEAVED, WeightRows,
@@ -2150,20 +2176,40 @@ mod tests {
     }
 
     /// Every element lands where `by_lane_at` says, a group's elements stay in their group,
-    /// and rows widened from any row on are the rows as they were.
+    /// and rows widened from any row on are the rows as they were. bf16 rows (of 80 columns:
+    /// two blocks of pairs, then sixteen alone) keep each element too.
     #[test]
     fn floats_laid_out_by_lane_widen_back_to_their_rows() {
         let (rows, cols) = (48, 80);
         let plain: Vec<f32> = (0..rows * cols).map(|i| i as f32).collect();
         let mut laid_out = plain.clone();
         lay_out_by_lane(&mut laid_out, cols);
+        // Every bit pattern up to 3840 is a finite bf16 of its own.
+        let brains: Vec<bf16> = (0..rows * cols)
+            .map(|i| bf16::from_bits(i as u16))
+            .collect();
+        let mut brains_laid_out = brains.clone();
+        lay_out_by_lane(&mut brains_laid_out, cols);
         for row in 0..rows {
             for col in 0..cols {
-                let at = by_lane_at(cols, row, col);
+                let at = by_lane_at::<f32>(cols, row, col);
                 assert_eq!(laid_out[at], plain[row * cols + col], "({row}, {col})");
+                assert_eq!(at / (16 * cols), row / 16);
+                let at = by_lane_at::<bf16>(cols, row, col);
+                assert_eq!(
+                    brains_laid_out[at],
+                    brains[row * cols + col],
+                    "bf16 ({row}, {col})"
+                );
                 assert_eq!(at / (16 * cols), row / 16);
             }
         }
+        // Lane 1 of a bf16 group takes columns 2 and 3, then 34 and 35, then 65.
+        let lane_one: Vec<usize> = (0..5)
+            .map(|step| by_lane_at::<f32>(cols, 0, step * 16 + 1))
+            .collect();
+        let columns = [2, 3, 34, 35, 65].map(|col| by_lane_at::<bf16>(cols, 0, col));
+        assert_eq!(columns.to_vec(), lane_one);
         let halves: Vec<f16> = laid_out.iter().map(|&v| f16::from_f32(v)).collect();
         for (first, count) in [(0, rows), (17, 3), (47, 1)] {
             let start = first * cols;
@@ -2181,6 +2227,16 @@ mod tests {
             }
             .widen(start, &mut out);
             let want: Vec<f32> = want.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+            assert_eq!(out, want);
+            WeightRows::Bf16ByLane {
+                values: &brains_laid_out,
+                cols,
+            }
+            .widen(start, &mut out);
+            let want: Vec<f32> = brains[start..start + count * cols]
+                .iter()
+                .map(|v| v.to_f32())
+                .collect();
             assert_eq!(out, want);
         }
     }

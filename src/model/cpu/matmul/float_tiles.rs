@@ -66,6 +66,7 @@ pub fn product(
         // `lane_tiles` takes the rows laid out by lane, from the activations as they are.
         WeightRows::F32ByLane { .. }
         | WeightRows::F16ByLane { .. }
+        | WeightRows::Bf16ByLane { .. }
         | WeightRows::Bf16(_)
         | WeightRows::Integers { .. } => false,
     }

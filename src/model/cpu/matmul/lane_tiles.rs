@@ -1,4 +1,4 @@
-//! `X Wᵀ` against f32 or f16 weights laid out by lane (`weights::by_lane_at`), on CPUs with
+//! `X Wᵀ` against float weights laid out by lane (`weights::by_lane_at`), on CPUs with
 //! AVX2: the prompts' products and the decode steps' alike.
 //!
 //! A tile is a group of sixteen weight rows and up to six tokens. For each lane (a column's
@@ -6,8 +6,9 @@
 //! of eight rows a token, each weight vector widened once for every token of the tile, each
 //! token's value broadcast. Then it adds each output's sixteen lanes in `sum_of_sixteen`'s
 //! order, eight rows a register. Each lane takes its columns in order, as the decode kernel
-//! of rows as they lie does (`matvec`), so every output has the bits every other float kernel
-//! gives it, whatever tokens are read with it.
+//! of rows as they lie does (`matvec`; bf16's columns in pairs, as its own kernels take
+//! them), so every output has the bits every other kernel of its type gives it, whatever
+//! tokens are read with it.
 //!
 //! On Zen 3 (AVX2, no AVX-512), against the AVX2 tiles of `float_tiles` on rows as stored,
 //! 1.7B F16 prompts ran 1.18× as fast and decode 1.03× (two alternated rounds on two cores),
@@ -22,6 +23,8 @@ use crate::model::cpu::features;
 use crate::model::cpu::host::HostFloat;
 #[cfg(target_arch = "x86_64")]
 use crate::model::cpu::math::transpose_8x8;
+#[cfg(target_arch = "x86_64")]
+use crate::model::cpu::matvec::pair_columns;
 use crate::model::cpu::threads::{SharedOutput, split_rows};
 use crate::model::cpu::weights::{FLOAT_LANES, INTERLEAVED_ROWS};
 
@@ -54,7 +57,7 @@ pub fn product<E: HostFloat, A: HostFloat>(
     #[cfg(target_arch = "x86_64")]
     BY_LANE.with_borrow_mut(|laid_out| {
         let laid_out = laid_out.first(x.len());
-        tokens_by_lane(x, shape.cols, laid_out);
+        tokens_by_lane::<E, A>(x, shape.cols, laid_out);
         let laid_out = &*laid_out;
         let out = SharedOutput::new(out);
         let row_bytes = shape.cols * size_of::<f32>();
@@ -96,14 +99,26 @@ thread_local! {
 }
 
 /// `x`: `[tokens, cols]` into `out` in f32 with each token's columns by lane, as the
-/// weights' are: a lane's columns in order, then the next lane's. Each lane's values are then
-/// one run. Split over the threads: on the calling thread alone it took 4.5% of a 135M F16
-/// prompt on two cores, while the other waited.
+/// weights `E` are: a lane's columns in order, then the next lane's (for bf16 weights, the
+/// columns in pairs first: `matvec::pair_columns`). Each lane's values are then one run.
+/// Split over the threads: on the calling thread alone it took 4.5% of a 135M F16 prompt on
+/// two cores, while the other waited.
 #[cfg(target_arch = "x86_64")]
-fn tokens_by_lane<A: HostFloat>(x: &[A], cols: usize, out: &mut [f32]) {
+fn tokens_by_lane<E: HostFloat, A: HostFloat>(x: &[A], cols: usize, out: &mut [f32]) {
     split_rows(out, cols, MIN_TOKENS_PER_RANGE, &|first, out| {
         let x = &x[first * cols..][..out.len()];
+        let mut paired = match E::PAIRED {
+            true => vec![A::zeroed(); cols],
+            false => Vec::new(),
+        };
         for (row, out) in x.chunks_exact(cols).zip(out.chunks_exact_mut(cols)) {
+            let row = match E::PAIRED {
+                true => {
+                    pair_columns(row, &mut paired);
+                    &paired[..]
+                }
+                false => row,
+            };
             // SAFETY: `product` lays tokens out only where the CPU has AVX2 (with F16C).
             unsafe { token_by_lane(row, out) }
         }
@@ -288,7 +303,7 @@ unsafe fn tile<E: HostFloat, const T: usize>(
 
 #[cfg(test)]
 mod tests {
-    use half::f16;
+    use half::{bf16, f16};
 
     use super::product;
     use crate::model::cpu::host::HostFloat;
@@ -299,7 +314,8 @@ mod tests {
     /// Against each token decoded alone from the rows as they lie (`matvecs`, whose order
     /// every float kernel keeps): the same bits for every token, however many are read
     /// together (every tile width, and blocks of several tiles), with and without
-    /// accumulating; columns of one sixteen, of many, and wider than a block's share.
+    /// accumulating; columns of one sixteen, of many, and wider than a block's share (for
+    /// bf16, none in pairs, blocks of pairs, and blocks of pairs then sixteen alone).
     #[test]
     fn every_output_has_the_bits_of_rows_as_they_lie() {
         fn check<E: HostFloat>(
@@ -335,34 +351,45 @@ mod tests {
         for (rows, cols) in [(16, 16), (48, 576), (32, 2064)] {
             let weight = values(rows * cols, 1);
             let halves: Vec<f16> = weight.iter().map(|&w| f16::from_f32(w)).collect();
+            let brains: Vec<bf16> = weight.iter().map(|&w| bf16::from_f32(w)).collect();
             let (mut weight_by_lane, mut halves_by_lane) = (weight.clone(), halves.clone());
+            let mut brains_by_lane = brains.clone();
             lay_out_by_lane(&mut weight_by_lane, cols);
             lay_out_by_lane(&mut halves_by_lane, cols);
+            lay_out_by_lane(&mut brains_by_lane, cols);
             for tokens in [1, 2, 3, 4, 5, 6, 7, 13, 130] {
                 let x: Vec<f32> = values(tokens * cols, 2).iter().map(|v| v * 4.0).collect();
                 let base = values(tokens * rows, 3);
                 let (f32s, f16s) = (WeightRows::F32(&weight), WeightRows::F16(&halves));
                 check(f32s, &weight_by_lane, &x, &base, tokens);
                 check(f16s, &halves_by_lane, &x, &base, tokens);
+                check(
+                    WeightRows::Bf16(&brains),
+                    &brains_by_lane,
+                    &x,
+                    &base,
+                    tokens,
+                );
             }
         }
     }
 
-    /// f16 activations are widened as they are laid out: the bits of the same values given in
-    /// f32, for columns in whole eights of steps and past them.
+    /// f16 and bf16 activations are widened as they are laid out: the bits of the same values
+    /// given in f32, for columns in whole eights of steps and past them, against f16 weights
+    /// and bf16 ones (whose tokens are paired first).
     #[test]
     fn narrow_activations_give_the_bits_of_their_f32_values() {
-        for (rows, cols, tokens) in [(16, 576, 130), (32, 2064, 9)] {
-            let mut weight: Vec<f16> = values(rows * cols, 1)
+        fn check<E: HostFloat, A: HostFloat>(rows: usize, cols: usize, tokens: usize) {
+            let mut weight: Vec<E> = values(rows * cols, 1)
                 .into_iter()
-                .map(f16::from_f32)
+                .map(E::from_f32)
                 .collect();
             lay_out_by_lane(&mut weight, cols);
-            let narrow: Vec<f16> = values(tokens * cols, 2)
+            let narrow: Vec<A> = values(tokens * cols, 2)
                 .into_iter()
-                .map(f16::from_f32)
+                .map(A::from_f32)
                 .collect();
-            let wide: Vec<f32> = narrow.iter().map(|&v| HostFloat::to_f32(v)).collect();
+            let wide: Vec<f32> = narrow.iter().map(|&v| v.to_f32()).collect();
             let (mut from_narrow, mut from_wide) =
                 (vec![f32::NAN; tokens * rows], vec![0.0; tokens * rows]);
             assert!(product(&weight, &narrow, tokens, &mut from_narrow, false));
@@ -373,6 +400,11 @@ mod tests {
                 bits(&from_wide),
                 "{tokens}x{rows}x{cols}"
             );
+        }
+        for (rows, cols, tokens) in [(16, 576, 130), (32, 2064, 9)] {
+            check::<f16, f16>(rows, cols, tokens);
+            check::<bf16, bf16>(rows, cols, tokens);
+            check::<bf16, f16>(rows, cols, tokens);
         }
     }
 
