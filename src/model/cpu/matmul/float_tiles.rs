@@ -2,9 +2,10 @@
 //! rows × 4 tokens) or AVX2 (5 rows × 2 tokens): the tile's sums stay in registers while the
 //! columns pass, and no weight is widened or packed in memory (on AVX2, the prompt's columns
 //! are reordered once per product, [`avx2_halves`]). On CPUs with AVX2 alone, the loader lays
-//! the f32 and f16 projections out by lane for `lane_tiles`, which the projections hand
-//! them to; the AVX2 tiles here take float weights held as stored (an output head that is also
-//! the embedding). Two kinds of operands share the AVX-512 tile:
+//! the float projections out by lane for `lane_tiles`, which the projections hand them to;
+//! the AVX2 tiles here take float weights held as stored (an output head that is also the
+//! embedding, rows not in whole groups of sixteen, rows a partial rotation reorders). Two
+//! kinds of operands share the AVX-512 tile:
 //!
 //! - f32 activations against f32, f16 or bf16 weights ([`product`]): each weight is widened
 //!   to f32 in the register it is loaded into, and every product is f32. Each output is
